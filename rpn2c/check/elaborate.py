@@ -1,0 +1,421 @@
+"""AST -> IR graph: resolve names, inline blocks, validate components and infer every shape.
+
+All errors of a model are collected in one pass; a value whose type could not be inferred is skipped by its
+users (no cascades).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+
+from rpn2c.check.heads import LayerShapeError, build_layer, infer_layer, resolve_use
+from rpn2c.check.loader import Unit
+from rpn2c.check.values import INVALID, Scope, evaluate
+from rpn2c.components.base import ShapeRuleError
+from rpn2c.components.registry import REGISTRY, ValueRef, names
+from rpn2c.errors import Diagnostics, Span, did_you_mean
+from rpn2c.ir.graph import Graph, Node, Use
+from rpn2c.ir.types import MASK_MODES, TYPE_CONSTRUCTORS, TensorType
+from rpn2c.syntax import ast
+
+OP_FAMILIES = ("op", "processing")
+MAX_INLINE_DEPTH = 32
+
+
+@dataclass
+class _Frame:
+    unit: Unit
+    defn: ast.Definition
+
+
+class Elaborator:
+    def __init__(self, root: Unit, sources: dict[str, str]):
+        self.root = root
+        self.diags = Diagnostics(sources)
+        self.g = nx.DiGraph()
+        self.stack: list[tuple[int, str]] = []  # (id(defn), name) being inlined
+
+    # ------------------------------------------------------------------------------------------- entry
+    def model(self, name: str | None) -> Graph:
+        prog = self.root.program
+        self._check_definitions(self.root)
+        models = [d for d in prog.definitions if d.kind == "model"]
+        defn = None
+        if name is not None:
+            defn = prog.definition(name)
+            if defn is None:
+                span = Span(prog.file, 1, 1, 1, 2)
+                self.diags.error("E0202", f"no model or block named '{name}'", span,
+                                 suggestion=did_you_mean(name, [d.name for d in prog.definitions]))
+        elif models:
+            defn = models[-1]
+        else:
+            self.diags.error("E0505", "the file defines no `model`", Span(prog.file, 1, 1, 1, 2))
+        if defn is None:
+            self.diags.raise_if_any()
+        scope = Scope()
+        self._bind_params(defn, {}, defn.span, scope)
+        outputs = self._body(self.root, defn, scope, inputs=None)
+        self.diags.raise_if_any()
+        inputs = [nid for nid in self.g.nodes if self.g.nodes[nid]["node"].kind == "input"]
+        return Graph(defn.name, self.g, inputs, outputs, self.diags.sources)
+
+    def _check_definitions(self, unit: Unit) -> None:
+        seen: dict[str, ast.Definition] = {}
+        for d in unit.program.definitions:
+            if d.name in seen:
+                self.diags.error("E0203", f"'{d.name}' is defined twice", d.span,
+                                 notes=[(seen[d.name].span, "first defined here")])
+            seen[d.name] = d
+        for sub in unit.imports.values():
+            self._check_definitions(sub)
+
+    # ------------------------------------------------------------------------------------------- params
+    def _bind_params(self, defn: ast.Definition, given: dict[str, tuple[Any, Span]], call_span: Span,
+                     scope: Scope) -> None:
+        declared = {p.name for p in defn.params}
+        for key, (_, span) in given.items():
+            if key not in declared:
+                self.diags.error("E0302", f"'{defn.name}' has no parameter '{key}'", span,
+                                 suggestion=did_you_mean(key, declared))
+        for p in defn.params:
+            if p.name in scope.params:
+                self.diags.error("E0206", f"parameter '{p.name}' is declared twice", p.span)
+            if p.name in given:
+                scope.params[p.name] = given[p.name][0]
+            elif p.default is not None:
+                scope.params[p.name] = evaluate(p.default, scope, self.diags, allow_values=False)
+            else:
+                self.diags.error("E0312", f"'{defn.name}' needs a value for its parameter '{p.name}'", call_span)
+                scope.params[p.name] = INVALID
+
+    # ------------------------------------------------------------------------------------------- bodies
+    def _body(self, unit: Unit, defn: ast.Definition, scope: Scope, inputs: list[str | None] | None) -> list[str]:
+        """Elaborate a definition's statements; ``inputs`` binds a block's inputs (None for the model)."""
+        assigned_later = {s.name: s for s in defn.body if isinstance(s, ast.Assign)}
+        block_inputs = [s for s in defn.body if isinstance(s, ast.Input)]
+        if inputs is not None and len(inputs) != len(block_inputs):
+            return []  # arity error reported at the call site
+        returns: list[ast.Return] = []
+        k = 0
+        for stmt in defn.body:
+            if isinstance(stmt, ast.Input):
+                if stmt.name in scope.values or stmt.name in scope.params:
+                    self.diags.error("E0206", f"'{stmt.name}' is already defined", stmt.span)
+                    continue
+                if inputs is None:
+                    scope.values[stmt.name] = self._model_input(stmt, scope, unit)
+                else:
+                    bound = inputs[k]
+                    k += 1
+                    scope.values[stmt.name] = bound
+                    if bound is not None and stmt.type is not None:
+                        self._check_bound_type(stmt, bound, scope, unit)
+            elif isinstance(stmt, ast.Assign):
+                if stmt.name in scope.values or stmt.name in scope.params:
+                    self.diags.error("E0206", f"'{stmt.name}' is already defined", stmt.span)
+                    continue
+                scope.values[stmt.name] = self._value(stmt.name, stmt.value, stmt.span, unit, scope,
+                                                      assigned_later)
+            elif isinstance(stmt, ast.Return):
+                returns.append(stmt)
+        if not returns:
+            self.diags.error("E0507", f"{defn.kind} '{defn.name}' has no `return`",
+                             Span(defn.span.file, defn.span.line, defn.span.col, defn.span.line,
+                                  defn.span.col + len(defn.kind) + len(defn.name) + 1))
+            return []
+        if len(returns) > 1:
+            self.diags.error("E0506", "more than one `return`", returns[1].span,
+                             notes=[(returns[0].span, "first return here")])
+        ret = returns[0]
+        if defn.kind == "block" and len(ret.names) != 1:
+            self.diags.error("E0509", "a block returns exactly one value", ret.span)
+        out = []
+        for i, nm in enumerate(ret.names):
+            span = ret.name_spans[i] if i < len(ret.name_spans) else ret.span
+            if nm not in scope.values:
+                self._unknown_value(nm, span, scope, assigned_later, None)
+                out.append(None)
+            else:
+                out.append(scope.values[nm])
+        return out
+
+    def _model_input(self, stmt: ast.Input, scope: Scope, unit: Unit) -> str | None:
+        nid = scope.prefix + stmt.name
+        if stmt.type is None:
+            self.diags.error("E0311", f"model input '{stmt.name}' needs a type, e.g. `input {stmt.name}: "
+                                      "sequence[B, T, 16]`", stmt.span)
+            return None
+        t = self._tensor_type(stmt.type, scope)
+        if t is None:
+            return None
+        self.g.add_node(nid, node=Node(nid, "input", stmt.span, t))
+        return nid
+
+    def _tensor_type(self, te: ast.TensorTypeExpr, scope: Scope) -> TensorType | None:
+        if te.kind not in TYPE_CONSTRUCTORS:
+            self.diags.error("E0204", f"unknown tensor type '{te.kind}'", te.span,
+                             suggestion=did_you_mean(te.kind, TYPE_CONSTRUCTORS))
+            return None
+        kind, ranks = TYPE_CONSTRUCTORS[te.kind]
+        if len(te.dims) not in ranks:
+            want = " or ".join(str(r) for r in ranks)
+            self.diags.error("E0309", f"'{te.kind}' takes {want} dimensions, got {len(te.dims)}", te.span)
+            return None
+        dims = []
+        for d in te.dims:
+            if isinstance(d, ast.Name) and len(d.parts) == 1 and d.text not in scope.params:
+                dims.append(d.text)  # a symbolic dimension
+                continue
+            v = evaluate(d, scope, self.diags, allow_values=False)
+            if v is INVALID:
+                return None
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                self.diags.error("E0309", f"a dimension must be a positive integer or a symbol, got {v!r}", d.span)
+                return None
+            dims.append(v)
+        batched = True
+        if te.kind == "nodes" and len(dims) == 2:
+            dims, batched = [1, *dims], False
+        return TensorType(kind, tuple(dims), batched, MASK_MODES.get(te.kind), te.kind)
+
+    def _check_bound_type(self, stmt: ast.Input, nid: str, scope: Scope, unit: Unit) -> None:
+        want = self._tensor_type(stmt.type, scope)
+        have = self.g.nodes[nid]["node"].type
+        if want is None or have is None:
+            return
+        mismatch = want.kind != have.kind or len(want.shape) != len(have.shape) or any(
+            isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(want.shape, have.shape))
+        if mismatch:
+            self.diags.error("E0401", f"input '{stmt.name}' expects {want}, but the call passes {have}", stmt.span)
+
+    # ------------------------------------------------------------------------------------------- values
+    def _unknown_value(self, name, span, scope, later, current):
+        if name in later and later[name] is not current:
+            self.diags.error("E0207", f"'{name}' is used before it is defined (dataflow must be acyclic and "
+                                      "defined in order)", span, notes=[(later[name].span, "defined here")])
+        elif name in scope.params:
+            self.diags.error("E0310", f"'{name}' is a parameter, not a tensor value", span)
+        else:
+            self.diags.error("E0202", f"unknown value '{name}'", span,
+                             suggestion=did_you_mean(name, list(scope.values)))
+
+    def _value_ref(self, e: ast.Expr, scope, unit, later, owner: str, k: int) -> str | None:
+        """A positional argument that must be a tensor value: a name or a nested op/block call."""
+        if isinstance(e, ast.Name) and len(e.parts) == 1:
+            if e.text in scope.values:
+                return scope.values[e.text]
+            self._unknown_value(e.text, e.span, scope, later, None)
+            return None
+        if isinstance(e, ast.Call):
+            return self._value(f"{owner}_{e.func.parts[-1]}", e, e.span, unit, scope, later)
+        self.diags.error("E0310", "expected a tensor value (a name or a call)", e.span)
+        return None
+
+    def _value(self, name: str, v: ast.Value, span: Span, unit: Unit, scope: Scope, later) -> str | None:
+        if isinstance(v, (ast.HeadExpr, ast.LayerExpr)):
+            return self._layer(name, v, unit, scope, later)
+        if isinstance(v, ast.RepeatExpr):
+            return self._repeat(name, v, unit, scope, later)
+        if isinstance(v, ast.Call):
+            return self._call(name, v, unit, scope, later)
+        if isinstance(v, ast.Name) and len(v.parts) == 1:
+            if v.text in scope.values:
+                return scope.values[v.text]
+            self._unknown_value(v.text, v.span, scope, later, None)
+            return None
+        self.diags.error("E0310", "expected a tensor value: a head, layer, operation or block call", v.span)
+        return None
+
+    def _node_type(self, nid: str | None) -> TensorType | None:
+        return None if nid is None else self.g.nodes[nid]["node"].type
+
+    def _add(self, node: Node, edges: dict[str, str]) -> str:
+        self.g.add_node(node.id, node=node)
+        for role, src in edges.items():
+            self.g.add_edge(src, node.id, role=role)
+        return node.id
+
+    def _fresh(self, nid: str) -> str:
+        base, k = nid, 1
+        while nid in self.g:
+            k += 1
+            nid = f"{base}_{k}"
+        return nid
+
+    # heads and layers
+    def _layer(self, name, v, unit, scope, later) -> str | None:
+        args = [self._value_ref(a, scope, unit, later, name, i) for i, a in enumerate(v.args)]
+        ctx_id = None
+        for kw in v.kwargs:
+            if kw.name != "context":
+                self.diags.error("E0302", f"a {getattr(v, 'kind', 'layer')} takes one input and an optional "
+                                          f"`context = value`, not '{kw.name}'", kw.span)
+                continue
+            ctx_id = self._value_ref(kw.value, scope, unit, later, name, 99)
+        if len(v.args) != 1:
+            self.diags.error("E0311", f"a {getattr(v, 'kind', 'layer')} takes exactly one input value, got "
+                                      f"{len(v.args)}", v.span)
+            return None
+        kind = v.kind if isinstance(v, ast.HeadExpr) else "layer"
+        heads = v.heads if isinstance(v, ast.LayerExpr) else ()
+        spec = build_layer(kind, heads, v.settings, scope, self.diags, v.span)
+        x_id = args[0]
+        if spec is None or x_id is None or (ctx_id is None and any(k.name == "context" for k in v.kwargs)):
+            return None
+        nid = self._fresh(scope.prefix + name)
+        edges = {"x": x_id}
+        if ctx_id is not None:
+            edges["context"] = ctx_id
+        aux = {}
+        for h in spec.heads:
+            for use in h.xi.values():
+                for key, ref in use.component.value_refs():
+                    edges[f"aux:{key}"] = ref.name
+                    aux[ref.name] = self._node_type(ref.name)
+        xt, ct = self._node_type(x_id), self._node_type(ctx_id)
+        if xt is None or (ctx_id is not None and ct is None) or any(t is None for t in aux.values()):
+            return None
+        try:
+            out, params, traces = infer_layer(spec, xt, ct, aux, v.span)
+        except LayerShapeError as exc:
+            self.diags.error("E0402", exc.message, exc.span, notes=[(v.span, f"in '{name}' (input: {xt})")]
+                             if exc.span != v.span else ())
+            return None
+        node = Node(nid, "layer", v.span, out, layer=spec, params=params, trace={"heads": traces})
+        return self._add(node, edges)
+
+    # op / block calls
+    def _call(self, name, call: ast.Call, unit, scope, later) -> str | None:
+        func = call.func
+        target = self._find_block(func, unit)
+        if target is not None:
+            return self._inline(name, call, *target, scope=scope, unit=unit, later=later)
+        fname = func.text
+        from rpn2c.components.registry import lookup
+
+        entry = lookup(fname, OP_FAMILIES) if len(func.parts) == 1 else None
+        if entry is None:
+            blocks = [d.name for d in unit.program.definitions if d.kind == "block"]
+            blocks += [f"{a}.{d.name}" for a, u in unit.imports.items() for d in u.program.definitions]
+            other = [f for f in REGISTRY if fname in REGISTRY[f] and f not in OP_FAMILIES]
+            if other:
+                self.diags.error("E0301", f"'{fname}' is a {other[0]} component; use it inside a head "
+                                          f"(e.g. as a setting), not as an operation", func.span)
+            else:
+                self.diags.error("E0201", f"unknown operation or block '{fname}'", func.span,
+                                 suggestion=did_you_mean(fname, [*names(OP_FAMILIES), *blocks]))
+            return None
+        arg_ids = [self._value_ref(a, scope, unit, later, name, i) for i, a in enumerate(call.args)]
+        synthetic = ast.Call(ast.Name(func.parts, func.span), (), call.kwargs, call.span)
+        use = resolve_use(synthetic, entry.family, scope, self.diags)
+        lo, hi = getattr(entry.cls, "arity", (1, 1))
+        if not lo <= len(call.args) <= hi:
+            want = str(lo) if lo == hi else f"{lo} to {hi}"
+            self.diags.error("E0311", f"'{fname}' takes {want} input value(s), got {len(call.args)}", call.span)
+            return None
+        if use is None or any(a is None for a in arg_ids):
+            return None
+        types = [self._node_type(a) for a in arg_ids]
+        if any(t is None for t in types):
+            return None
+        comp = use.component
+        try:
+            if entry.family == "op":
+                out = comp.infer(types)
+                params = comp.count(types)
+            else:
+                err = comp.check(types[0])
+                if err:
+                    raise ShapeRuleError(err)
+                out, params = types[0], comp.count(types[0])
+        except ShapeRuleError as exc:
+            self.diags.error("E0403", str(exc), call.span)
+            return None
+        nid = self._fresh(scope.prefix + name)
+        node = Node(nid, "op", call.span, out, op=use, params=params)
+        return self._add(node, {f"arg{i}": a for i, a in enumerate(arg_ids)})
+
+    def _find_block(self, func: ast.Name, unit: Unit):
+        if len(func.parts) == 1:
+            d = unit.program.definition(func.parts[0])
+            return (unit, d) if d is not None else None
+        if len(func.parts) == 2 and func.parts[0] in unit.imports:
+            sub = unit.imports[func.parts[0]]
+            d = sub.program.definition(func.parts[1])
+            if d is None:
+                self.diags.error("E0201", f"'{func.parts[0]}' has no block '{func.parts[1]}'", func.span,
+                                 suggestion=did_you_mean(func.parts[1], [x.name for x in sub.program.definitions]))
+                return None
+            return sub, d
+        if len(func.parts) >= 2:
+            self.diags.error("E0202", f"unknown import alias '{func.parts[0]}'", func.span,
+                             suggestion=did_you_mean(func.parts[0], unit.imports))
+        return None
+
+    def _inline(self, name, call: ast.Call, sub: Unit, defn: ast.Definition, *, scope, unit, later) -> str | None:
+        key = (id(defn), defn.name)
+        if key in self.stack or len(self.stack) >= MAX_INLINE_DEPTH:
+            self.diags.error("E0508", f"'{defn.name}' instantiates itself (recursive blocks are not allowed)",
+                             call.span)
+            return None
+        n_inputs = sum(isinstance(s, ast.Input) for s in defn.body)
+        if len(call.args) != n_inputs:
+            self.diags.error("E0311", f"'{defn.name}' takes {n_inputs} input value(s), got {len(call.args)}",
+                             call.span)
+            return None
+        arg_ids = [self._value_ref(a, scope, unit, later, name, i) for i, a in enumerate(call.args)]
+        given = {}
+        for kw in call.kwargs:
+            v = evaluate(kw.value, scope, self.diags)
+            if isinstance(v, ValueRef):
+                self.diags.error("E0310", f"block parameter '{kw.name}' takes a number, string or list; pass "
+                                          "tensors as positional inputs", kw.value.span)
+                v = INVALID
+            given[kw.name] = (v, kw.span)
+        inner = Scope(prefix=self._fresh(scope.prefix + name) + ".")
+        self._bind_params(defn, given, call.span, inner)
+        if any(v is INVALID for v in inner.params.values()):
+            return None
+        self.stack.append(key)
+        try:
+            outs = self._body(sub, defn, inner, arg_ids)
+        finally:
+            self.stack.pop()
+        return outs[0] if outs else None
+
+    def _repeat(self, name, v: ast.RepeatExpr, unit, scope, later) -> str | None:
+        count = evaluate(v.count, scope, self.diags, allow_values=False)
+        if count is INVALID:
+            return None
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            self.diags.error("E0303", f"repeat count must be an integer >= 1, got {count!r}", v.count.span)
+            return None
+        if self._find_block(v.call.func, unit) is None:
+            self.diags.error("E0310", f"repeat needs a block call; '{v.call.func.text}' is not a block",
+                             v.call.func.span)
+            return None
+        if not v.call.args:
+            self.diags.error("E0311", "the repeated block needs an input", v.call.span)
+            return None
+        current = None
+        for i in range(count):
+            call = v.call
+            if current is not None:
+                local = Scope(dict(scope.params), {**scope.values, f"__repeat_{name}": current}, scope.prefix)
+                first = ast.Name((f"__repeat_{name}",), v.call.args[0].span)
+                call = ast.Call(v.call.func, (first, *v.call.args[1:]), v.call.kwargs, v.call.span)
+            else:
+                local = scope
+            current = self._value(f"{name}.{i}", call, v.span, unit, local, later)
+            if current is None:
+                return None
+        return current
+
+
+def elaborate(root: Unit, sources: dict[str, str], model: str | None = None) -> Graph:
+    """Check a loaded unit and build the IR graph of its model (the last one, or ``model``)."""
+    return Elaborator(root, sources).model(model)

@@ -1,0 +1,426 @@
+"""Head and layer settings -> :class:`LayerSpec`, and the layer shape rule.
+
+Per head and channel c (semantics.md):  ``Y_c = A_i · κ(A_ip · Z · A_a) · A_ap · ψ(w_c)ᵀ + b``, with Z the data
+input (the ``context`` when given, else the main input after ``pre`` processing); channels are fused by
+``channel_fusion``, heads by ``fusion``; then ``+ π(x)`` on the raw main input, then ``post`` processing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from rpn2c.components.base import Interdependence, Kappa, ShapeRuleError, XiContext
+from rpn2c.components.xi import GridXi as GridXiLike
+from rpn2c.components.registry import REGISTRY, SLOT_FAMILIES, FAMILIES, ValueRef, lookup, names
+from rpn2c.check.values import INVALID, Scope, evaluate
+from rpn2c.errors import Diagnostics, Span, did_you_mean
+from rpn2c.ir.graph import HeadSpec, LayerSpec, Use
+from rpn2c.ir.types import TensorType, grid, is_known, items, vector
+from rpn2c.syntax import ast
+
+HEAD_KEYS = ("kappa", "psi", "xi_attribute", "xi_attribute_post", "xi_instance", "xi_instance_prior", "channels",
+             "channel_fusion", "bias", "out")
+LAYER_KEYS = ("fusion", "pi", "pre", "post")
+SINGLE_HEAD_KEYS = HEAD_KEYS + LAYER_KEYS + ("heads",)
+AUX_KINDS = {"edges": ("edges",), "weight": ("edge_weight",), "key_padding": ("mask",), "attn_mask": ("mask",)}
+XI_SLOTS = ("xi_attribute", "xi_instance_prior", "xi_instance", "xi_attribute_post")
+
+
+class LayerShapeError(Exception):
+    def __init__(self, message: str, span: Span, notes=()):
+        super().__init__(message)
+        self.message, self.span, self.notes = message, span, tuple(notes)
+
+
+# ------------------------------------------------------------------------------------------------ components
+def resolve_use(expr: ast.Expr, slot: str, scope: Scope, diags: Diagnostics) -> Use | None:
+    """A component expression (``name`` or ``name(k = v)``) for ``slot`` -> validated :class:`Use`."""
+    families = SLOT_FAMILIES.get(slot, (slot,))
+    if isinstance(expr, ast.Name):
+        func, kwargs, args, span = expr, (), (), expr.span
+    elif isinstance(expr, ast.Call):
+        func, kwargs, args, span = expr.func, expr.kwargs, expr.args, expr.span
+    else:
+        what = " or ".join(FAMILIES[f].split(" ")[0] + " " + FAMILIES[f].split(" ")[1] for f in families)
+        diags.error("E0310", f"'{slot}' expects a component ({what}), not a literal", expr.span)
+        return None
+    name = func.text
+    entry = lookup(name, families)
+    if entry is None:
+        other = [f for f in REGISTRY if name in REGISTRY[f] and f not in families]
+        if other:
+            diags.error("E0301", f"'{name}' is a {other[0]} component; '{slot}' takes {' or '.join(families)}",
+                        func.span, suggestion=did_you_mean(name, names(families)))
+        else:
+            diags.error("E0201", f"unknown {' or '.join(families)} component '{name}'", func.span,
+                        suggestion=did_you_mean(name, names(families)))
+        return None
+    if args:
+        diags.error("E0305", f"hyper-parameters of '{name}' are keyword arguments (`key = value`)", args[0].span)
+        return None
+    values: dict[str, Any] = {}
+    spans: dict[str, Span] = {}
+    ok = True
+    for kw in kwargs:
+        if kw.name in values:
+            diags.error("E0308", f"hyper-parameter '{kw.name}' is given twice", kw.span)
+            ok = False
+            continue
+        v = evaluate(kw.value, scope, diags)
+        ok &= v is not INVALID
+        values[kw.name], spans[kw.name] = v, kw.span
+    if not ok:
+        return None
+    try:
+        hp = entry.schema(**values)
+    except ValidationError as exc:
+        fields = list(entry.schema.model_fields)
+        for err in exc.errors():
+            key = str(err["loc"][0]) if err["loc"] else ""
+            at = spans.get(key, span)
+            if err["type"] == "extra_forbidden":
+                known = ", ".join(fields) or "none"
+                diags.error("E0302", f"'{name}' has no hyper-parameter '{key}' (it takes: {known})", at,
+                            suggestion=did_you_mean(key, fields))
+            elif err["type"] == "missing":
+                diags.error("E0303", f"'{name}' needs the hyper-parameter '{key}'", span)
+            elif isinstance(values.get(key), ValueRef) or "ValueRef" in str(err.get("msg", "")):
+                diags.error("E0303", f"'{key}' of '{name}' expects the name of an input value", at)
+            else:
+                diags.error("E0303", f"bad value for '{key}' of '{name}': {err['msg']}", at)
+        return None
+    return Use(entry.cls(hp), span)
+
+
+def _uses(expr, slot, scope, diags) -> list[Use] | None:
+    items_ = expr.items if isinstance(expr, ast.ListExpr) else (expr,)
+    out = [resolve_use(e, slot, scope, diags) for e in items_]
+    return None if any(u is None for u in out) else out
+
+
+def _default(name: str, family: str) -> Use:
+    entry = REGISTRY[family][name]
+    return Use(entry.cls(entry.schema()))
+
+
+def _int_setting(s: ast.Setting, scope, diags, minimum=1) -> int | None:
+    v = evaluate(s.value, scope, diags, allow_values=False)
+    if v is INVALID:
+        return None
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        diags.error("E0303", f"'{s.key}' must be an integer >= {minimum}, got {v!r}", s.value.span)
+        return None
+    return v
+
+
+# ------------------------------------------------------------------------------------------------ settings -> spec
+def build_layer(kind: str, head_decls, settings, scope: Scope, diags: Diagnostics, span: Span) -> LayerSpec | None:
+    """Validate the settings of a ``head``/``compress``/``layer`` expression into a LayerSpec."""
+    allowed_layer = SINGLE_HEAD_KEYS if kind != "layer" else LAYER_KEYS
+    layer_settings = {}
+    head_settings = []
+    start = len(diags.items)
+    for s in settings:
+        if s.key not in allowed_layer:
+            hint = did_you_mean(s.key, allowed_layer)
+            if kind == "layer" and s.key in HEAD_KEYS:
+                hint = f"'{s.key}' belongs inside a `head name {{ ... }}` block of the layer"
+            diags.error("E0304", f"unknown {kind} setting '{s.key}'", s.span, suggestion=hint)
+        elif s.key in layer_settings:
+            diags.error("E0308", f"setting '{s.key}' is given twice", s.span)
+        else:
+            layer_settings[s.key] = s
+    if kind == "layer":
+        if not head_decls:
+            diags.error("E0313", "a layer needs at least one `head name { ... }`", span)
+        names_seen = set()
+        for h in head_decls:
+            if h.name in names_seen:
+                diags.error("E0206", f"head name '{h.name}' is used twice in this layer", h.span)
+            names_seen.add(h.name)
+            hs = {}
+            for s in h.settings:
+                if s.key not in HEAD_KEYS:
+                    hint = did_you_mean(s.key, HEAD_KEYS)
+                    if s.key in LAYER_KEYS:
+                        hint = f"'{s.key}' is a layer setting: put it after the heads"
+                    diags.error("E0304", f"unknown head setting '{s.key}'", s.span, suggestion=hint)
+                elif s.key in hs:
+                    diags.error("E0308", f"setting '{s.key}' is given twice", s.span)
+                else:
+                    hs[s.key] = s
+            head_settings.append((h.name, hs, h.span))
+    else:
+        copies = 1
+        if "heads" in layer_settings:
+            copies = _int_setting(layer_settings.pop("heads"), scope, diags) or 1
+        hs = {k: v for k, v in layer_settings.items() if k in HEAD_KEYS}
+        head_settings = [(f"h{i}" if copies > 1 else "h", hs, span) for i in range(copies)]
+        layer_settings = {k: v for k, v in layer_settings.items() if k in LAYER_KEYS}
+    compress = kind == "compress"
+    heads = []
+    for name, hs, hspan in head_settings:
+        heads.append(_build_head(name, hs, compress, scope, diags, hspan))
+
+    def one(key, default_name, family):
+        s = layer_settings.get(key)
+        return _default(default_name, family) if s is None else resolve_use(s.value, key, scope, diags)
+
+    pi = one("pi", "zero", "remainder")
+    fusion = None
+    if len(heads) > 1 or "fusion" in layer_settings:
+        fusion = one("fusion", "mean", "fusion")
+    pre = _uses(layer_settings["pre"].value, "pre", scope, diags) if "pre" in layer_settings else []
+    post = _uses(layer_settings["post"].value, "post", scope, diags) if "post" in layer_settings else []
+    if len(diags.items) > start or any(h is None for h in heads):
+        return None
+    return LayerSpec(kind, heads, fusion, pi, pre, post)
+
+
+def _build_head(name, hs: dict[str, ast.Setting], compress, scope, diags, span) -> HeadSpec | None:
+    def comp(key, default_name, family):
+        s = hs.get(key)
+        return _default(default_name, family) if s is None else resolve_use(s.value, key, scope, diags)
+
+    kappa = comp("kappa", "identity", "expansion")
+    psi = comp("psi", "eye" if compress else "identity", "reconciliation")
+    xi = {}
+    for slot in XI_SLOTS:
+        if slot in hs:
+            use = resolve_use(hs[slot].value, slot, scope, diags)
+            if use is not None and use.name != "identity":
+                xi[slot] = use
+    channels = _int_setting(hs["channels"], scope, diags) if "channels" in hs else 1
+    cf = comp("channel_fusion", "mean", "fusion")
+    out = _int_setting(hs["out"], scope, diags) if "out" in hs else None
+    bias = "none" if compress else "tied"
+    if "bias" in hs:
+        v = evaluate(hs["bias"].value, scope, diags, allow_values=False)
+        mapping = {True: "tied", False: "none", "tied": "tied", "untied": "untied", "none": "none"}
+        if v is INVALID:
+            return None
+        if v not in mapping or (isinstance(v, (int, float)) and not isinstance(v, bool)):
+            diags.error("E0303", f"'bias' must be true, false, \"tied\" or \"untied\", got {v!r}", hs["bias"].value.span)
+            return None
+        bias = mapping[v]
+    if None in (kappa, psi, cf, channels) or ("out" in hs and out is None):
+        return None
+    return HeadSpec(name, kappa, psi, xi, channels, cf, bias, out)
+
+
+# ------------------------------------------------------------------------------------------------ shape rule
+@dataclass
+class HeadTrace:
+    view: str  # vector | items | grid
+    m: int  # features of the data path (after pre)
+    n_items: Any  # items of the data path (None for vector)
+    mz: int = 0  # features entering κ
+    nz: Any = None  # items entering κ
+    d: int = 0  # κ output width (after attribute-post ξ)
+    n: int = 0  # head output width (after channel fusion)
+    n_out: Any = None  # output items
+    spatial_out: tuple = ()
+    geometry: Any = None
+    grid_kappa: bool = False  # κ acts on grid features (pooling / elementwise over channels)
+    params: int = 0
+
+
+def _need_int(v, what, span) -> int:
+    if not is_known(v):
+        raise LayerShapeError(f"{what} must be a known integer, got '{v}'", span)
+    return v
+
+
+def infer_layer(spec: LayerSpec, x: TensorType, ctx: TensorType | None, aux: dict[str, TensorType],
+                span: Span) -> tuple[TensorType, int, list[HeadTrace]]:
+    """Output type, parameter count and per-head traces of a layer, or LayerShapeError."""
+    params = 0
+    xt = x
+    for p in spec.pre:
+        params += _processing(p, xt)
+    data = ctx if ctx is not None else xt
+    if data.kind not in ("vector", "items", "grid"):
+        raise LayerShapeError(f"a head needs features; '{data}' is an {data.kind} value", span)
+    if ctx is not None and (x.kind != "items" or ctx.kind != "items"):
+        raise LayerShapeError(f"cross interdependence needs items on both sides, got {x} and {ctx}", span)
+    traces = [_infer_head(h, xt, data, aux, span) for h in spec.heads]
+    params += sum(t.params for t in traces)
+    widths = [t.n for t in traces]
+    outs = {str(t.n_out) for t in traces}
+    if len(outs) > 1 or len({t.view for t in traces}) > 1 or len({t.spatial_out for t in traces}) > 1:
+        raise LayerShapeError("the heads of a layer produce different item counts or layouts: "
+                              + ", ".join(f"{h.name}: {t.n_out}" for h, t in zip(spec.heads, traces)), span)
+    width = widths[0]
+    if spec.fusion is not None:
+        err = spec.fusion.component.check(widths)
+        if err:
+            raise LayerShapeError(err, spec.fusion.span)
+        width = spec.fusion.component.out_features(widths)
+        params += spec.fusion.component.count(widths)
+    t0 = traces[0]
+    if t0.view == "grid":
+        out = grid(x.batch, width, t0.spatial_out)
+    elif t0.view == "items":
+        out = items(x.batch, t0.n_out, width, batched=x.batched, role=x.role or "items")
+    else:
+        out = vector(x.batch, width)
+    pi = spec.pi.component
+    if pi.name != "zero":
+        m_in = _need_int(x.features, "the remainder's input features", spec.pi.span)
+        err = pi.check(m_in, width)
+        if err:
+            raise LayerShapeError(err, spec.pi.span)
+        if x.kind != out.kind or (x.kind == "items" and str(x.items) != str(out.items)) or \
+                (x.kind == "grid" and tuple(map(str, x.spatial)) != tuple(map(str, out.spatial))):
+            raise LayerShapeError(f"the remainder adds the input {x} to an output {out}: item counts or grid "
+                                  "sizes differ", spec.pi.span)
+        params += pi.count(m_in, width)
+    for p in spec.post:
+        params += _processing(p, out)
+    return out, params, traces
+
+
+def _processing(use: Use, t: TensorType) -> int:
+    err = use.component.check(t)
+    if err:
+        raise LayerShapeError(err, use.span)
+    return use.component.count(t)
+
+
+def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span) -> HeadTrace:
+    kappa: Kappa = h.kappa.component
+    psi = h.psi.component
+    grid_xi = h.xi.get("xi_attribute") if isinstance(h.xi.get("xi_attribute"), Use) else None
+    is_grid_xi = grid_xi is not None and isinstance(grid_xi.component, GridXiLike)
+    for slot, use in h.xi.items():
+        comp: Interdependence = use.component
+        axis = "attribute" if slot.startswith("xi_attribute") else "instance"
+        if isinstance(comp, GridXiLike) and (slot != "xi_attribute" or data.kind != "grid"):
+            raise LayerShapeError(f"'{comp.name}' slides over an image: use it as xi_attribute of a head "
+                                  f"whose input is a grid (this input is {data})", use.span)
+        if axis not in comp.axes:
+            raise LayerShapeError(f"'{comp.name}' is {'/'.join(comp.axes)} interdependence; it cannot fill {slot}",
+                                  use.span)
+        if axis == "instance" and data.kind != "items":
+            raise LayerShapeError(f"{slot} acts on an item axis, but {data} has none (samples never interact)",
+                                  use.span)
+        if data.kind == "grid" and not isinstance(comp, GridXiLike):
+            raise LayerShapeError(f"on an image head only a grid patch ξ is supported as xi_attribute; "
+                                  f"use to_items() to treat positions as items", use.span)
+    params = 0
+    if data.kind == "grid":
+        c = _need_int(data.features, "the number of channels", span)
+        if is_grid_xi:
+            xi = grid_xi.component
+            geo = xi.geometry(len(data.spatial))
+            try:
+                spatial_out = geo.out_spatial(data.spatial)
+            except ShapeRuleError as exc:
+                raise LayerShapeError(str(exc), grid_xi.span) from None
+            mz = xi.patch_features(c, len(data.spatial))
+            tr = HeadTrace("grid", c, None, mz=mz, spatial_out=spatial_out, geometry=geo)
+            feat = (mz,)
+        else:
+            if not (kappa.grid_only or kappa.elementwise) or psi.name != "eye":
+                raise LayerShapeError(
+                    f"a head over {data} needs xi_attribute = grid_patch(...) (a convolution), a patch compression "
+                    "κ with psi = eye (pooling), or flatten() first", span)
+            try:
+                feat_out = kappa.features_out((c, *data.spatial))
+            except ShapeRuleError as exc:
+                raise LayerShapeError(str(exc), h.kappa.span) from None
+            tr = HeadTrace("grid", c, None, mz=c, spatial_out=tuple(feat_out[1:]), grid_kappa=True,
+                           d=feat_out[0])
+            tr.n = h.out if h.out is not None else feat_out[0]
+            if tr.n != feat_out[0]:
+                raise LayerShapeError(f"psi = eye needs out = D = {feat_out[0]}, got out = {tr.n}", span)
+            tr.n_out, tr.params = None, params
+            return _finish(h, tr)
+        nz = math.prod(spatial_out) if all(is_known(s) for s in spatial_out) else "P"
+        tr.nz = nz
+    else:
+        m = _need_int(data.features, "the feature count", span)
+        tr = HeadTrace(data.kind, m, data.items)
+        mz, nz = m, data.items
+        for slot in ("xi_attribute", "xi_instance_prior"):
+            if slot in h.xi:
+                axis = "attribute" if slot == "xi_attribute" else "instance"
+                size = mz if axis == "attribute" else nz
+                mz, nz, params = _apply_xi(h, slot, axis, size, x, data, aux, mz, nz, params)
+        tr.mz, tr.nz = mz, nz
+        feat = (mz,)
+    try:
+        d = kappa.features_out(feat)[0]
+    except ShapeRuleError as exc:
+        raise LayerShapeError(str(exc), h.kappa.span) from None
+    params += kappa.count(feat)
+    n_out = tr.nz
+    if "xi_instance" in h.xi:
+        _, n_out, params = _apply_xi(h, "xi_instance", "instance", tr.nz, x, data, aux, d, tr.nz, params)
+    if "xi_attribute_post" in h.xi:
+        d, _, params = _apply_xi(h, "xi_attribute_post", "attribute", d, x, data, aux, d, n_out, params)
+    tr.d, tr.n_out, tr.params = d, n_out, params
+    if x is not data and str(n_out) != str(x.items):
+        raise LayerShapeError(f"with a context input the head must map back to the query's {x.items} items "
+                              f"(an instance ξ such as attention), got {n_out}", span)
+    return _finish(h, tr)
+
+
+def _apply_xi(h, slot, axis, size, x, data, aux, mz, nz, params):
+    use = h.xi[slot]
+    comp: Interdependence = use.component
+    aux_types = {}
+    for key, ref in comp.value_refs():
+        t = aux.get(ref.name)
+        want = AUX_KINDS.get(key)
+        if t is None or (want and t.kind not in want):
+            raise LayerShapeError(f"'{key}' of '{comp.name}' must name a {' or '.join(want or ('value',))} input, "
+                                  f"got {t if t is not None else ref.name}", use.span)
+        aux_types[key] = t
+    ctx = XiContext(axis, size, x.features, data.features, x.items if x.kind == "items" else None, aux_types)
+    try:
+        new = comp.out_size(ctx)
+        params += comp.count(ctx) * h.channels
+    except ShapeRuleError as exc:
+        raise LayerShapeError(str(exc), use.span) from None
+    if comp.kind == "data" and axis == "instance" and x.kind == "items" and data is not x:
+        new = x.items
+    return (new, nz, params) if axis == "attribute" else (mz, new, params)
+
+
+def _finish(h: HeadSpec, tr: HeadTrace) -> HeadTrace:
+    psi = h.psi.component
+    if tr.grid_kappa:
+        return tr
+    n = h.out
+    if n is None:
+        if psi.name == "eye":
+            n = tr.d
+        else:
+            raise LayerShapeError(f"head '{h.name}' needs its output width: add `out = n`", h.psi.span)
+    err = psi.check(n, tr.d)
+    if err:
+        raise LayerShapeError(err, h.psi.span)
+    tr.params += psi.count(n, tr.d) * h.channels
+    if h.bias == "tied":
+        tr.params += n
+    elif h.bias == "untied":
+        rows = tr.n_out if tr.view != "vector" else 1
+        rows = _need_int(rows, "the item count of an untied bias", h.psi.span)
+        tr.params += n * rows
+    widths = [n] * h.channels
+    if h.channels > 1:
+        cf = h.channel_fusion.component
+        err = cf.check(widths)
+        if err:
+            raise LayerShapeError(err, h.channel_fusion.span)
+        tr.params += cf.count(widths)
+        n = cf.out_features(widths)
+    tr.n = n
+    return tr

@@ -1,0 +1,212 @@
+"""Family base classes: the shape, parameter-count and build contract of each kind of component.
+
+Shapes are per sample. A head sees its data as ``[N, M]`` (items x features; vectors have no item axis,
+images are turned into patches by a grid ξ). Feature specs passed to κ are ``(M,)`` for flat features or
+``(C, *S)`` for a grid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from rpn2c.components.registry import Component
+from rpn2c.ir.types import Dim, TensorType
+
+
+class ShapeRuleError(ValueError):
+    """Raised by a shape rule; the checker turns it into a located E04xx diagnostic."""
+
+
+# ------------------------------------------------------------------------------------------------- κ
+class Kappa(Component):
+    """Data transformation κ: expansion (D >= m) or compression (D <= m), on the last (feature) axis."""
+
+    elementwise: ClassVar[bool] = False  # κ acts on each attribute alone, giving `degree` outputs each
+    grid_only: ClassVar[bool] = False  # needs grid features (patch pooling)
+
+    def degree(self) -> int:
+        return 1
+
+    def value_at_zero(self) -> torch.Tensor | None:
+        """κ applied to a single 0 (elementwise only): zero padding before κ reads this value."""
+        return None
+
+    def features_out(self, feat: tuple[int, ...]) -> tuple[int, ...]:
+        if self.elementwise:
+            return (feat[0] * self.degree(), *feat[1:])
+        if len(feat) != 1:
+            raise ShapeRuleError(f"{self.name} needs flat features, got a grid {feat}; flatten() first")
+        return (self.flat_out(feat[0]),)
+
+    def flat_out(self, m: int) -> int:
+        raise NotImplementedError
+
+    def count(self, feat: tuple[int, ...]) -> int:
+        return 0
+
+    def build(self, feat: tuple[int, ...], reference: bool = False) -> nn.Module:
+        return _Elementwise(self) if self.elementwise else self.module(feat)
+
+    def basis(self, x: torch.Tensor) -> torch.Tensor:
+        """Elementwise κ: x[...] -> [..., degree]."""
+        raise NotImplementedError
+
+    def module(self, feat: tuple[int, ...]) -> nn.Module:
+        raise NotImplementedError
+
+
+class _Elementwise(nn.Module):
+    """Applies an elementwise κ: flat [..., M] -> [..., M*d] attribute-major; grid [B, C, *S] -> [B, C*d, *S]."""
+
+    def __init__(self, kappa: Kappa):
+        super().__init__()
+        self.kappa = kappa
+        self.identity = kappa.name == "identity"
+
+    def forward(self, x: torch.Tensor, grid: bool = False) -> torch.Tensor:
+        if self.identity:
+            return x
+        if grid:
+            y = self.kappa.basis(x.movedim(1, -1))
+            return y.flatten(-2).movedim(-1, 1)
+        return self.kappa.basis(x).flatten(-2)
+
+    def extra_repr(self) -> str:
+        return self.kappa.name
+
+
+# ------------------------------------------------------------------------------------------------- ψ
+class PsiModule(nn.Module):
+    """A built reconciliation: ``matrix()`` is ψ(w) in R^{n x D}; ``apply(z)`` is ``z @ ψ(w)ᵀ`` (factored)."""
+
+    def matrix(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def apply(self, z: torch.Tensor) -> torch.Tensor:
+        return z @ self.matrix().transpose(-1, -2)
+
+
+class Reconciliation(Component):
+    def check(self, n: int, D: int) -> str | None:
+        return None
+
+    def count(self, n: int, D: int) -> int:
+        raise NotImplementedError
+
+    def build(self, n: int, D: int) -> PsiModule:
+        raise NotImplementedError
+
+
+# ------------------------------------------------------------------------------------------------- π
+class Remainder(Component):
+    def check(self, m: int, n: int) -> str | None:
+        return None
+
+    def count(self, m: int, n: int) -> int:
+        return 0
+
+    def build(self, m: int, n: int) -> nn.Module | None:
+        """A module mapping [..., m] -> [..., n], or None for the zero remainder."""
+        raise NotImplementedError
+
+
+# ------------------------------------------------------------------------------------------------- ξ
+@dataclass(frozen=True)
+class XiContext:
+    """What a ξ may look at when its shape and parameters are decided.
+
+    axis: "attribute" (acts on features, ``Z @ A``) or "instance" (acts on items, ``A @ Z``, row = output item).
+    size: the length of the axis it acts on (M or N). query_features / context_features: the head's main input
+    and context input feature counts (they differ for cross-attention). query_items: N of the main input.
+    """
+
+    axis: str
+    size: Dim
+    query_features: Dim
+    context_features: Dim
+    query_items: Dim | None
+    aux: dict  # hyper-parameter name -> TensorType of referenced dataflow values
+
+
+class XiModule(nn.Module):
+    """A built interdependence function.
+
+    ``matrix(q, c, aux)`` is the literal matrix (reference lowering): ``[M, M']`` / ``[B, M, M']`` for the
+    attribute axis, ``[N', N]`` / ``[B, N', N]`` for the instance axis. ``apply(z, q, c, aux)`` computes the same
+    product without materialising structural matrices (default lowering). ``q`` is the main (query) input and
+    ``c`` the context input, both ``[B, N, M]``; ``z`` is the tensor being transformed.
+    """
+
+    axis: str = "instance"
+
+    def matrix(self, q, c, aux) -> torch.Tensor:
+        raise NotImplementedError
+
+    def apply(self, z, q, c, aux) -> torch.Tensor:
+        a = self.matrix(q, c, aux)
+        return z @ a if self.axis == "attribute" else a @ z
+
+
+class Interdependence(Component):
+    """ξ. ``kinds``: static (a fixed matrix), param (learned matrix), data (computed from the input), grid."""
+
+    axes: ClassVar[tuple[str, ...]] = ("attribute", "instance")
+    kind: ClassVar[str] = "static"
+
+    def out_size(self, ctx: XiContext) -> Dim:
+        return ctx.size
+
+    def count(self, ctx: XiContext) -> int:
+        return 0
+
+    def build(self, ctx: XiContext) -> XiModule:
+        raise NotImplementedError
+
+
+# ------------------------------------------------------------------------------------------------- fusion
+class Fusion(Component):
+    def check(self, dims: list[int]) -> str | None:
+        return None
+
+    def out_features(self, dims: list[int]) -> int:
+        raise NotImplementedError
+
+    def count(self, dims: list[int]) -> int:
+        return 0
+
+    def build(self, dims: list[int]) -> nn.Module:
+        """A module mapping a list of [..., d_i] tensors to one [..., out] tensor."""
+        raise NotImplementedError
+
+
+# ------------------------------------------------------------------------------------------------- processing/op
+class Processing(Component):
+    """Shape-preserving processing (activation, norm, dropout); also callable as a one-input op."""
+
+    def check(self, t: TensorType) -> str | None:
+        return None
+
+    def count(self, t: TensorType) -> int:
+        return 0
+
+    def build(self, t: TensorType) -> nn.Module:
+        raise NotImplementedError
+
+
+class Op(Component):
+    """A dataflow operation over one or more values (flatten, add, concat, ...)."""
+
+    arity: ClassVar[tuple[int, int]] = (1, 1)
+
+    def infer(self, inputs: list[TensorType]) -> TensorType:
+        raise NotImplementedError
+
+    def count(self, inputs: list[TensorType]) -> int:
+        return 0
+
+    def build(self, inputs: list[TensorType]) -> nn.Module:
+        raise NotImplementedError

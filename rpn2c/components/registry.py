@@ -1,0 +1,141 @@
+"""The component registry: every RPN 2 function is declared once, here or in a sibling module.
+
+An entry is a class deriving from a family base (:class:`Expansion`, :class:`Reconciliation`, ...). The class
+declares, in one place:
+
+- ``HP``: its pydantic hyper-parameter schema (``extra="forbid"``, defaults and bounds);
+- the docstring's first line: the one-line doc with the formula;
+- the family's shape rule and parameter-count rule (methods);
+- ``build(...)``: the ``nn.Module`` implementing it (both lowerings; ``reference=True`` asks for the literal form).
+
+Names are looked up only in this table: a spec can never import or execute anything else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+FAMILIES = {
+    "expansion": "data expansion κ (D >= m)",
+    "compression": "data compression κ (D <= m)",
+    "reconciliation": "parameter reconciliation ψ: R^l -> R^{n x D}",
+    "remainder": "remainder π: R^m -> R^n",
+    "interdependence": "data interdependence ξ (attribute or instance)",
+    "fusion": "fusion of heads or channels",
+    "processing": "input/output processing (activation, norm, dropout)",
+    "op": "dataflow operation",
+}
+
+# Which families may fill which head setting.
+SLOT_FAMILIES: dict[str, tuple[str, ...]] = {
+    "kappa": ("expansion", "compression"),
+    "psi": ("reconciliation",),
+    "pi": ("remainder",),
+    "xi_attribute": ("interdependence",),
+    "xi_attribute_post": ("interdependence",),
+    "xi_instance": ("interdependence",),
+    "xi_instance_prior": ("interdependence",),
+    "fusion": ("fusion",),
+    "channel_fusion": ("fusion",),
+    "pre": ("processing",),
+    "post": ("processing",),
+}
+
+
+class HP(BaseModel):
+    """Base of every hyper-parameter schema: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+
+@dataclass(frozen=True)
+class ValueRef:
+    """A hyper-parameter that names a dataflow value (an edge list, a mask): resolved to an IR edge."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Component:
+    """Base of all registry entries. Subclasses set ``name``, ``family`` and ``HP``."""
+
+    name: ClassVar[str] = ""
+    family: ClassVar[str] = ""
+    HP: ClassVar[type[HP]] = HP
+    aliases: ClassVar[tuple[str, ...]] = ()
+    tags: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, hp: HP):
+        self.hp = hp
+
+    @classmethod
+    def doc(cls) -> str:
+        return (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+
+    def value_refs(self) -> list[tuple[str, ValueRef]]:
+        """The (key, ref) pairs of hyper-parameters naming dataflow values."""
+        return [(k, v) for k, v in self.hp if isinstance(v, ValueRef)]
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    family: str
+    cls: type[Component]
+
+    @property
+    def schema(self) -> type[HP]:
+        return self.cls.HP
+
+    @property
+    def doc(self) -> str:
+        return self.cls.doc()
+
+    def hyperparameters(self) -> list[tuple[str, str, Any]]:
+        """(name, type, default) for docs and ``rpn2c components``; required ones have default ``...``."""
+        out = []
+        for key, f in self.schema.model_fields.items():
+            default = ... if f.is_required() else f.default
+            out.append((key, _type_name(f.annotation), default))
+        return out
+
+
+def _type_name(annotation) -> str:
+    text = getattr(annotation, "__name__", None) or str(annotation)
+    return text.replace("typing.", "").replace("rpn2c.components.registry.", "")
+
+
+REGISTRY: dict[str, dict[str, Entry]] = {f: {} for f in FAMILIES}
+
+
+def register(cls: type[Component]) -> type[Component]:
+    """Class decorator adding an entry (and its aliases) to the registry; duplicates are a bug."""
+    table = REGISTRY[cls.family]
+    for name in (cls.name, *cls.aliases):
+        if name in table:
+            raise RuntimeError(f"duplicate {cls.family} component {name!r}")
+        table[name] = Entry(name, cls.family, cls)
+    return cls
+
+
+def lookup(name: str, families: tuple[str, ...]) -> Entry | None:
+    for fam in families:
+        entry = REGISTRY[fam].get(name)
+        if entry is not None:
+            return entry
+    return None
+
+
+def names(families: tuple[str, ...] | None = None) -> list[str]:
+    fams = families or tuple(FAMILIES)
+    return sorted({n for f in fams for n in REGISTRY[f]})
+
+
+def all_entries() -> list[Entry]:
+    """Every entry once (aliases excluded), sorted by family then name."""
+    return [e for f in FAMILIES for n, e in sorted(REGISTRY[f].items()) if n == e.cls.name]

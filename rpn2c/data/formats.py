@@ -1,0 +1,589 @@
+"""Readers for standard on-disk dataset formats that users bring (nothing is downloaded).
+
+Single-file readers return tensors; the ``load_*`` functions assemble a `Dataset`; `load_path` dispatches on a
+format name. Every reader validates what it reads and raises ``ValueError`` (``FileNotFoundError`` for missing
+files) with the offending path and reason. Pickle-based formats go through `safe_load`, never ``pickle.load``.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import gzip
+import io
+import os
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, Sequence
+
+import numpy as np
+import torch
+
+from .dataset import (Dataset, fit_standardizer, forecasting_dataset, node_dataset, stratified_split,
+                      undirected_edge_index)
+from .safe_pickle import UnsafePickleError, safe_load
+
+PathLike = str | os.PathLike[str]
+
+# ---------------------------------------------------------------------------------------------------- MNIST IDX
+
+_IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def _read_maybe_gzip(path: Path) -> bytes:
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            return gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise ValueError(f"{path}: corrupt gzip stream ({exc})") from exc
+    return raw
+
+
+def read_idx(path: PathLike) -> torch.Tensor:
+    """Read one IDX file (the MNIST ``*-idx?-ubyte`` format; gzip detected by its magic bytes, not the name).
+
+    Layout: magic ``00 00 <type> <ndim>``, ``ndim`` big-endian uint32 sizes, then the big-endian payload. Types:
+    0x08 uint8, 0x09 int8, 0x0B int16, 0x0C int32, 0x0D float32, 0x0E float64. Returns a tensor of that dtype and
+    shape; a bad magic number, a truncated header, or a payload size that disagrees with the header raises.
+    """
+    p = Path(path)
+    raw = _read_maybe_gzip(p)
+    if len(raw) < 4:
+        raise ValueError(f"{p}: not an IDX file ({len(raw)} bytes, the magic number alone needs 4)")
+    if raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES or raw[3] == 0:
+        raise ValueError(f"{p}: bad IDX magic number {raw[:4].hex()} (expected 0000TTNN with type TT in "
+                         f"{sorted(hex(k) for k in _IDX_DTYPES)} and NN >= 1 dimensions)")
+    ndim, dtype = raw[3], np.dtype(_IDX_DTYPES[raw[2]])
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise ValueError(f"{p}: truncated IDX header ({len(raw)} bytes, {ndim} dimensions need {header})")
+    shape = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    got = len(raw) - header
+    if got != expected:
+        what = "truncated" if got < expected else "has trailing bytes"
+        raise ValueError(f"{p}: IDX payload {what}: header says shape {shape} of {dtype.name} = {expected} bytes, "
+                         f"file has {got}")
+    arr = np.frombuffer(raw, dtype=dtype, offset=header).reshape(shape)
+    return torch.from_numpy(arr.astype(dtype.newbyteorder("="), copy=True))
+
+
+def _find_one(directory: Path, prefix: str, must_contain: str = "") -> Path:
+    found = sorted(f for f in directory.iterdir()
+                   if f.is_file() and f.name.startswith(prefix) and must_contain in f.name)
+    if not found:
+        raise FileNotFoundError(f"{directory}: no file named {prefix}*{must_contain}*")
+    plain = [f for f in found if not f.name.endswith(".gz")]
+    return (plain or found)[0]
+
+
+def load_mnist(path: PathLike, *, name: str = "mnist") -> Dataset:
+    """MNIST-layout directory (also Fashion-/K-MNIST): ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
+    ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte`` (each optionally ``.gz``; ``.`` before ``idx`` also
+    accepted). Images become float32 ``[n, 1, H, W]`` = pixel / 255, labels int64; the file split is kept."""
+    root = Path(path)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: expected a directory holding the four MNIST IDX files")
+    splits = []
+    for prefix in ("train", "t10k"):
+        images = read_idx(_find_one(root, f"{prefix}-images", "ubyte"))
+        labels = read_idx(_find_one(root, f"{prefix}-labels", "ubyte"))
+        if images.ndim != 3 or labels.ndim != 1:
+            raise ValueError(f"{root}: {prefix} images must be [n, H, W] and labels [n], got "
+                             f"{tuple(images.shape)} and {tuple(labels.shape)}")
+        if images.shape[0] != labels.shape[0]:
+            raise ValueError(f"{root}: {images.shape[0]} {prefix} images but {labels.shape[0]} labels")
+        if images.dtype != torch.uint8:
+            raise ValueError(f"{root}: {prefix} images must be uint8 IDX (type 0x08), got {images.dtype}")
+        splits.append((images.unsqueeze(1).to(torch.float32) / 255.0, labels.to(torch.int64)))
+    (xtr, ytr), (xte, yte) = splits
+    if int(torch.cat([ytr, yte]).min()) < 0:
+        raise ValueError(f"{root}: negative labels")
+    k = int(torch.cat([ytr, yte]).max()) + 1
+    h, w = xtr.shape[-2:]
+    return Dataset(name=name, task="classification", train=(xtr, ytr), test=(xte, yte), num_classes=k,
+                   target_dim=None, input_spec=f"image[B, 1, {h}, {w}]",
+                   description=f"IDX images from {root}", meta={"source": str(root)})
+
+
+# ------------------------------------------------------------------------------------------------------ CIFAR
+
+
+def _str_keys(d: dict) -> dict:
+    return {(k.decode("latin1") if isinstance(k, bytes) else k): v for k, v in d.items()}
+
+
+def _decode_names(names: Any) -> list[str]:
+    return [n.decode("utf-8") if isinstance(n, bytes) else str(n) for n in names]
+
+
+def read_cifar_batch(path: PathLike, *, label_key: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One CIFAR python batch (a pickled dict; read with `safe_load`): ``data`` uint8 [n, 3072] row-major
+    R, G, B planes of 32x32 -> uint8 ``[n, 3, 32, 32]``; labels from ``label_key`` (default ``labels`` for
+    CIFAR-10, ``fine_labels`` for CIFAR-100; ``coarse_labels`` for the 20 superclasses) -> int64 ``[n]``."""
+    p = Path(path)
+    try:
+        batch = safe_load(p)
+    except UnsafePickleError as exc:
+        raise UnsafePickleError(f"{p}: {exc}") from exc
+    if not isinstance(batch, dict):
+        raise ValueError(f"{p}: a CIFAR batch must be a pickled dict, got {type(batch).__name__}")
+    batch = _str_keys(batch)
+    if label_key is None:
+        label_key = next((k for k in ("labels", "fine_labels") if k in batch), "labels")
+    if "data" not in batch or label_key not in batch:
+        raise ValueError(f"{p}: CIFAR batch needs keys 'data' and {label_key!r}, has {sorted(batch)}")
+    data, labels = batch["data"], batch[label_key]
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
+        raise ValueError(f"{p}: 'data' must be a uint8 array [n, 3072], got "
+                         f"{getattr(data, 'dtype', type(data).__name__)} {getattr(data, 'shape', '')}")
+    try:
+        y = np.asarray(labels, dtype=np.int64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{p}: {label_key!r} must be a list of integers") from exc
+    if y.shape != (data.shape[0],):
+        raise ValueError(f"{p}: {data.shape[0]} images but {label_key!r} has shape {y.shape}")
+    if y.size and y.min() < 0:
+        raise ValueError(f"{p}: negative labels in {label_key!r}")
+    return torch.from_numpy(data.reshape(-1, 3, 32, 32).copy()), torch.from_numpy(y)
+
+
+def load_cifar(path: PathLike, *, coarse: bool = False, name: str | None = None) -> Dataset:
+    """CIFAR python directory: ``cifar-10-batches-py`` (``data_batch_*`` + ``test_batch``, names from
+    ``batches.meta``) or ``cifar-100-python`` (``train`` + ``test``, names from ``meta``; ``coarse`` selects the
+    20 superclasses). Images become float32 ``[n, 3, 32, 32]`` = pixel / 255."""
+    root = Path(path)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: expected a CIFAR python directory")
+    if (root / "test_batch").is_file():
+        train_files = sorted(root.glob("data_batch_*"), key=lambda f: (len(f.name), f.name))
+        if not train_files:
+            raise FileNotFoundError(f"{root}: has test_batch but no data_batch_* files")
+        test_file, meta_file, label_key, names_key = root / "test_batch", root / "batches.meta", "labels", "label_names"
+        default_name, k = "cifar10", 10
+    elif (root / "train").is_file() and (root / "test").is_file():
+        train_files, test_file, meta_file = [root / "train"], root / "test", root / "meta"
+        label_key = "coarse_labels" if coarse else "fine_labels"
+        names_key = "coarse_label_names" if coarse else "fine_label_names"
+        default_name, k = ("cifar100_coarse", 20) if coarse else ("cifar100", 100)
+    else:
+        raise FileNotFoundError(f"{root}: neither a CIFAR-10 (data_batch_*, test_batch) nor a CIFAR-100 "
+                                "(train, test) python directory")
+    parts = [read_cifar_batch(f, label_key=label_key) for f in train_files]
+    xtr, ytr = torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
+    xte, yte = read_cifar_batch(test_file, label_key=label_key)
+    meta: dict[str, Any] = {"source": str(root)}
+    if meta_file.is_file():
+        m = safe_load(meta_file)
+        if isinstance(m, dict) and names_key in _str_keys(m):
+            meta["class_names"] = _decode_names(_str_keys(m)[names_key])
+    k = max(k, len(meta.get("class_names", ())), int(torch.cat([ytr, yte]).max()) + 1)
+    return Dataset(name=name or default_name, task="classification",
+                   train=(xtr.to(torch.float32) / 255.0, ytr), test=(xte.to(torch.float32) / 255.0, yte),
+                   num_classes=k, target_dim=None, input_spec="image[B, 3, 32, 32]",
+                   description=f"CIFAR python batches from {root}", meta=meta)
+
+
+# ------------------------------------------------------------------------------------------------------- Cora
+
+
+class Graph(NamedTuple):
+    """A labelled graph read from disk: ``x`` float32 [N, F], ``edge_index`` int64 [2, E] (both directions),
+    ``y`` int64 [N], ``class_names[y]`` the label text, ``node_ids`` the file's node identifiers."""
+
+    x: torch.Tensor
+    edge_index: torch.Tensor
+    y: torch.Tensor
+    class_names: list[str]
+    node_ids: list[str]
+    dropped_edges: int
+
+
+def read_cora(content_path: PathLike, cites_path: PathLike) -> Graph:
+    """The original Cora/CiteSeer release: ``.content`` lines ``<id> <f_1> ... <f_F> <label>`` (whitespace
+    separated), ``.cites`` lines ``<cited id> <citing id>``. Nodes keep the content-file order, classes are the
+    sorted label strings, citations are made undirected, duplicates and self citations are dropped, and
+    citations naming an id absent from ``.content`` are dropped and counted in ``dropped_edges``."""
+    cp, ep = Path(content_path), Path(cites_path)
+    ids: list[str] = []
+    rows: list[list[str]] = []
+    label_text: list[str] = []
+    with cp.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) < 3:
+                raise ValueError(f"{cp}:{lineno}: expected '<id> <features...> <label>', got {line.strip()!r}")
+            if rows and len(parts) - 2 != len(rows[0]):
+                raise ValueError(f"{cp}:{lineno}: {len(parts) - 2} features, earlier lines have {len(rows[0])}")
+            ids.append(parts[0])
+            rows.append(parts[1:-1])
+            label_text.append(parts[-1])
+    if not ids:
+        raise ValueError(f"{cp}: no nodes")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{cp}: duplicate node ids")
+    try:
+        x = np.asarray(rows, dtype=np.float32)
+    except ValueError as exc:
+        raise ValueError(f"{cp}: non-numeric feature value ({exc})") from exc
+    class_names = sorted(set(label_text))
+    y = np.searchsorted(np.asarray(class_names), np.asarray(label_text))
+    index = {nid: i for i, nid in enumerate(ids)}
+    src, dst, dropped = [], [], 0
+    with ep.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 2:
+                raise ValueError(f"{ep}:{lineno}: expected '<cited id> <citing id>', got {line.strip()!r}")
+            a, b = index.get(parts[0]), index.get(parts[1])
+            if a is None or b is None:
+                dropped += 1
+                continue
+            src.append(a)
+            dst.append(b)
+    edge_index = undirected_edge_index(np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64), len(ids))
+    return Graph(torch.from_numpy(x), edge_index, torch.from_numpy(y.astype(np.int64)), class_names, ids, dropped)
+
+
+def load_cora(path: PathLike, *, seed: int = 0, test_fraction: float = 0.2, name: str | None = None) -> Dataset:
+    """Node classification from a ``.content``/``.cites`` pair: ``path`` is their directory (holding exactly one
+    ``*.content``) or the ``.content`` file. Features are the file's word indicators; the split is a seeded
+    stratified ``test_fraction`` of the nodes (`stratified_split`)."""
+    p = Path(path)
+    if p.is_dir():
+        contents = sorted(p.glob("*.content"))
+        if len(contents) != 1:
+            raise FileNotFoundError(f"{p}: expected exactly one *.content file, found {len(contents)}")
+        p = contents[0]
+    cites = p.with_suffix(".cites")
+    if not p.is_file() or not cites.is_file():
+        raise FileNotFoundError(f"{p}: needs {p.name} and {cites.name} side by side")
+    g = read_cora(p, cites)
+    train_idx, test_idx = stratified_split(g.y.numpy(), test_fraction, seed)
+    return node_dataset(name or p.stem, g.x.numpy(), g.edge_index, g.y.numpy(), train_idx=train_idx,
+                        test_idx=test_idx, num_classes=len(g.class_names),
+                        description=f"{p.stem} citation graph from {p.parent}",
+                        meta={"class_names": g.class_names, "node_ids": g.node_ids, "dropped_edges": g.dropped_edges,
+                              "features": "word indicators from the .content file", "seed": seed})
+
+
+def load_planetoid(path: PathLike, *, name: str | None = None) -> Dataset:
+    """Planetoid ``ind.<name>.{x,y,tx,ty,allx,ally,graph,test.index}`` files (Yang et al. 2016, as used by GCN).
+
+    The pickles are read with `safe_load` (numpy arrays, scipy csr matrices and a dict of adjacency lists are
+    all they hold). Assembly follows Kipf's ``load_data``: features = vstack(allx, tx) and labels =
+    argmax(vstack(ally, ty)) with test rows moved to the node ids in ``test.index`` (gaps in that range, as in
+    CiteSeer, become all-zero rows labelled 0). Split is the public one: train = the first len(y) nodes,
+    test = the ``test.index`` nodes; the 500 validation nodes after train are in ``meta['val_idx']``.
+    """
+    root = Path(path)
+    if name is None:
+        found = sorted(root.glob("ind.*.x"))
+        if len(found) != 1:
+            raise FileNotFoundError(f"{root}: expected exactly one ind.<name>.x file, found {len(found)}")
+        name = found[0].name[len("ind."):-len(".x")]
+    parts: dict[str, Any] = {}
+    for key in ("x", "y", "tx", "ty", "allx", "ally", "graph"):
+        f = root / f"ind.{name}.{key}"
+        if not f.is_file():
+            raise FileNotFoundError(f"{f}: missing Planetoid file")
+        try:
+            parts[key] = safe_load(f, encoding="latin1")
+        except UnsafePickleError as exc:
+            raise UnsafePickleError(f"{f}: {exc}") from exc
+    index_file = root / f"ind.{name}.test.index"
+    if not index_file.is_file():
+        raise FileNotFoundError(f"{index_file}: missing Planetoid file")
+    try:
+        test_index = np.asarray([int(line) for line in index_file.read_text().split()], dtype=np.int64)
+    except ValueError as exc:
+        raise ValueError(f"{index_file}: expected one integer per line") from exc
+
+    def dense(key: str) -> np.ndarray:
+        v = parts[key]
+        v = v.toarray() if hasattr(v, "toarray") else v
+        if not isinstance(v, np.ndarray) or v.ndim != 2:
+            raise ValueError(f"ind.{name}.{key}: expected a 2-D array or sparse matrix, got {type(v).__name__}")
+        return np.asarray(v, dtype=np.float64)
+
+    y, tx, ty, allx, ally = (dense(k) for k in ("y", "tx", "ty", "allx", "ally"))
+    if tx.shape[0] != test_index.size or ty.shape[0] != test_index.size:
+        raise ValueError(f"ind.{name}: tx/ty have {tx.shape[0]}/{ty.shape[0]} rows, test.index {test_index.size}")
+    if allx.shape[0] != ally.shape[0] or allx.shape[1] != tx.shape[1] or ally.shape[1] != ty.shape[1]:
+        raise ValueError(f"ind.{name}: allx/ally/tx/ty shapes disagree")
+    sorted_index = np.sort(test_index)
+    if test_index.size and (sorted_index[0] != allx.shape[0] or np.unique(test_index).size != test_index.size):
+        raise ValueError(f"ind.{name}.test.index must hold distinct ids starting at {allx.shape[0]} (= rows of allx)")
+    span = int(sorted_index[-1] - sorted_index[0]) + 1 if test_index.size else 0
+    tx_full, ty_full = np.zeros((span, tx.shape[1])), np.zeros((span, ty.shape[1]))
+    tx_full[sorted_index - allx.shape[0]], ty_full[sorted_index - allx.shape[0]] = tx, ty
+    feats, onehot = np.vstack([allx, tx_full]), np.vstack([ally, ty_full])
+    feats[test_index], onehot[test_index] = feats[sorted_index], onehot[sorted_index]
+    labels = onehot.argmax(axis=1)
+    n = feats.shape[0]
+    graph = parts["graph"]
+    if not isinstance(graph, dict):
+        raise ValueError(f"ind.{name}.graph: expected a dict of adjacency lists, got {type(graph).__name__}")
+    try:
+        src = np.asarray([int(u) for u, vs in graph.items() for _ in vs], dtype=np.int64)
+        dst = np.asarray([int(v) for vs in graph.values() for v in vs], dtype=np.int64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"ind.{name}.graph: adjacency lists must hold integer node ids") from exc
+    edge_index = undirected_edge_index(src, dst, n)
+    n_train = y.shape[0]
+    val_idx = np.arange(n_train, min(n_train + 500, n))
+    return node_dataset(name, feats, edge_index, labels, train_idx=np.arange(n_train), test_idx=sorted_index,
+                        num_classes=onehot.shape[1], description=f"Planetoid {name} from {root}",
+                        meta={"val_idx": torch.from_numpy(val_idx), "source": str(root),
+                              "features": "Planetoid feature rows (allx + tx)"})
+
+
+# ------------------------------------------------------------------------------------------------- CSV series
+
+
+def _sniff_delimiter(first_line: str) -> str | None:
+    for d in (",", ";", "\t"):
+        if d in first_line:
+            return d
+    return None  # whitespace
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
+def read_csv_series(path: PathLike, *, delimiter: str | None = None, header: bool | None = None,
+                    columns: Sequence[str | int] | None = None) -> tuple[torch.Tensor, list[str]]:
+    """A time series stored one time step per row. Returns (values float64 ``[T, F]``, column names).
+
+    ``delimiter`` defaults to the first of ``, ; \\t`` in the first line, else whitespace; ``header`` defaults to
+    'the first row has a non-numeric field'; blank lines and lines starting with ``#`` are skipped. Without ``columns`` every numeric column is kept (a column is numeric
+    when its first data value parses as a float; e.g. a date column is dropped); ``columns`` picks by name or
+    index. An empty or non-numeric value in a kept column raises with its line number.
+    """
+    p = Path(path)
+    text = p.read_text(encoding="utf-8-sig")
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    if not lines:
+        raise ValueError(f"{p}: no data rows")
+    delim = delimiter if delimiter is not None else _sniff_delimiter(lines[0])
+    if delim is None:
+        rows = [ln.split() for ln in lines]
+    else:
+        rows = [[c.strip() for c in r] for r in csv.reader(io.StringIO("\n".join(lines)), delimiter=delim)]
+    if header is None:
+        header = not all(_is_number(c) for c in rows[0])
+    names = rows[0] if header else [f"c{i}" for i in range(len(rows[0]))]
+    data = rows[1:] if header else rows
+    if not data:
+        raise ValueError(f"{p}: header but no data rows")
+    width = len(names)
+    for i, r in enumerate(data):
+        if len(r) != width:
+            raise ValueError(f"{p}: data row {i + 1} has {len(r)} fields, expected {width}")
+    if columns is None:
+        keep = [j for j in range(width) if _is_number(data[0][j])]
+    else:
+        keep = []
+        for c in columns:
+            if isinstance(c, int):
+                if not -width <= c < width:
+                    raise ValueError(f"{p}: column index {c} out of range for {width} columns")
+                keep.append(c % width)
+            elif c in names:
+                keep.append(names.index(c))
+            else:
+                hint = difflib.get_close_matches(str(c), names, n=1)
+                raise ValueError(f"{p}: no column {c!r}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
+    if not keep:
+        raise ValueError(f"{p}: no numeric columns")
+    out = np.empty((len(data), len(keep)), dtype=np.float64)
+    for i, r in enumerate(data):
+        for k, j in enumerate(keep):
+            try:
+                out[i, k] = float(r[j])
+            except ValueError:
+                raise ValueError(f"{p}: data row {i + 1}, column {names[j]!r}: {r[j]!r} is not a number "
+                                 "(missing values are not supported)") from None
+    return torch.from_numpy(out), [names[j] for j in keep]
+
+
+def load_csv_series(path: PathLike, *, window: int = 16, horizon: int = 1,
+                    target: Sequence[str | int] | None = None, test_fraction: float = 0.2,
+                    standardize: bool = True, delimiter: str | None = None, header: bool | None = None,
+                    columns: Sequence[str | int] | None = None, name: str | None = None) -> Dataset:
+    """Forecasting samples from a CSV series: inputs ``[n, window, F]`` -> the values ``horizon`` steps after the
+    window (``target`` columns, default all kept columns), split chronologically (`forecasting_dataset`)."""
+    values, names = read_csv_series(path, delimiter=delimiter, header=header, columns=columns)
+    tcols = None
+    if target is not None:
+        tcols = []
+        for t in target:
+            if isinstance(t, int):
+                if not -len(names) <= t < len(names):
+                    raise ValueError(f"{path}: target index {t} out of range for {len(names)} columns")
+                tcols.append(t % len(names))
+            elif t in names:
+                tcols.append(names.index(t))
+            else:
+                raise ValueError(f"{path}: target column {t!r} is not among the kept columns {names}")
+        tcols = np.asarray(tcols)
+    return forecasting_dataset(name or Path(path).stem, values.numpy(), window=window, horizon=horizon,
+                               test_fraction=test_fraction, target_columns=tcols, standardize=standardize,
+                               description=f"CSV series {path}",
+                               meta={"columns": names,
+                                     "target_columns": [names[i] for i in (tcols if tcols is not None
+                                                                           else range(len(names)))]})
+
+
+# ------------------------------------------------------------------------------------ UCR / UEA .ts (sktime)
+
+
+class TsData(NamedTuple):
+    """A ``.ts`` file: ``x`` float32 ``[n, T, C]`` (time-major, channels last), ``labels`` the raw label strings
+    per series, ``class_labels`` the header's declared classes (None for regression files)."""
+
+    x: torch.Tensor
+    labels: list[str]
+    class_labels: list[str] | None
+
+
+def read_ts(path: PathLike) -> TsData:
+    """Read an equal-length ``.ts`` file (the UCR/UEA archive format used by sktime/aeon): ``@`` header lines
+    (``@classLabel true a b ...`` or ``@targetLabel true``), then ``@data`` rows ``dim1:dim2:...:label`` with
+    comma-separated values. Unequal-length, timestamped and missing-value files raise ValueError."""
+    p = Path(path)
+    class_labels: list[str] | None = None
+    has_label, in_data = False, False
+    series: list[list[list[float]]] = []
+    labels: list[str] = []
+    with p.open(encoding="utf-8", errors="replace") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            if not in_data:
+                if not line.startswith("@"):
+                    raise ValueError(f"{p}:{lineno}: expected an @ header line before @data")
+                tokens = line.split()
+                key = tokens[0].lower()
+                flag = tokens[1].lower() if len(tokens) > 1 else ""
+                if key == "@data":
+                    in_data = True
+                elif key == "@timestamps" and flag == "true":
+                    raise ValueError(f"{p}: timestamped .ts files are not supported")
+                elif key == "@equallength" and flag == "false":
+                    raise ValueError(f"{p}: unequal-length .ts files are not supported")
+                elif key == "@classlabel" and flag == "true":
+                    class_labels, has_label = tokens[2:], True
+                elif key == "@targetlabel" and flag == "true":
+                    has_label = True
+                continue
+            parts = line.split(":")
+            if has_label:
+                labels.append(parts[-1].strip())
+                parts = parts[:-1]
+            try:
+                dims = [[float(v) for v in d.split(",")] for d in parts]
+            except ValueError as exc:
+                raise ValueError(f"{p}:{lineno}: non-numeric value ({exc}); missing values are not supported") \
+                    from None
+            if series and (len(dims) != len(series[0]) or any(len(d) != len(series[0][0]) for d in dims)):
+                raise ValueError(f"{p}:{lineno}: series shape differs from the first series")
+            if len({len(d) for d in dims}) != 1:
+                raise ValueError(f"{p}:{lineno}: dimensions of unequal length")
+            series.append(dims)
+    if not series:
+        raise ValueError(f"{p}: no @data rows")
+    x = np.asarray(series, dtype=np.float32).transpose(0, 2, 1)  # [n, C, T] -> [n, T, C]
+    if not np.isfinite(x).all():
+        raise ValueError(f"{p}: NaN or inf values")
+    if class_labels is not None:
+        unknown = sorted(set(labels) - set(class_labels))
+        if unknown:
+            raise ValueError(f"{p}: labels {unknown[:5]} are not declared in @classLabel")
+    return TsData(torch.from_numpy(np.ascontiguousarray(x)), labels, class_labels)
+
+
+def load_ucr(path: PathLike, *, standardize: bool = True, name: str | None = None) -> Dataset:
+    """A ``<NAME>_TRAIN.ts`` / ``<NAME>_TEST.ts`` pair (``path``: their directory or the TRAIN file), keeping the
+    archive's own split. Classification when the header declares class labels (classes indexed in declaration
+    order), regression on ``@targetLabel`` files. With ``standardize`` each channel is z-scored with the mean/std
+    over all training series and time steps."""
+    p = Path(path)
+    if p.is_dir():
+        found = sorted(p.glob("*_TRAIN.ts"))
+        if len(found) != 1:
+            raise FileNotFoundError(f"{p}: expected exactly one *_TRAIN.ts file, found {len(found)}")
+        p = found[0]
+    stem = p.name[: -len("_TRAIN.ts")] if p.name.endswith("_TRAIN.ts") else p.stem
+    test_path = p.with_name(f"{stem}_TEST.ts")
+    if not p.is_file() or not test_path.is_file():
+        raise FileNotFoundError(f"{p}: needs {stem}_TRAIN.ts and {stem}_TEST.ts side by side")
+    tr, te = read_ts(p), read_ts(test_path)
+    if tr.x.shape[1:] != te.x.shape[1:]:
+        raise ValueError(f"{p}: train series {tuple(tr.x.shape[1:])} and test series {tuple(te.x.shape[1:])} differ")
+    xtr, xte = tr.x.numpy().astype(np.float64), te.x.numpy().astype(np.float64)
+    meta: dict[str, Any] = {"source": str(p.parent), "standardized": standardize}
+    if standardize:
+        mean, std = fit_standardizer(xtr, axis=(0, 1))
+        xtr, xte = (xtr - mean) / std, (xte - mean) / std
+        meta.update(mean=torch.from_numpy(mean.astype(np.float32)), std=torch.from_numpy(std.astype(np.float32)))
+    to_t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))  # noqa: E731
+    t_len, ch = tr.x.shape[1], tr.x.shape[2]
+    common = dict(name=name or stem, input_spec=f"sequence[B, {t_len}, {ch}]",
+                  description=f"UCR/UEA .ts archive {stem} ({p.parent})")
+    if tr.class_labels is not None:
+        classes = tr.class_labels
+        lookup = {c: i for i, c in enumerate(classes)}
+        missing = sorted(set(te.labels) - set(lookup))
+        if missing:
+            raise ValueError(f"{test_path}: labels {missing[:5]} not declared in the TRAIN header")
+        ytr = torch.tensor([lookup[v] for v in tr.labels], dtype=torch.int64)
+        yte = torch.tensor([lookup[v] for v in te.labels], dtype=torch.int64)
+        return Dataset(task="classification", train=(to_t(xtr), ytr), test=(to_t(xte), yte),
+                       num_classes=len(classes), target_dim=None, meta=dict(meta, class_names=list(classes)),
+                       **common)
+    try:
+        ytr = torch.tensor([float(v) for v in tr.labels], dtype=torch.float32).unsqueeze(1)
+        yte = torch.tensor([float(v) for v in te.labels], dtype=torch.float32).unsqueeze(1)
+    except ValueError as exc:
+        raise ValueError(f"{p}: regression targets must be numbers") from exc
+    if ytr.shape[0] != xtr.shape[0] or yte.shape[0] != xte.shape[0]:
+        raise ValueError(f"{p}: file has no @classLabel / @targetLabel line, so no targets")
+    return Dataset(task="regression", train=(to_t(xtr), ytr), test=(to_t(xte), yte), num_classes=None,
+                   target_dim=1, meta=meta, **common)
+
+
+# ---------------------------------------------------------------------------------------------------- dispatch
+
+LOADERS: dict[str, Callable[..., Dataset]] = {
+    "mnist": load_mnist,
+    "cifar": load_cifar,
+    "cora": load_cora,
+    "planetoid": load_planetoid,
+    "csv": load_csv_series,
+    "ucr": load_ucr,
+}
+
+
+def load_path(kind: str, path: PathLike, **options: Any) -> Dataset:
+    """Load a user dataset of format ``kind`` from ``path``; ``options`` go to that format's loader:
+    mnist -> `load_mnist`, cifar -> `load_cifar`, cora -> `load_cora`, planetoid -> `load_planetoid`,
+    csv -> `load_csv_series`, ucr -> `load_ucr`."""
+    loader = LOADERS.get(kind)
+    if loader is None:
+        hint = difflib.get_close_matches(kind, list(LOADERS), n=1)
+        raise ValueError(f"unknown data format {kind!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
+                         + f" (known: {', '.join(LOADERS)})")
+    if not Path(path).exists():
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    return loader(path, **options)

@@ -1,0 +1,172 @@
+"""The IR: a networkx DiGraph of typed nodes, with a canonical serialisation and a content hash.
+
+Node kinds: ``input`` (a model input), ``layer`` (one or more RPN 2 heads + fusion + remainder + processing),
+``op`` (a dataflow operation or processing function), ``output``. Edges carry the input role
+(``x``, ``context``, ``arg<i>`` or ``aux:<key>``). Every node keeps its source span and inferred type.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from rpn2c.components.registry import Component, ValueRef
+from rpn2c.errors import UNKNOWN_SPAN, Span
+from rpn2c.ir.types import TensorType
+
+IR_VERSION = 1
+
+
+@dataclass
+class Use:
+    """A component placed in a slot, with its validated hyper-parameters and where it was written."""
+
+    component: Component
+    span: Span = UNKNOWN_SPAN
+
+    @property
+    def name(self) -> str:
+        return self.component.name
+
+    def canonical(self) -> dict:
+        hp = {k: _plain(v) for k, v in self.component.hp}
+        return {"name": self.component.name, "family": self.component.family, "hp": hp}
+
+    def __str__(self) -> str:
+        args = ", ".join(f"{k}={_plain(v)}" for k, v in self.component.hp if v is not None)
+        return f"{self.component.name}({args})" if args else self.component.name
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, ValueRef):
+        return {"ref": v.name}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, Use):
+        return v.canonical()
+    return v
+
+
+@dataclass
+class HeadSpec:
+    """One head: ``Y_c = A_i κ(A_ip Z A_a) A_ap ψ_cᵀ + b`` for each channel c, fused over channels."""
+
+    name: str
+    kappa: Use
+    psi: Use
+    xi: dict[str, Use]  # slot -> ξ (xi_attribute, xi_attribute_post, xi_instance, xi_instance_prior)
+    channels: int
+    channel_fusion: Use
+    bias: str  # "none" | "tied" | "untied"
+    out: int | None
+
+    def canonical(self) -> dict:
+        return {
+            "name": self.name, "kappa": self.kappa.canonical(), "psi": self.psi.canonical(),
+            "xi": {k: v.canonical() for k, v in sorted(self.xi.items())}, "channels": self.channels,
+            "channel_fusion": self.channel_fusion.canonical(), "bias": self.bias, "out": self.out,
+        }
+
+
+@dataclass
+class LayerSpec:
+    """Heads fused by ``fusion``, plus the remainder π (on the raw input) and processing."""
+
+    kind: str  # head | compress | layer
+    heads: list[HeadSpec]
+    fusion: Use | None
+    pi: Use
+    pre: list[Use]
+    post: list[Use]
+
+    def canonical(self) -> dict:
+        return {
+            "kind": self.kind, "heads": [h.canonical() for h in self.heads],
+            "fusion": self.fusion.canonical() if self.fusion else None, "pi": self.pi.canonical(),
+            "pre": [p.canonical() for p in self.pre], "post": [p.canonical() for p in self.post],
+        }
+
+
+@dataclass
+class Node:
+    """An IR node. ``trace`` records the inferred per-stage shapes of a layer (for tables and lowering)."""
+
+    id: str
+    kind: str  # input | layer | op | output
+    span: Span
+    type: TensorType | None = None
+    layer: LayerSpec | None = None
+    op: Use | None = None
+    params: int = 0
+    trace: dict = field(default_factory=dict)
+    plan: list[str] = field(default_factory=list)  # kernels chosen by the optimiser (default lowering)
+
+    def canonical(self) -> dict:
+        out: dict[str, Any] = {"id": self.id, "kind": self.kind, "type": _type(self.type), "params": self.params}
+        if self.layer is not None:
+            out["layer"] = self.layer.canonical()
+        if self.op is not None:
+            out["op"] = self.op.canonical()
+        return out
+
+    @property
+    def label(self) -> str:
+        if self.kind == "layer":
+            heads = self.layer.heads
+            what = self.layer.kind if len(heads) == 1 else f"layer×{len(heads)}"
+            return f"{self.id} = {what}"
+        if self.kind == "op":
+            return f"{self.id} = {self.op}"
+        return f"{self.kind} {self.id}"
+
+
+def _type(t: TensorType | None):
+    if t is None:
+        return None
+    return {"kind": t.kind, "shape": list(t.shape), "batched": t.batched, "mask": t.mask_mode, "role": t.role}
+
+
+@dataclass
+class Graph:
+    """A checked model: the networkx graph plus its ordered inputs and outputs."""
+
+    name: str
+    g: nx.DiGraph
+    inputs: list[str]
+    outputs: list[str]
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def node(self, nid: str) -> Node:
+        return self.g.nodes[nid]["node"]
+
+    def nodes(self) -> list[Node]:
+        """Nodes in a deterministic topological order (ties broken by id)."""
+        return [self.node(n) for n in nx.lexicographical_topological_sort(self.g)]
+
+    def preds(self, nid: str) -> dict[str, str]:
+        """role -> producer id for the inputs of ``nid``."""
+        return {d["role"]: u for u, _, d in self.g.in_edges(nid, data=True)}
+
+    @property
+    def param_count(self) -> int:
+        return sum(n.params for n in self.nodes())
+
+    def canonical(self) -> dict:
+        edges = sorted((u, v, d["role"]) for u, v, d in self.g.edges(data=True))
+        return {
+            "rpn_ir_version": IR_VERSION, "model": self.name,
+            "inputs": self.inputs, "outputs": self.outputs,
+            "nodes": [n.canonical() for n in sorted(self.nodes(), key=lambda n: n.id)],
+            "edges": [list(e) for e in edges],
+        }
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.canonical(), sort_keys=True, indent=indent, default=str)
+
+    def content_hash(self) -> str:
+        """sha256 of the canonical serialisation (spans excluded): equal programs have equal hashes."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()

@@ -1,0 +1,117 @@
+"""Tensor types with symbolic dimensions, inferred for every IR value before any tensor exists.
+
+Layouts (``kind``):
+- ``vector`` ``[B, F]``: one feature vector per sample (no item axis).
+- ``items``  ``[B, N, F]``: N interdependent items (tokens, time steps, nodes) with F features each.
+- ``grid``   ``[B, C, *S]``: C channels over a 1-, 2- or 3-D spatial grid (an image is ``[B, C, H, W]``).
+- ``edges``  ``[2, E]`` int64 edge list (source row 0, target row 1); ``edge_weight`` ``[E]``.
+- ``mask``   attention masks, with explicit polarity ``block`` (True = blocked), ``keep`` (True = attend) or
+  ``add`` (float added to the logits).
+``batched=False`` marks an implicit sample axis (a single graph ``nodes[N, F]``): the compiled module adds and
+removes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+Dim = Union[int, str]
+
+# DSL type constructor -> (layout kind, number of dims, role shown to users)
+TYPE_CONSTRUCTORS: dict[str, tuple[str, tuple[int, ...]]] = {
+    "vector": ("vector", (2,)),
+    "tabular": ("vector", (2,)),
+    "sequence": ("items", (3,)),
+    "nodes": ("items", (2, 3)),
+    "set": ("items", (3,)),
+    "items": ("items", (3,)),
+    "image": ("grid", (4,)),
+    "signal": ("grid", (3,)),
+    "volume": ("grid", (5,)),
+    "grid": ("grid", (3, 4, 5)),
+    "edges": ("edges", (2,)),
+    "edge_weight": ("edge_weight", (1,)),
+    "block_mask": ("mask", (1, 2, 3)),
+    "keep_mask": ("mask", (1, 2, 3)),
+    "additive_mask": ("mask", (1, 2, 3)),
+}
+MASK_MODES = {"block_mask": "block", "keep_mask": "keep", "additive_mask": "add"}
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A value's inferred type: layout kind, full shape (sample axis first when batched) and extras."""
+
+    kind: str
+    shape: tuple[Dim, ...]
+    batched: bool = True
+    mask_mode: str | None = None
+    role: str = ""
+
+    # -- per-sample views used by heads
+    @property
+    def features(self) -> Dim:
+        """F for vector/items, C for grids."""
+        if self.kind == "vector":
+            return self.shape[-1]
+        if self.kind == "items":
+            return self.shape[-1]
+        if self.kind == "grid":
+            return self.shape[1]
+        raise ValueError(f"{self.kind} has no feature axis")
+
+    @property
+    def items(self) -> Dim | None:
+        return self.shape[1] if self.kind == "items" else None
+
+    @property
+    def spatial(self) -> tuple[Dim, ...]:
+        return tuple(self.shape[2:]) if self.kind == "grid" else ()
+
+    @property
+    def batch(self) -> Dim:
+        return self.shape[0]
+
+    def with_shape(self, shape) -> "TensorType":
+        return TensorType(self.kind, tuple(shape), self.batched, self.mask_mode, self.role)
+
+    def __str__(self) -> str:
+        dims = ", ".join(str(d) for d in (self.shape if self.batched else self.shape[1:]))
+        name = self.role or self.kind
+        return f"{name}[{dims}]"
+
+
+def vector(batch: Dim, f: Dim) -> TensorType:
+    return TensorType("vector", (batch, f), role="vector")
+
+
+def items(batch: Dim, n: Dim, f: Dim, *, batched: bool = True, role: str = "items") -> TensorType:
+    return TensorType("items", (batch, n, f), batched, role=role)
+
+
+def grid(batch: Dim, c: Dim, spatial: tuple[Dim, ...], role: str | None = None) -> TensorType:
+    default_role = {1: "signal", 2: "image", 3: "volume"}.get(len(spatial), "grid")
+    return TensorType("grid", (batch, c, *spatial), role=role or default_role)
+
+
+def numel(dims) -> Dim:
+    """Product of dims; symbolic when any is symbolic."""
+    out: Dim = 1
+    for d in dims:
+        out = dim_mul(out, d)
+    return out
+
+
+def dim_mul(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    if a == 1:
+        return b
+    if b == 1:
+        return a
+    return f"{a}*{b}"
+
+
+def is_known(d: Dim) -> bool:
+    return isinstance(d, int)

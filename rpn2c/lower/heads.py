@@ -1,0 +1,249 @@
+"""The layer module: heads, channel and head fusion, remainder and processing, in both lowerings.
+
+``reference=True`` computes ``A_i κ(Z A_a) ψᵀ`` with every interdependence matrix materialised as the paper
+writes it (the oracle). The default computes the same function with native kernels chosen by the optimiser
+(``node.plan``): convolutions, pooling, shifts, gather/scatter and scaled_dot_product_attention.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rpn2c.check.heads import HeadTrace
+from rpn2c.components.base import XiContext
+from rpn2c.components.xi import aggregation_matrix, padding_matrix
+from rpn2c.ir.graph import HeadSpec, LayerSpec
+from rpn2c.ir.types import TensorType
+
+_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_PAD_MODES = {"zeros": "constant", "circular": "circular", "reflect": "reflect", "replicate": "replicate"}
+
+
+def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, data: TensorType, aux_types,
+                reference: bool) -> None:
+    """Register the head's parts on ``holder`` (the layer itself for single-head layers)."""
+    holder.spec, holder.trace = h, t
+    c = h.channels
+    feat = (t.mz,) if not t.grid_kappa else (data.features, *data.spatial)
+    holder.kappa = h.kappa.component.build(feat, reference)
+    n = h.out if h.out is not None else t.d
+    if not t.grid_kappa:
+        psis = [h.psi.component.build(n, t.d) for _ in range(c)]
+        holder.psi = psis[0] if c == 1 else nn.ModuleList(psis)
+    for slot, use in h.xi.items():
+        comp = use.component
+        if getattr(comp, "kind", "") == "grid":
+            continue
+        axis = "attribute" if slot.startswith("xi_attribute") else "instance"
+        size = {"xi_attribute": t.m, "xi_instance_prior": data.items, "xi_instance": t.nz,
+                "xi_attribute_post": t.d}[slot]
+        ctx = XiContext(axis, size, x.features, data.features, x.items if x.kind == "items" else None,
+                        {k: aux_types[r.name] for k, r in comp.value_refs()})
+        mods = [comp.build(ctx) for _ in range(c if comp.count(ctx) else 1)]
+        for m in mods:
+            m.axis = axis
+        holder.add_module(slot, mods[0] if len(mods) == 1 else nn.ModuleList(mods))
+    if h.bias == "tied":
+        holder.bias = nn.Parameter(torch.zeros(n))
+    elif h.bias == "untied":
+        rows = t.n_out if t.view != "vector" else 1
+        holder.bias = nn.Parameter(torch.zeros(rows, n))
+    else:
+        holder.bias = None
+    if c > 1:
+        holder.channel_fusion = h.channel_fusion.component.build([n] * c)
+
+
+def _channel(mod, i):
+    return mod[i] if isinstance(mod, nn.ModuleList) else mod
+
+
+class LayerModule(nn.Module):
+    """One IR ``layer`` node: ``post(fuse_h(fuse_c(A_i κ(Z A_a) ψ_cᵀ + b)) + π(x))``."""
+
+    def __init__(self, spec: LayerSpec, traces: list[HeadTrace], x: TensorType, ctx: TensorType | None,
+                 aux_types: dict, out: TensorType, plan: list[str], reference: bool):
+        super().__init__()
+        self.reference, self.plan = reference, set(plan)
+        self.x_kind, self.out_kind = x.kind, out.kind
+        pre_t = x
+        self.pre = nn.ModuleList([u.component.build(pre_t) for u in spec.pre])
+        data = ctx if ctx is not None else x
+        self.has_context = ctx is not None
+        if len(spec.heads) == 1:
+            _build_head(self, spec.heads[0], traces[0], x, data, aux_types, reference)
+            self.head_modules = None
+        else:
+            self.heads = nn.ModuleDict()
+            for h, t in zip(spec.heads, traces):
+                holder = nn.Module()
+                _build_head(holder, h, t, x, data, aux_types, reference)
+                self.heads[h.name] = holder
+        self.fusion = spec.fusion.component.build([t.n for t in traces]) if spec.fusion is not None else None
+        pi = spec.pi.component
+        self.pi = pi.build(x.features, out.features) if pi.name != "zero" else None
+        self.post = nn.ModuleList([u.component.build(out) for u in spec.post])
+
+    def _holders(self):
+        return [self] if not hasattr(self, "heads") else list(self.heads.values())
+
+    def forward(self, x, context=None, aux=None):
+        aux = aux or {}
+        raw = x
+        for p in self.pre:
+            x = p(x)
+        data = context if context is not None else x
+        outs = [self._head(hd, x, data, aux) for hd in self._holders()]
+        y = self.fusion(outs) if self.fusion is not None else outs[0]
+        if self.pi is not None:
+            y = y + (self.pi(raw.movedim(1, -1)).movedim(-1, 1) if self.x_kind == "grid" else self.pi(raw))
+        for p in self.post:
+            y = p(y)
+        return y
+
+    # ------------------------------------------------------------------------------------------- one head
+    def _head(self, hd, x, data, aux):
+        t: HeadTrace = hd.trace
+        if t.grid_kappa:
+            return hd.kappa(data, grid=True)
+        if t.view == "grid":
+            return self._grid_head(hd, data)
+        vec = t.view == "vector"
+        q = x.unsqueeze(1) if vec else x
+        z0 = data.unsqueeze(1) if vec else data
+        y = self._items_head(hd, q, z0, aux)
+        return y.squeeze(1) if vec else y
+
+    def _fuse_channels(self, hd, ys):
+        return ys[0] if len(ys) == 1 else hd.channel_fusion(ys)
+
+    def _add_bias(self, hd, y):
+        return y if hd.bias is None else y + hd.bias
+
+    def _items_head(self, hd, q, z0, aux):
+        h: HeadSpec = hd.spec
+        ref = self.reference
+        shared = None
+        ys = []
+        for c in range(h.channels):
+            if shared is not None:
+                k = shared
+            else:
+                z = z0
+                for slot in ("xi_attribute", "xi_instance_prior"):
+                    if slot in h.xi:
+                        z = _xi(getattr(hd, slot), c, z, q, z0, aux, ref)
+                k = hd.kappa(z)
+                if "shared_kappa" in self.plan and not ref and "xi_instance" not in h.xi:
+                    shared = k
+            psi = _channel(hd.psi, c)
+            if "xi_instance" in h.xi and "xi_attribute_post" not in h.xi and not ref:
+                y = _xi(getattr(hd, "xi_instance"), c, psi.apply(k), q, z0, aux, ref)
+            else:
+                if "xi_instance" in h.xi:
+                    k = _xi(getattr(hd, "xi_instance"), c, k, q, z0, aux, ref)
+                if "xi_attribute_post" in h.xi:
+                    k = _xi(getattr(hd, "xi_attribute_post"), c, k, q, z0, aux, ref)
+                y = k @ psi.matrix().transpose(-1, -2) if ref else psi.apply(k)
+            ys.append(self._add_bias(hd, y))
+        return self._fuse_channels(hd, ys)
+
+    # ------------------------------------------------------------------------------------------- grid heads
+    def _grid_head(self, hd, x):
+        h: HeadSpec = hd.spec
+        t: HeadTrace = hd.trace
+        geo = t.geometry
+        b, cin = x.shape[:2]
+        spatial = tuple(x.shape[2:])
+        out_sp = geo.out_spatial(spatial)
+        mode = h.xi["xi_attribute"].component.mode
+        if not self.reference and mode == "padding" and h.kappa.component.elementwise:
+            ys = self._conv(hd, x, geo)
+        else:
+            z = self._patches(x, geo, mode, spatial, self.reference)  # [B, P, C·p] or [B, P, C]
+            k = hd.kappa(z)
+            ys = []
+            for c in range(h.channels):
+                psi = _channel(hd.psi, c)
+                y = k @ psi.matrix().transpose(-1, -2) if self.reference else psi.apply(k)
+                ys.append(self._add_bias(hd, y))
+            ys = [y.transpose(1, 2).reshape(b, y.shape[-1], *out_sp) for y in ys]
+        return self._fuse_channels(hd, ys)
+
+    def _patches(self, x, geo, mode, spatial, reference):
+        b, cin = x.shape[:2]
+        flat = x.reshape(b, cin, -1)
+        if reference:
+            if mode == "padding":
+                a = padding_matrix(geo, spatial, x.dtype, x.device)  # [N, P·p]
+                z = (flat @ a).unflatten(-1, (-1, geo.patch_size))  # [B, C, P, p]
+                return z.permute(0, 2, 1, 3).flatten(2)
+            a = aggregation_matrix(geo, spatial, x.dtype, x.device)  # [N, P]
+            return (flat @ a).transpose(1, 2)
+        if mode == "aggregation":
+            kernel = geo.kernel_mask(x.device).to(x.dtype).expand(cin, 1, *geo.kernel)
+            xp = _pad(x, geo)
+            y = _CONV[geo.rank](xp, kernel, stride=geo.stride, dilation=geo.dilation, groups=cin)
+            return y.flatten(2).transpose(1, 2)
+        index = geo.patch_index(spatial, device=x.device)  # [P, p]
+        taps = flat[:, :, index.clamp(min=0)] * (index >= 0)  # [B, C, P, p], zeros outside
+        return taps.permute(0, 2, 1, 3).flatten(2)
+
+    def _conv(self, hd, x, geo):
+        """Padding-mode grid ξ + elementwise κ + ψ as one convolution per head (channels stacked)."""
+        h: HeadSpec = hd.spec
+        t: HeadTrace = hd.trace
+        kappa = h.kappa.component
+        d = kappa.degree()
+        cin = x.shape[1]
+        xp = _pad(x, geo)
+        if kappa.name != "identity":
+            xp = hd.kappa(xp, grid=True)  # [B, C·d, ...]; padded cells read κ(0)
+        p = geo.patch_size
+        weights = []
+        for c in range(h.channels):
+            w = _channel(hd.psi, c).matrix()  # [n, C·p·d]
+            n = w.shape[0]
+            w = w.reshape(n, cin, p, d).permute(0, 1, 3, 2).reshape(n, cin * d, p)
+            if geo.taps is not None:
+                full = w.new_zeros(n, cin * d, math.prod(geo.kernel))
+                pos = torch.tensor([_flat(tp, geo.kernel) for tp in geo.tap_positions()], device=w.device)
+                w = full.index_copy(-1, pos, w)
+            weights.append(w.reshape(n, cin * d, *geo.kernel))
+        y = _CONV[geo.rank](xp, torch.cat(weights), stride=geo.stride, dilation=geo.dilation)
+        ys = list(y.chunk(h.channels, dim=1))
+        if hd.bias is not None:
+            if h.bias == "tied":
+                shape = (1, -1) + (1,) * geo.rank
+                ys = [y + hd.bias.reshape(shape) for y in ys]
+            else:
+                ys = [y + hd.bias.transpose(0, 1).reshape(1, -1, *y.shape[2:]) for y in ys]
+        return ys
+
+
+def _flat(tap, kernel):
+    idx = 0
+    for c, k in zip(tap, kernel):
+        idx = idx * k + c
+    return idx
+
+
+def _pad(x, geo):
+    pads = []
+    for b, a in zip(reversed(geo.pad_before), reversed(geo.pad_after)):
+        pads += [b, a]
+    if not any(pads):
+        return x
+    return F.pad(x, pads, mode=_PAD_MODES[geo.padding_mode])
+
+
+def _xi(mod, c, z, q, data, aux, reference):
+    m = _channel(mod, c)
+    if reference:
+        a = m.matrix(q, data, aux)
+        return z @ a if m.axis == "attribute" else a @ z
+    return m.apply(z, q, data, aux)

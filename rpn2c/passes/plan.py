@@ -1,0 +1,72 @@
+"""The optimiser: pick native kernels for each head of the default lowering.
+
+Rules are a table of ``(name, applies(head, trace) -> bool, why)`` tried in order, tinygrad style; every rule
+that fires is recorded on the IR node (``node.plan``) so ``rpn2c graph`` and the check table show what the
+optimiser did and why. The reference lowering ignores plans: it always materialises the paper's matrices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from rpn2c.check.heads import HeadTrace
+from rpn2c.ir.graph import Graph, HeadSpec
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    applies: Callable[[HeadSpec, HeadTrace], bool]
+    why: str
+
+
+def _grid_xi(h: HeadSpec):
+    use = h.xi.get("xi_attribute")
+    return None if use is None or getattr(use.component, "kind", "") != "grid" else use.component
+
+
+def _elementwise(h: HeadSpec) -> bool:
+    return h.kappa.component.elementwise
+
+
+def _xi_paramless(h: HeadSpec) -> bool:
+    return all(getattr(u.component, "kind", "static") in ("static", "grid") for u in h.xi.values())
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("conv", lambda h, t: t.view == "grid" and not t.grid_kappa and _grid_xi(h) is not None
+         and _grid_xi(h).mode == "padding" and _elementwise(h),
+         "padding-mode grid ξ + elementwise κ + ψ = convolution (κ commutes with the patch gather; padding "
+         "reads κ(0))"),
+    Rule("box_sum", lambda h, t: t.view == "grid" and not t.grid_kappa and _grid_xi(h) is not None
+         and _grid_xi(h).mode == "aggregation",
+         "aggregation-mode grid ξ = depthwise convolution with a ones kernel"),
+    Rule("gather_patches", lambda h, t: t.view == "grid" and not t.grid_kappa and _grid_xi(h) is not None
+         and _grid_xi(h).mode == "padding" and not _elementwise(h),
+         "non-elementwise κ does not commute with the gather: patches by index, then κ per patch"),
+    Rule("pool", lambda h, t: t.grid_kappa and h.kappa.component.grid_only, "patch compression = native pooling"),
+    Rule("project_first", lambda h, t: "xi_instance" in h.xi and "xi_attribute_post" not in h.xi,
+         "instance ξ commutes with ψ: A(κ ψᵀ) = (Aκ)ψᵀ, so project to n first"),
+    Rule("shared_kappa", lambda h, t: h.channels > 1 and _xi_paramless(h),
+         "parameter-free ξ: κ_ξ(X) is computed once and shared by all channels"),
+    Rule("structured_xi", lambda h, t: any(getattr(u.component, "kind", "") in ("static", "data")
+                                           for u in h.xi.values()),
+         "chain → shifts, graph → gather/scatter, bilinear+softmax → scaled_dot_product_attention"),
+)
+
+
+def plan_head(h: HeadSpec, t: HeadTrace) -> list[str]:
+    return [r.name for r in RULES if r.applies(h, t)]
+
+
+def optimize(graph: Graph) -> Graph:
+    """Annotate every layer node with the kernels the default lowering will use (in place; returns graph)."""
+    for node in graph.nodes():
+        if node.kind == "layer":
+            node.plan = sorted({k for h, t in zip(node.layer.heads, node.trace["heads"]) for k in plan_head(h, t)})
+    return graph
+
+
+def explain(name: str) -> str:
+    return next(r.why for r in RULES if r.name == name)
