@@ -37,7 +37,10 @@ class Use:
         return {"name": self.component.name, "family": self.component.family, "hp": hp}
 
     def __str__(self) -> str:
-        args = ", ".join(f"{k}={_plain(v)}" for k, v in self.component.hp if v is not None)
+        """``name(k=v, ...)`` with only the hyper-parameters that differ from their defaults."""
+        fields = type(self.component.hp).model_fields
+        args = ", ".join(f"{k}={v}" for k, v in self.component.hp
+                         if k in fields and (fields[k].is_required() or v != fields[k].default))
         return f"{self.component.name}({args})" if args else self.component.name
 
 

@@ -1,0 +1,57 @@
+"""IR graph export: Graphviz DOT and Mermaid, shapes on the edges."""
+
+from __future__ import annotations
+
+from rpn2c.ir.graph import Graph
+from rpn2c.runtime.report import describe
+
+
+def _dot_escape(text: str) -> str:
+    out = text.replace("\\", "\\\\").replace('"', '\\"')
+    for ch in "<>{}|":
+        out = out.replace(ch, "\\" + ch)
+    return out
+
+
+def to_dot(graph: Graph) -> str:
+    lines = [f'digraph "{_dot_escape(graph.name)}" {{', "  rankdir=TB;", '  node [shape=record, fontname="Helvetica"];']
+    for n in graph.nodes():
+        label = f"{n.id}|{describe(n)}|{n.type}"
+        if n.params:
+            label += f"|{n.params:,} params"
+        shape = ", shape=ellipse" if n.kind == "input" else ""
+        text = _dot_escape(label).replace("\\|", "|") if shape == "" else _dot_escape(f"{n.id}: {n.type}")
+        lines.append(f'  "{_dot_escape(n.id)}" [label="{{{text}}}"{shape}];' if not shape
+                     else f'  "{_dot_escape(n.id)}" [label="{text}"{shape}];')
+    for u, v, d in sorted(graph.g.edges(data=True)):
+        t = graph.node(u).type
+        lines.append(f'  "{_dot_escape(u)}" -> "{_dot_escape(v)}" [label="{_dot_escape(d["role"] + ": " + str(t))}"];')
+    for o in graph.outputs:
+        lines.append(f'  "{_dot_escape(o)}" -> "return";')
+    lines.append('  "return" [shape=doublecircle, label="return"];')
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _mermaid_id(nid: str) -> str:
+    return "n_" + "".join(c if c.isalnum() else "_" for c in nid)
+
+
+def _mermaid_text(text: str) -> str:
+    return text.replace('"', "#quot;").replace("[", "#91;").replace("]", "#93;")
+
+
+def to_mermaid(graph: Graph) -> str:
+    lines = ["flowchart TD"]
+    for n in graph.nodes():
+        label = f"{n.id}<br/>{describe(n)}<br/>{n.type}"
+        if n.kind == "input":
+            lines.append(f'  {_mermaid_id(n.id)}(["{_mermaid_text(label)}"])')
+        else:
+            lines.append(f'  {_mermaid_id(n.id)}["{_mermaid_text(label)}"]')
+    for u, v, d in sorted(graph.g.edges(data=True)):
+        lines.append(f'  {_mermaid_id(u)} -->|"{_mermaid_text(d["role"] + ": " + str(graph.node(u).type))}"| '
+                     f"{_mermaid_id(v)}")
+    for o in graph.outputs:
+        lines.append(f"  {_mermaid_id(o)} --> return((return))")
+    return "\n".join(lines) + "\n"
