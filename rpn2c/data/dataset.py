@@ -16,9 +16,10 @@ with ``v = z * std + mean``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -80,7 +81,7 @@ class Dataset:
         """Test examples (labelled test nodes for node classification)."""
         return _count(self.test, self.task)
 
-    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "Dataset":
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Dataset:
         """Copy with every tensor moved to ``device`` and every floating tensor cast to ``dtype``."""
 
         def move(t: torch.Tensor) -> torch.Tensor:

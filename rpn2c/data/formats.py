@@ -12,8 +12,9 @@ import difflib
 import gzip
 import io
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -365,9 +366,10 @@ def read_csv_series(path: PathLike, *, delimiter: str | None = None, header: boo
     """A time series stored one time step per row. Returns (values float64 ``[T, F]``, column names).
 
     ``delimiter`` defaults to the first of ``, ; \\t`` in the first line, else whitespace; ``header`` defaults to
-    'the first row has a non-numeric field'; blank lines and lines starting with ``#`` are skipped. Without ``columns`` every numeric column is kept (a column is numeric
-    when its first data value parses as a float; e.g. a date column is dropped); ``columns`` picks by name or
-    index. An empty or non-numeric value in a kept column raises with its line number.
+    'the first row has a non-numeric field'; blank lines and lines starting with ``#`` are skipped. Without
+    ``columns`` every numeric column is kept (a column is numeric when its first data value parses as a float;
+    e.g. a date column is dropped); ``columns`` picks by name or index. An empty or non-numeric value in a kept
+    column raises with its data-row number.
     """
     p = Path(path)
     text = p.read_text(encoding="utf-8-sig")
@@ -537,10 +539,12 @@ def load_ucr(path: PathLike, *, standardize: bool = True, name: str | None = Non
         mean, std = fit_standardizer(xtr, axis=(0, 1))
         xtr, xte = (xtr - mean) / std, (xte - mean) / std
         meta.update(mean=torch.from_numpy(mean.astype(np.float32)), std=torch.from_numpy(std.astype(np.float32)))
-    to_t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))  # noqa: E731
+    def to_t(a: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+
     t_len, ch = tr.x.shape[1], tr.x.shape[2]
-    common = dict(name=name or stem, input_spec=f"sequence[B, {t_len}, {ch}]",
-                  description=f"UCR/UEA .ts archive {stem} ({p.parent})")
+    common: dict[str, Any] = {"name": name or stem, "input_spec": f"sequence[B, {t_len}, {ch}]",
+                              "description": f"UCR/UEA .ts archive {stem} ({p.parent})"}
     if tr.class_labels is not None:
         classes = tr.class_labels
         lookup = {c: i for i, c in enumerate(classes)}

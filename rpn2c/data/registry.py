@@ -26,10 +26,10 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
 
 import numpy as np
 import torch

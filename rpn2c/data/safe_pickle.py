@@ -41,6 +41,8 @@ class _DtypeState:
     __slots__ = ("obj", "byteorder")
 
     def __init__(self, obj: Any) -> None:
+        if isinstance(obj, bytes):  # Python 2 str under encoding='bytes'
+            obj = obj.decode("latin1")
         if not isinstance(obj, str):
             raise UnsafePickleError(f"numpy dtype must be given by a type string, got {type(obj).__name__}")
         self.obj, self.byteorder = obj, "|"
@@ -49,6 +51,8 @@ class _DtypeState:
         if not isinstance(state, tuple) or len(state) < 5:
             raise UnsafePickleError("malformed numpy dtype state")
         byteorder, subarray, names, fields = state[1], state[2], state[3], state[4]
+        if isinstance(byteorder, bytes):
+            byteorder = byteorder.decode("latin1")
         if subarray is not None or names is not None or fields is not None:
             raise UnsafePickleError("structured or sub-array numpy dtypes are not allowed")
         if byteorder not in ("<", ">", "|", "="):

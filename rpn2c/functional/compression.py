@@ -15,15 +15,19 @@ Stateful modules update their statistics in training mode, until ``max_updates``
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from rpn2c.functional.expansion import (
     TransformSpec,
+    _dim_extended,
+    _dim_linear,
+    _dim_nested,
     combination_index,
     extended,
     identity,
@@ -33,18 +37,27 @@ from rpn2c.functional.expansion import (
     nested,
     positive_squash,
     reciprocal,
-    _dim_extended,
-    _dim_linear,
-    _dim_nested,
 )
 
 __all__ = [
-    "MetricSpec", "METRICS", "reduce", "patch_reduce", "metric_compression",
-    "gaussian_random_matrix", "sparse_random_matrix", "random_projection",
-    "COMPRESSIONS", "get_compression",
-    "IncrementalVarianceThreshold", "IncrementalFeatureClustering", "IncrementalPCA", "RandomProjection",
-    "NaiveProbabilisticCompression", "CombinatorialProbabilisticCompression", "ManifoldCompression",
+    "COMPRESSIONS",
     "COMPRESSION_DISTRIBUTIONS",
+    "METRICS",
+    "CombinatorialProbabilisticCompression",
+    "IncrementalFeatureClustering",
+    "IncrementalPCA",
+    "IncrementalVarianceThreshold",
+    "ManifoldCompression",
+    "MetricSpec",
+    "NaiveProbabilisticCompression",
+    "RandomProjection",
+    "gaussian_random_matrix",
+    "get_compression",
+    "metric_compression",
+    "patch_reduce",
+    "random_projection",
+    "reduce",
+    "sparse_random_matrix",
 ]
 
 
@@ -613,7 +626,8 @@ class CombinatorialProbabilisticCompression(_Sampler):
         if not with_replacement and d > (n_min if per_size else total):
             raise ValueError("d exceeds the number of available tuples")
         self.m, self.k, self.d = int(m), int(k), int(d)
-        self.per_size, self.output, self.normalize, self.with_replacement = per_size, output, normalize, with_replacement
+        self.per_size, self.output = per_size, output
+        self.normalize, self.with_replacement = normalize, with_replacement
         self.loc, self.scale, self.rho = float(loc), float(scale), float(rho)
 
     @property

@@ -18,25 +18,63 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 
 __all__ = [
-    "TransformSpec", "ExpansionSpec", "EXPANSIONS", "ALIASES", "get_expansion",
-    "attribute_to_block", "block_to_attribute", "combination_index",
-    "identity", "reciprocal", "linear", "taylor", "fourier",
-    "hyperbolic", "arc_hyperbolic", "trigonometric", "arc_trigonometric",
-    "gaussian_rbf", "inverse_quadratic_rbf",
-    "log_pdf", "probabilistic", "naive_probabilistic", "hybrid_probabilistic", "PROB_FAMILIES",
-    "combinatorial", "combinatorial_normal", "mvn_equicorrelated_log_pdf",
-    "bspline", "chebyshev", "jacobi", "hermite", "laguerre", "legendre", "gegenbauer",
-    "bessel", "reverse_bessel", "fibonacci", "lucas",
-    "haar", "beta_mother", "ricker", "shannon", "meyer", "dog", "WAVELETS", "wavelet",
-    "extended", "nested",
+    "ALIASES",
+    "EXPANSIONS",
+    "PROB_FAMILIES",
+    "WAVELETS",
+    "ExpansionSpec",
+    "TransformSpec",
+    "arc_hyperbolic",
+    "arc_trigonometric",
+    "attribute_to_block",
+    "bessel",
+    "beta_mother",
+    "block_to_attribute",
+    "bspline",
+    "chebyshev",
+    "combination_index",
+    "combinatorial",
+    "combinatorial_normal",
+    "dog",
+    "extended",
+    "fibonacci",
+    "fourier",
+    "gaussian_rbf",
+    "gegenbauer",
+    "get_expansion",
+    "haar",
+    "hermite",
+    "hybrid_probabilistic",
+    "hyperbolic",
+    "identity",
+    "inverse_quadratic_rbf",
+    "jacobi",
+    "laguerre",
+    "legendre",
+    "linear",
+    "log_pdf",
+    "lucas",
+    "meyer",
+    "mvn_equicorrelated_log_pdf",
+    "naive_probabilistic",
+    "nested",
+    "probabilistic",
+    "reciprocal",
+    "reverse_bessel",
+    "ricker",
+    "shannon",
+    "taylor",
+    "trigonometric",
+    "wavelet",
 ]
 
 
@@ -559,7 +597,10 @@ def legendre(x: Tensor, *, d: int = 2) -> Tensor:
 
 
 def gegenbauer(x: Tensor, *, d: int = 2, alpha: float = 1.0) -> Tensor:
-    """Gegenbauer C_n^{(α)}: C_1 = 2αx, C_n = (2x(n-1+α) C_{n-1} - (n+2α-2) C_{n-2}) / n (α=1/2 Legendre, α=1 U_n)."""
+    """Gegenbauer C_n^{(α)}: C_1 = 2αx, C_n = (2x(n-1+α) C_{n-1} - (n+2α-2) C_{n-2}) / n (α=1/2 Legendre, α=1 U_n).
+
+    Orthogonal for α > -1/2, α ≠ 0; at α = 0 this recurrence gives the zero sequence (scipy uses a limit instead).
+    """
     a = float(alpha)
     return _three_term(x, d, torch.ones_like(x), 2.0 * a * x,
                        lambda n, x, p1, p2: (2.0 * (n - 1 + a) * x * p1 - (n + 2 * a - 2) * p2) / n)
@@ -811,7 +852,8 @@ _POS = {"chi2", "gamma", "exponential"}
 
 _E: dict[str, TransformSpec] = {
     "identity": TransformSpec(identity, lambda m, **_: m, True, "x", "0", True),
-    "reciprocal": TransformSpec(reciprocal, lambda m, **_: m, True, "1/x with |x| clamped to >= eps (sign kept, 0 -> +eps)",
+    "reciprocal": TransformSpec(reciprocal, lambda m, **_: m, True,
+                                "1/x with |x| clamped to >= eps (sign kept, 0 -> +eps)",
                                 "1/eps (1e6 by default)"),
     "linear": TransformSpec(linear, _dim_linear, False, "x @ C (C constant [m, D]) or c*x", "0", True,
                             elementwise_when=lambda C=None, **_: C is None),
@@ -830,7 +872,8 @@ _E: dict[str, TransformSpec] = {
     "gaussian_rbf": TransformSpec(gaussian_rbf, _dim_rbf, True, "per attr exp(-((x - c_j)/sigma)^2), c = linspace",
                                   "exp(-(c_j/sigma)^2) > 0"),
     "inverse_quadratic_rbf": TransformSpec(inverse_quadratic_rbf, _dim_rbf, True,
-                                           "per attr 1/(1 + ((x - c_j)/sigma)^2), c = linspace", "1/(1+(c_j/sigma)^2) > 0"),
+                                           "per attr 1/(1 + ((x - c_j)/sigma)^2), c = linspace",
+                                           "1/(1+(c_j/sigma)^2) > 0"),
     "hybrid_probabilistic": TransformSpec(hybrid_probabilistic, _w(6), True,
                                           "per attr log-pdfs N(0,1), Cauchy(0,1), chi2(1), Gamma(.5,1), Laplace(0,1), "
                                           "Exp(1) (positive laws at 0.99σ(x)+0.001)", "finite log-densities at 0"),
@@ -871,7 +914,8 @@ _E: dict[str, TransformSpec] = {
 
 for _dist in ("normal", "cauchy", "chi2", "gamma", "laplace", "exponential"):
     _E[f"naive_{_dist}"] = TransformSpec(_naive(_dist), lambda m, **_: m, True,
-                                         f"log p(x | θ) under {_dist}" + (" at 0.99σ(x)+0.001" if _dist in _POS else ""),
+                                         f"log p(x | θ) under {_dist}"
+                                         + (" at 0.99σ(x)+0.001" if _dist in _POS else ""),
                                          "log p(0 | θ) (finite, nonzero)")
     _E[_dist] = TransformSpec(_family(_dist), _dim_family(_dist), True,
                               f"per attr log p(x | θ_j) for the toolkit's {len(PROB_FAMILIES[_dist])} {_dist} "
@@ -889,12 +933,9 @@ EXPANSIONS: Mapping[str, TransformSpec] = MappingProxyType(_E)
 #: Alternative names (toolkit spellings) -> registry key.
 ALIASES: Mapping[str, str] = MappingProxyType({
     "harr_wavelet": "haar_wavelet",
-    "dog_wavelet": "dog_wavelet",
     "difference_of_gaussians_wavelet": "dog_wavelet",
     "mexican_hat_wavelet": "ricker_wavelet",
     "combinatorial_probabilistic": "combinatorial_normal",
-    "polynomial": "taylor",
-    "kronecker": "taylor",
 })
 
 

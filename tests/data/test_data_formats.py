@@ -124,6 +124,30 @@ def test_cifar_batch_round_trip(tmp_path, protocol, keys_as_bytes):
     assert y.tolist() == labels and y.dtype == torch.int64
 
 
+def _py2_cifar_pickle(data: np.ndarray, labels: list[int]) -> bytes:
+    """Protocol-2 pickle as Python 2's cPickle wrote the CIFAR release: py2 ``str`` (BINSTRING) payloads."""
+    def s(b: bytes) -> bytes:
+        return b"T" + struct.pack("<I", len(b)) + b
+
+    dtype = b"cnumpy\ndtype\n" + s(b"u1") + b"K\x00K\x01\x87R(K\x03" + s(b"|") + \
+        b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb"
+    arr = (b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85" + s(b"b") + b"\x87R(K\x01"
+           + b"J" + struct.pack("<i", data.shape[0]) + b"M\x00\x0c\x86" + dtype + b"\x89" + s(data.tobytes()) + b"tb")
+    lab = b"](" + b"".join(b"K" + bytes([v]) for v in labels) + b"e"
+    name = s(b"batch_label") + s(b"testing batch 1 of 1")
+    return b"\x80\x02}(" + s(b"data") + arr + s(b"labels") + lab + name + b"u."
+
+
+def test_cifar_python2_batch(tmp_path):
+    data = np.random.default_rng(5).integers(0, 256, (3, 3072), dtype=np.uint8)
+    f = tmp_path / "test_batch"
+    f.write_bytes(_py2_cifar_pickle(data, [3, 9, 0]))
+    ref = pickle.loads(f.read_bytes(), encoding="bytes")  # our own fixture: plain pickle as the reference
+    assert np.array_equal(ref[b"data"], data)
+    x, y = read_cifar_batch(f)
+    assert np.array_equal(x.numpy().reshape(3, -1), data) and y.tolist() == [3, 9, 0]
+
+
 def test_cifar10_directory(tmp_path):
     rng = np.random.default_rng(1)
     datas, labels = [], []
@@ -132,7 +156,7 @@ def test_cifar10_directory(tmp_path):
         (tmp_path / f"data_batch_{i}").write_bytes(pickle.dumps(d, protocol=2))
         datas.append(data)
         labels += d[b"labels"]
-    d, test_data = _cifar_batch(rng, 3, True)
+    d, _ = _cifar_batch(rng, 3, True)
     (tmp_path / "test_batch").write_bytes(pickle.dumps(d, protocol=2))
     names = [f"c{i}".encode() for i in range(10)]
     (tmp_path / "batches.meta").write_bytes(pickle.dumps({b"label_names": names, b"num_vis": 3072}, protocol=2))
@@ -219,7 +243,7 @@ def test_cora_round_trip(tmp_path):
 def test_cora_dataset_split(tmp_path):
     _write_cora(tmp_path)
     ds = load_path("cora", tmp_path, seed=0, test_fraction=0.5)
-    x, edge_index, y, train_mask = ds.train
+    _, _, y, train_mask = ds.train
     test_mask = ds.test[3]
     assert ds.task == "node_classification" and ds.num_classes == 3 and ds.input_spec == "graph[N, 4]"
     assert not (train_mask & test_mask).any() and bool((train_mask | test_mask).all())

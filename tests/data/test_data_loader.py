@@ -26,7 +26,10 @@ def test_batches_cover_the_split_once():
 
 def test_seeded_shuffle_is_reproducible():
     ds = _toy(50)
-    order = lambda seed: torch.cat([b[0][:, 0] for b in make_loader(ds, batch_size=8, seed=seed)])  # noqa: E731
+
+    def order(seed):
+        return torch.cat([b[0][:, 0] for b in make_loader(ds, batch_size=8, seed=seed)])
+
     assert torch.equal(order(3), order(3)) and not torch.equal(order(3), order(4))
     assert not torch.equal(order(3), torch.arange(50, dtype=torch.float64))
     loader = make_loader(ds, batch_size=8, seed=3)

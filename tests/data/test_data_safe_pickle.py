@@ -97,3 +97,20 @@ def test_malformed_array_payload_is_refused():
         safe_load(bad)
     with pytest.raises(UnsafePickleError, match="not a valid data pickle"):
         safe_load(b"not a pickle")
+
+
+# A Python-2 cPickle (protocol 2) of {'data': uint8 [[1, 2], [255, 0]], 'labels': [7]}, assembled opcode by opcode,
+# as in the original CIFAR python release: py2 ``str`` payloads (SHORT_BINSTRING) instead of Python 3 bytes.
+_PY2_DTYPE = b"cnumpy\ndtype\nU\x02u1K\x00K\x01\x87R(K\x03U\x01|NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb"
+_PY2_ARRAY = (b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85U\x01b\x87R"
+              b"(K\x01K\x02K\x02\x86" + _PY2_DTYPE + b"\x89U\x04\x01\x02\xff\x00tb")
+PY2_PICKLE = b"\x80\x02}U\x04data" + _PY2_ARRAY + b"sU\x06labels]K\x07as."
+
+
+@pytest.mark.parametrize("encoding", ["latin1", "bytes"])
+def test_python2_pickle(encoding):
+    out = safe_load(PY2_PICKLE, encoding=encoding)
+    key = "data" if encoding == "latin1" else b"data"
+    assert out[key].dtype == np.uint8 and out[key].tolist() == [[1, 2], [255, 0]]
+    ref = pickle.loads(PY2_PICKLE, encoding=encoding)  # our own bytes: plain pickle as the reference
+    assert np.array_equal(ref[key], out[key])

@@ -1,0 +1,1 @@
+"""Pure tensor maths behind the components: expansions, compressions, kernels, reconciliations, structures."""
