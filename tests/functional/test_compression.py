@@ -99,7 +99,7 @@ def test_metric_gradients():
     x = (torch.rand(2, 5, dtype=F64) + 0.2).requires_grad_(True)
     for name, spec in C.METRICS.items():
         if spec.differentiable and name not in ("max", "min", "median", "median_low", "linf"):
-            assert torch.autograd.gradcheck(lambda v: C.reduce(v, name), (x,)), name
+            assert torch.autograd.gradcheck(lambda v, n=name: C.reduce(v, n), (x,)), name
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -110,7 +110,8 @@ def test_metric_gradients():
 def test_registry_dims():
     x = torch.randn(3, 6, dtype=F64)
     R = C.gaussian_random_matrix(6, 2, dtype=F64)
-    cases = {"identity": {}, "reciprocal": {}, "linear": {"C": torch.randn(6, 4, dtype=F64)}, "metric": {"metric": "l2"},
+    cases = {"identity": {}, "reciprocal": {}, "linear": {"C": torch.randn(6, 4, dtype=F64)},
+             "metric": {"metric": "l2"},
              "random_projection": {"R": R}, "max_compression": {}, "median_compression": {},
              "extended": {"parts": [("max_compression", {}), ("random_projection", {"R": R})]},
              "nested": {"parts": [("random_projection", {"R": R}), ("metric", {"metric": "sum"})]}}
