@@ -59,7 +59,9 @@ class SpecError(Exception):
     """A spec could not be compiled. ``diagnostics`` holds every located problem found."""
 
     def __init__(self, diagnostics: Sequence[Diagnostic], sources: dict[str, str] | None = None):
-        self.diagnostics = tuple(sorted(diagnostics, key=lambda d: (d.span.file, d.span.line, d.span.col, d.code)))
+        # one diagnostic per (code, span, message): a block inlined twice reports its mistake once
+        unique = {(d.code, d.span, d.message): d for d in reversed(list(diagnostics))}
+        self.diagnostics = tuple(sorted(unique.values(), key=lambda d: (d.span.file, d.span.line, d.span.col, d.code)))
         self.sources = dict(sources or {})
         super().__init__(self.render(color=False))
 

@@ -23,6 +23,7 @@ from rpn2c.syntax import ast
 
 OP_FAMILIES = ("op", "processing")
 MAX_INLINE_DEPTH = 32
+_REPORTED = object()  # _find_block: the name was wrong and a diagnostic was already emitted
 
 
 @dataclass
@@ -53,7 +54,8 @@ class Elaborator:
         elif models:
             defn = models[-1]
         else:
-            self.diags.error("E0505", "the file defines no `model`", Span(prog.file, 1, 1, 1, 2))
+            first = prog.definitions[0].span if prog.definitions else Span(prog.file, 1, 1, 1, 2)
+            self.diags.error("E0505", "the file defines no `model`", first)
         if defn is None:
             self.diags.raise_if_any()
         scope = Scope()
@@ -292,6 +294,8 @@ class Elaborator:
     def _call(self, name, call: ast.Call, unit, scope, later) -> str | None:
         func = call.func
         target = self._find_block(func, unit)
+        if target is _REPORTED:
+            return None
         if target is not None:
             return self._inline(name, call, *target, scope=scope, unit=unit, later=later)
         fname = func.text
@@ -340,6 +344,7 @@ class Elaborator:
         return self._add(node, {f"arg{i}": a for i, a in enumerate(arg_ids)})
 
     def _find_block(self, func: ast.Name, unit: Unit):
+        """``(unit, definition)``, None when ``func`` names no block, or _REPORTED after a located error."""
         if len(func.parts) == 1:
             d = unit.program.definition(func.parts[0])
             return (unit, d) if d is not None else None
@@ -349,11 +354,12 @@ class Elaborator:
             if d is None:
                 self.diags.error("E0201", f"'{func.parts[0]}' has no block '{func.parts[1]}'", func.span,
                                  suggestion=did_you_mean(func.parts[1], [x.name for x in sub.program.definitions]))
-                return None
+                return _REPORTED
             return sub, d
         if len(func.parts) >= 2:
             self.diags.error("E0202", f"unknown import alias '{func.parts[0]}'", func.span,
                              suggestion=did_you_mean(func.parts[0], unit.imports))
+            return _REPORTED
         return None
 
     def _inline(self, name, call: ast.Call, sub: Unit, defn: ast.Definition, *, scope, unit, later) -> str | None:
@@ -394,7 +400,10 @@ class Elaborator:
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             self.diags.error("E0303", f"repeat count must be an integer >= 1, got {count!r}", v.count.span)
             return None
-        if self._find_block(v.call.func, unit) is None:
+        target = self._find_block(v.call.func, unit)
+        if target is _REPORTED:
+            return None
+        if target is None:
             self.diags.error("E0310", f"repeat needs a block call; '{v.call.func.text}' is not a block",
                              v.call.func.span)
             return None

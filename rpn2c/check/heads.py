@@ -7,6 +7,7 @@ input (the ``context`` when given, else the main input after ``pre`` processing)
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -79,7 +80,13 @@ def resolve_use(expr: ast.Expr, slot: str, scope: Scope, diags: Diagnostics) -> 
         hp = entry.schema(**values)
     except ValidationError as exc:
         fields = list(entry.schema.model_fields)
-        for err in exc.errors():
+        errors = exc.errors()
+        # a misspelt key ('sise' for 'size') is one mistake: do not also report the field it meant as missing
+        meant = {m for e in errors if e["type"] == "extra_forbidden" and e["loc"]
+                 for m in difflib.get_close_matches(str(e["loc"][0]), fields, n=1, cutoff=0.6)}
+        for err in errors:
+            if err["type"] == "missing" and err["loc"] and err["loc"][0] in meant:
+                continue
             key = str(err["loc"][0]) if err["loc"] else ""
             at = spans.get(key, span)
             if err["type"] == "extra_forbidden":

@@ -259,6 +259,7 @@ def _syntax_diagnostic(exc: UnexpectedInput, text: str, file: str) -> Diagnostic
         expected = sorted({terminal_word(t) for t in exc.accepts or exc.expected if t != "COMMENT"})
         msg = f"unexpected {terminal_word(tok.type) if tok.type in TERMINAL_WORDS else repr(str(tok))}"
         hint = "expected something like " + ", ".join(expected[:8]) if expected else None
+        hint = _char_hint(str(tok)) or hint
         end = (tok.end_column or col + len(str(tok))) if (tok.end_line or line) == line else col + 1
         return Diagnostic("E0102", msg, Span(file, line, col, line, end), suggestion=hint)
     # end of input: point at the end of the last non-blank line
