@@ -143,11 +143,11 @@ class XiModule(nn.Module):
 
     axis: str = "instance"
 
-    def matrix(self, q, c, aux) -> torch.Tensor:
+    def matrix(self, q, c, aux, size=None) -> torch.Tensor:
         raise NotImplementedError
 
     def apply(self, z, q, c, aux) -> torch.Tensor:
-        a = self.matrix(q, c, aux)
+        a = self.matrix(q, c, aux, z.shape[-1] if self.axis == "attribute" else z.shape[-2])
         return z @ a if self.axis == "attribute" else a @ z
 
 

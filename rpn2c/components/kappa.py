@@ -168,8 +168,8 @@ class _PatchPoolModule(nn.Module):
     def __init__(self, geo: Geometry, spatial, reduce: str, reference: bool):
         super().__init__()
         self.geo, self.spatial, self.reduce, self.reference = geo, spatial, reduce, reference
-        if reference or geo.padding_mode != "zeros":
-            self.register_buffer("index", geo.patch_index(spatial), persistent=False)
+        # the gather index serves the reference and every pooling the native kernels cannot express
+        self.register_buffer("index", geo.patch_index(spatial), persistent=False)
 
     def forward(self, x, grid=True):
         geo = self.geo

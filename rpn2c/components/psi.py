@@ -61,9 +61,10 @@ class _Eye(PsiModule):
     def __init__(self, n, D):
         super().__init__()
         self.n, self.D = n, D
+        self.register_buffer("eye", torch.eye(n, D), persistent=False)  # follows .to(dtype/device)
 
     def matrix(self):
-        return torch.eye(self.n, self.D)
+        return self.eye
 
     def apply(self, z):
         if self.n == self.D:

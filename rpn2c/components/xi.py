@@ -34,8 +34,8 @@ class _IdentityXi(XiModule):
         super().__init__()
         self.axis = axis
 
-    def matrix(self, q, c, aux):
-        n = (c if self.axis == "instance" else q).shape[-2 if self.axis == "instance" else -1]
+    def matrix(self, q, c, aux, size=None):
+        n = size if size is not None else c.shape[-2 if self.axis == "instance" else -1]
         return torch.eye(n, dtype=q.dtype, device=q.device)
 
     def apply(self, z, q, c, aux):
@@ -174,8 +174,8 @@ class _ChainXi(XiModule):
             return self._power(z / torch.where(deg == 0, torch.ones_like(deg), deg))
         return self._power(z)
 
-    def matrix(self, q, c, aux):
-        n = c.shape[-2] if self.axis == "instance" else q.shape[-1]
+    def matrix(self, q, c, aux, size=None):
+        n = size if size is not None else (c.shape[-2] if self.axis == "instance" else c.shape[-1])
         a = _chain_dense(n, self.hp, q.dtype, q.device)
         return a if self.axis == "instance" else a.T
 
@@ -274,8 +274,8 @@ class _GraphXi(XiModule):
             w = inv[dst] * w * inv[src]
         return src, dst, w
 
-    def matrix(self, q, c, aux):
-        n = c.shape[-2]
+    def matrix(self, q, c, aux, size=None):
+        n = size if size is not None else c.shape[-2]
         src, dst, w = self.edge_list(aux, n, q.dtype, q.device)
         a = torch.zeros(n, n, dtype=q.dtype, device=q.device).index_put_((dst, src), w, accumulate=True)
         return torch.linalg.matrix_power(a, self.hp.hops)
@@ -389,13 +389,16 @@ class _BilinearXi(XiModule):
             add(aux["key_padding"].unsqueeze(-2), self.modes.get("key_padding", "block"))
         return bias
 
-    def matrix(self, q, c, aux):
+    def matrix(self, q, c, aux, size=None):
         qq, kk = self._qk(q, c)
         logits = (qq @ kk.transpose(-1, -2)) * self.scale
         mask = self._additive_mask(aux, q.shape[-2], c.shape[-2], q.dtype, q.device)
+        if not self.hp.softmax:
+            # without softmax a blocked pair has weight 0 (not -inf); finite additive masks are added
+            return logits if mask is None else torch.where(torch.isneginf(mask), 0.0, logits + mask)
         if mask is not None:
             logits = logits + mask
-        return torch.softmax(logits, dim=-1) if self.hp.softmax else logits
+        return torch.softmax(logits, dim=-1)
 
     def apply(self, z, q, c, aux):
         if not self.hp.softmax:

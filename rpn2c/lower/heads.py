@@ -98,7 +98,7 @@ class LayerModule(nn.Module):
             x = p(x)
         data = context if context is not None else x
         outs = [self._head(hd, x, data, aux) for hd in self._holders()]
-        y = self.fusion(outs) if self.fusion is not None else outs[0]
+        y = _fuse(self.fusion, outs, self.out_kind == "grid") if self.fusion is not None else outs[0]
         if self.pi is not None:
             y = y + (self.pi(raw.movedim(1, -1)).movedim(-1, 1) if self.x_kind == "grid" else self.pi(raw))
         for p in self.post:
@@ -119,7 +119,7 @@ class LayerModule(nn.Module):
         return y.squeeze(1) if vec else y
 
     def _fuse_channels(self, hd, ys):
-        return ys[0] if len(ys) == 1 else hd.channel_fusion(ys)
+        return ys[0] if len(ys) == 1 else _fuse(hd.channel_fusion, ys, self.out_kind == "grid")
 
     def _add_bias(self, hd, y):
         return y if hd.bias is None else y + hd.bias
@@ -225,6 +225,13 @@ class LayerModule(nn.Module):
         return ys
 
 
+def _fuse(fusion, ys, grid):
+    """Fusions act on the feature axis: the last one for items/vectors, the channel axis (1) for grids."""
+    if not grid:
+        return fusion(ys)
+    return fusion([y.movedim(1, -1) for y in ys]).movedim(-1, 1)
+
+
 def _flat(tap, kernel):
     idx = 0
     for c, k in zip(tap, kernel):
@@ -244,6 +251,6 @@ def _pad(x, geo):
 def _xi(mod, c, z, q, data, aux, reference):
     m = _channel(mod, c)
     if reference:
-        a = m.matrix(q, data, aux)
+        a = m.matrix(q, data, aux, z.shape[-1] if m.axis == "attribute" else z.shape[-2])
         return z @ a if m.axis == "attribute" else a @ z
     return m.apply(z, q, data, aux)
