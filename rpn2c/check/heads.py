@@ -348,7 +348,7 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span) -> Head
             if tr.n != feat_out[0]:
                 raise LayerShapeError(f"psi = eye needs out = D = {feat_out[0]}, got out = {tr.n}", span)
             tr.n_out, tr.params = None, params
-            return _finish(h, tr)
+            return _finish(h, tr, span)
         nz = math.prod(spatial_out) if all(is_known(s) for s in spatial_out) else "P"
         tr.nz = nz
     else:
@@ -376,7 +376,7 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span) -> Head
     if x is not data and str(n_out) != str(x.items):
         raise LayerShapeError(f"with a context input the head must map back to the query's {x.items} items "
                               f"(an instance ξ such as attention), got {n_out}", span)
-    return _finish(h, tr)
+    return _finish(h, tr, span)
 
 
 def _apply_xi(h, slot, axis, size, x, data, aux, mz, nz, params):
@@ -401,7 +401,7 @@ def _apply_xi(h, slot, axis, size, x, data, aux, mz, nz, params):
     return (new, nz, params) if axis == "attribute" else (mz, new, params)
 
 
-def _finish(h: HeadSpec, tr: HeadTrace) -> HeadTrace:
+def _finish(h: HeadSpec, tr: HeadTrace, span: Span) -> HeadTrace:
     psi = h.psi.component
     if tr.grid_kappa:
         return tr
@@ -410,7 +410,8 @@ def _finish(h: HeadSpec, tr: HeadTrace) -> HeadTrace:
         if psi.name == "eye":
             n = tr.d
         else:
-            raise LayerShapeError(f"head '{h.name}' needs its output width: add `out = n`", h.psi.span)
+            at = h.psi.span if h.psi.span.line >= 1 else span  # a default ψ has no span of its own
+            raise LayerShapeError(f"head '{h.name}' needs its output width: add `out = n`", at)
     err = psi.check(n, tr.d)
     if err:
         raise LayerShapeError(err, h.psi.span)

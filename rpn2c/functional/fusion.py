@@ -12,8 +12,8 @@ the ``k`` inputs (one ``stack``/``cat``, then a reduction).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 
@@ -21,9 +21,24 @@ Tensor = torch.Tensor
 Inputs = Tensor | Sequence[Tensor]
 
 __all__ = [
-    "stack_inputs", "sum_fusion", "mean_fusion", "weighted_fusion", "max_fusion", "min_fusion", "prod_fusion",
-    "hadamard_fusion", "median_fusion", "pnorm_fusion", "concat_fusion", "concat_linear_fusion",
-    "concat_lowrank_fusion", "same_shape_dim", "concat_dim", "projection_dim", "FusionSpec", "FUSIONS",
+    "FUSIONS",
+    "FusionSpec",
+    "concat_dim",
+    "concat_fusion",
+    "concat_linear_fusion",
+    "concat_lowrank_fusion",
+    "hadamard_fusion",
+    "max_fusion",
+    "mean_fusion",
+    "median_fusion",
+    "min_fusion",
+    "pnorm_fusion",
+    "prod_fusion",
+    "projection_dim",
+    "same_shape_dim",
+    "stack_inputs",
+    "sum_fusion",
+    "weighted_fusion",
 ]
 
 

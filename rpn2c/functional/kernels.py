@@ -29,8 +29,8 @@ Paper vs toolkit (tinyBIG) decisions, see catalog §2.5 / §8 item 11:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -38,19 +38,36 @@ import torch.nn.functional as F
 Tensor = torch.Tensor
 
 __all__ = [
-    # helpers
-    "gram", "covariance", "sq_euclidean_distance", "minkowski_distance", "canberra_distance",
-    # numerical kernels
-    "linear_kernel", "polynomial_kernel", "hyperbolic_tangent_kernel", "exponential_kernel",
-    "cosine_similarity_kernel", "minkowski_kernel", "manhattan_kernel", "euclidean_kernel", "chebyshev_kernel",
-    "gaussian_rbf_kernel", "laplacian_kernel", "anisotropic_rbf_kernel", "canberra_kernel", "hybrid_kernel",
-    # statistical kernels
-    "kl_divergence_kernel", "pearson_correlation_kernel", "rv_coefficient_kernel", "rv_coefficient",
+    "KERNELS",
+    "NORMALIZATIONS",
+    "KernelSpec",
+    "anisotropic_rbf_kernel",
+    "canberra_distance",
+    "canberra_kernel",
+    "chebyshev_kernel",
+    "cosine_similarity_kernel",
+    "covariance",
+    "degree_normalize",
+    "euclidean_kernel",
+    "exponential_kernel",
     "gaussian_mutual_information_kernel",
-    # normalizations
-    "degree_normalize", "softmax_normalize", "mean_std_normalize",
-    # registries
-    "KernelSpec", "KERNELS", "NORMALIZATIONS",
+    "gaussian_rbf_kernel",
+    "gram",
+    "hybrid_kernel",
+    "hyperbolic_tangent_kernel",
+    "kl_divergence_kernel",
+    "laplacian_kernel",
+    "linear_kernel",
+    "manhattan_kernel",
+    "mean_std_normalize",
+    "minkowski_distance",
+    "minkowski_kernel",
+    "pearson_correlation_kernel",
+    "polynomial_kernel",
+    "rv_coefficient",
+    "rv_coefficient_kernel",
+    "softmax_normalize",
+    "sq_euclidean_distance",
 ]
 
 

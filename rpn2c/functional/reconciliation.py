@@ -24,8 +24,8 @@ them). ``std="fan_in"`` scales each factor by ``1/sqrt(contracted dim)``, keepin
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -34,8 +34,15 @@ Tensor = torch.Tensor
 Shapes = dict[str, tuple[int, ...]]
 
 __all__ = [
-    "closest_factors", "hm_default_pq", "hm_min_params_pq", "num_params", "unflatten", "flatten",
-    "ReconciliationSpec", "RECONCILIATIONS", "get_reconciliation",
+    "RECONCILIATIONS",
+    "ReconciliationSpec",
+    "closest_factors",
+    "flatten",
+    "get_reconciliation",
+    "hm_default_pq",
+    "hm_min_params_pq",
+    "num_params",
+    "unflatten",
 ]
 
 
@@ -248,7 +255,7 @@ def duplicated_padding_param_shapes(n: int, D: int, *, p: int = 2, q: int | None
 
 def duplicated_padding_fabricate(params, n, D, *, p: int = 2, q: int | None = None) -> Tensor:
     """``ψ = 1_{p×q} ⊗ W``, ``W ∈ R^{(n/p)×(D/q)}`` (``q`` defaults to ``p``)."""
-    p, q, s, t = _dup_grid(n, D, p, q)
+    p, q, _, _ = _dup_grid(n, D, p, q)
     W = params["W"]
     return torch.kron(W.new_ones(p, q), W)
 
@@ -268,7 +275,7 @@ def duplicated_diagonal_padding_param_shapes(n: int, D: int, *, p: int = 2, q: i
 
 def duplicated_diagonal_padding_fabricate(params, n, D, *, p: int = 2, q: int | None = None) -> Tensor:
     """``ψ = I_{p×q} ⊗ W`` (``torch.eye(p, q)``): ``blockdiag(W, …, W)`` with ``min(p, q)`` copies (``q`` defaults to p)."""
-    p, q, s, t = _dup_grid(n, D, p, q)
+    p, q, _, _ = _dup_grid(n, D, p, q)
     W = params["W"]
     return torch.kron(torch.eye(p, q, dtype=W.dtype, device=W.device), W)
 
@@ -276,7 +283,7 @@ def duplicated_diagonal_padding_fabricate(params, n, D, *, p: int = 2, q: int | 
 def duplicated_diagonal_padding_apply(x, params, n, D, *, p: int = 2, q: int | None = None) -> Tensor:
     """Block ``k`` of ``x`` times ``Wᵀ`` gives output block ``k`` (``k < min(p, q)``); other output blocks are 0."""
     _check_x(x, D)
-    p, q, s, t = _dup_grid(n, D, p, q)
+    p, q, _, t = _dup_grid(n, D, p, q)
     k = min(p, q)
     y = F.linear(x.unflatten(-1, (q, t))[..., :k, :], params["W"])  # [..., k, s]
     return F.pad(y, (0, 0, 0, p - k)).flatten(-2)
@@ -322,7 +329,7 @@ def hm_fabricate(params, n, D, *, p: int | None = None, q: int | None = None) ->
 def hm_apply(x, params, n, D, *, p: int | None = None, q: int | None = None) -> Tensor:
     """``vec(A X Bᵀ)``, cost ``q·t·s + p·q·s`` per row."""
     _check_x(x, D)
-    p, q, s, t = _blocks(n, D, p, q)
+    _, q, _, t = _blocks(n, D, p, q)
     B = params["B"]
     return _kron_apply(x, params["A"], lambda X: X @ B.mT, q, t)
 
@@ -342,7 +349,7 @@ def lphm_fabricate(params, n, D, *, r: int = 2, p: int | None = None, q: int | N
 def lphm_apply(x, params, n, D, *, r: int = 2, p: int | None = None, q: int | None = None) -> Tensor:
     """``vec(A ((X Tᵀ) Sᵀ))``."""
     _check_x(x, D)
-    p, q, s, t = _blocks(n, D, p, q)
+    _, q, _, t = _blocks(n, D, p, q)
     S, T = params["S"], params["T"]
     return _kron_apply(x, params["A"], lambda X: (X @ T.mT) @ S.mT, q, t)
 
@@ -362,7 +369,7 @@ def dual_lphm_fabricate(params, n, D, *, r: int = 2, p: int | None = None, q: in
 def dual_lphm_apply(x, params, n, D, *, r: int = 2, p: int | None = None, q: int | None = None) -> Tensor:
     """``vec(P (Q ((X Tᵀ) Sᵀ)))``."""
     _check_x(x, D)
-    p, q, s, t = _blocks(n, D, p, q)
+    _, q, _, t = _blocks(n, D, p, q)
     P, Q, S, T = params["P"], params["Q"], params["S"], params["T"]
     Z = (x.unflatten(-1, (q, t)) @ T.mT) @ S.mT  # [..., q, s]
     return (P @ (Q @ Z)).flatten(-2)

@@ -9,7 +9,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from rpn2c.functional import reconciliation as R
@@ -308,3 +307,15 @@ def test_dtype_and_device_follow_inputs():
         params = {"lambda1": torch.ones(4, dtype=dt), "lambda2": torch.ones(2, dtype=dt), **bufs}
         assert spec.apply(torch.ones(2, 6, dtype=dt), params, 4, 6, r=2).dtype == dt
         assert R.constant_apply(torch.ones(2, 6, dtype=dt), {}, 4, 6).dtype == dt
+
+
+def test_meta_device_follows_inputs():
+    n, D = 6, 8
+    for name, spec in R.RECONCILIATIONS.items():
+        hp = {"l": 3, "d": 4} if "hypernet" in name else {}
+        params = {k: torch.randn(v, device="meta") for k, v in spec.param_shapes(n, D, **hp).items()}
+        if spec.make_buffers is not None:
+            params.update(spec.make_buffers(n, D, device="meta", **hp))
+        assert spec.apply(torch.randn(2, D, device="meta"), params, n, D, **hp).device.type == "meta", name
+        extra = {} if spec.learnable else {"device": "meta"}
+        assert spec.fabricate(params, n, D, **hp, **extra).device.type == "meta", name
