@@ -18,6 +18,7 @@ from pydantic import field_validator
 
 from rpn2c.components.base import ShapeRuleError
 from rpn2c.components.registry import HP
+from rpn2c.functional import structure
 from rpn2c.ir.types import Dim
 
 IntOrList = Union[int, list[int]]
@@ -76,32 +77,22 @@ class Geometry:
             mask[t] = True
         return mask
 
+    def offsets(self, device=None) -> torch.Tensor:
+        """LongTensor [p, rank]: dilated tap offsets from the window start, in conv weight flatten order."""
+        taps = torch.tensor(self.tap_positions(), dtype=torch.long, device=device).reshape(-1, self.rank)
+        return taps * torch.tensor(self.dilation, dtype=torch.long, device=device)
+
+    def structure_args(self, spatial: tuple[int, ...], device=None) -> dict:
+        """Keyword arguments of the ``rpn2c.functional.structure`` patch builders for this geometry."""
+        return {"extent": spatial, "offsets": self.offsets(device), "stride": self.stride,
+                "pad_before": self.pad_before, "out_counts": self.out_spatial(spatial), "mode": self.padding_mode}
+
     def patch_index(self, spatial: tuple[int, ...], device=None) -> torch.Tensor:
         """LongTensor [P, p]: flat (row-major) source position of every tap of every patch, -1 outside the grid.
 
         Circular/reflect/replicate padding map outside taps back into the grid like ``torch.nn.functional.pad``.
         """
-        outs = self.out_spatial(spatial)
-        taps = torch.tensor(self.tap_positions(), dtype=torch.long, device=device).reshape(-1, self.rank)
-        centers = torch.cartesian_prod(*(torch.arange(o, device=device) for o in outs)).reshape(-1, self.rank)
-        stride = torch.tensor(self.stride, device=device)
-        dil = torch.tensor(self.dilation, device=device)
-        pb = torch.tensor(self.pad_before, device=device)
-        coords = (centers * stride - pb)[:, None, :] + (taps * dil)[None, :, :]  # [P, p, rank]
-        size = torch.tensor(spatial, device=device)
-        if self.padding_mode == "circular":
-            coords = coords % size
-        elif self.padding_mode == "replicate":
-            coords = torch.minimum(torch.clamp(coords, min=0), size - 1)
-        elif self.padding_mode == "reflect":
-            period = 2 * (size - 1)
-            c = coords.abs() % torch.clamp(period, min=1)
-            coords = torch.where(c >= size, period - c, c)
-        inside = ((coords >= 0) & (coords < size)).all(-1)
-        flat = torch.zeros(coords.shape[:2], dtype=torch.long, device=device)
-        for ax in range(self.rank):
-            flat = flat * spatial[ax] + coords[..., ax]
-        return torch.where(inside, flat, torch.full_like(flat, -1))
+        return structure.patch_index(**self.structure_args(spatial, device))
 
 
 def _per_axis(value: IntOrList, rank: int, what: str) -> tuple[int, ...]:
@@ -156,8 +147,6 @@ class PatchHP(HP):
             pa = pb
         if self.pad_after is not None:
             pa = _per_axis(self.pad_after, rank, "pad_after")
-        if self.padding_mode != "zeros" and any(b != a for b, a in zip(pb, pa)) and self.padding_mode == "reflect":
-            pass  # reflect with asymmetric padding is fine for index maps
         return Geometry(k, s, d, pb, pa, self.padding_mode, taps)
 
 

@@ -16,6 +16,7 @@ from torch import nn
 from rpn2c.components.base import Interdependence, ShapeRuleError, XiModule
 from rpn2c.components.grid import CentredPatchHP, Geometry, PatchHP
 from rpn2c.components.registry import HP, ValueRef, register
+from rpn2c.functional import structure
 
 
 @register
@@ -96,24 +97,12 @@ class CuboidPatch(GridXi):
 
 def padding_matrix(geo: Geometry, spatial: tuple[int, ...], dtype, device) -> torch.Tensor:
     """The paper's padding-mode matrix A ∈ {0,1}^{N x P·p}: column q·p + j is one-hot at tap j of patch q."""
-    index = geo.patch_index(spatial, device=device).reshape(-1)
-    n = math.prod(spatial)
-    a = torch.zeros(n, index.numel(), dtype=dtype, device=device)
-    cols = torch.arange(index.numel(), device=device)
-    keep = index >= 0
-    a[index[keep], cols[keep]] = 1
-    return a
+    return structure.padding_matrix(**geo.structure_args(spatial, device), device=device, dtype=dtype)
 
 
 def aggregation_matrix(geo: Geometry, spatial: tuple[int, ...], dtype, device) -> torch.Tensor:
     """The paper's aggregation-mode matrix A ∈ {0,1}^{N x P}: column q sums the cells of patch q."""
-    index = geo.patch_index(spatial, device=device)
-    n = math.prod(spatial)
-    a = torch.zeros(n, index.shape[0], dtype=dtype, device=device)
-    cols = torch.arange(index.shape[0], device=device).unsqueeze(1).expand_as(index)
-    keep = index >= 0
-    a.index_put_((index[keep], cols[keep]), torch.ones((), dtype=dtype, device=device), accumulate=True)
-    return a
+    return structure.aggregation_matrix(**geo.structure_args(spatial, device), device=device, dtype=dtype)
 
 
 # ------------------------------------------------------------------------------------------------ chain
@@ -243,36 +232,9 @@ class _GraphXi(XiModule):
     def edge_list(self, aux, n, dtype, device):
         """(src, dst, w) with self-loops and normalisation applied: A[dst, src] = w. O(E)."""
         hp = self.hp
-        ei = aux["edges"].to(device=device, dtype=torch.long)
-        w = aux.get("weight")
-        w = torch.ones(ei.shape[1], dtype=dtype, device=device) if w is None else w.to(dtype)
-        src, dst = ei[0], ei[1]
-        if not hp.directed:
-            key = torch.cat([dst * n + src, src * n + dst])
-            wt = torch.cat([w, w])
-            key, inv = torch.unique(key, return_inverse=True)
-            w = torch.zeros(key.numel(), dtype=dtype, device=device).scatter_reduce(0, inv, wt, "amax",
-                                                                                    include_self=False)
-            dst, src = key // n, key % n
-        if hp.self_loops:
-            loop = src == dst
-            has = torch.zeros(n, dtype=torch.bool, device=device)
-            has[src[loop]] = True
-            missing = torch.arange(n, device=device)[~has]
-            src = torch.cat([src, missing])
-            dst = torch.cat([dst, missing])
-            w = torch.cat([w, torch.ones(missing.numel(), dtype=dtype, device=device)])
-        if hp.norm in ("row", "symmetric"):
-            deg = torch.zeros(n, dtype=dtype, device=device).index_add_(0, dst, w)
-        if hp.norm == "row":
-            w = w / torch.where(deg == 0, torch.ones_like(deg), deg)[dst]
-        elif hp.norm == "column":
-            deg = torch.zeros(n, dtype=dtype, device=device).index_add_(0, src, w)
-            w = w / torch.where(deg == 0, torch.ones_like(deg), deg)[src]
-        elif hp.norm == "symmetric":
-            inv = torch.where(deg > 0, deg.clamp(min=torch.finfo(dtype).tiny).rsqrt(), torch.zeros_like(deg))
-            w = inv[dst] * w * inv[src]
-        return src, dst, w
+        return structure.graph_norm_weights(aux["edges"], n, aux.get("weight"), self_loops=hp.self_loops,
+                                            normalization=hp.norm, directed=hp.directed, device=device,
+                                            dtype=dtype)
 
     def matrix(self, q, c, aux, size=None):
         n = size if size is not None else c.shape[-2]
@@ -284,8 +246,7 @@ class _GraphXi(XiModule):
         n = z.shape[-2]
         src, dst, w = self.edge_list(aux, n, z.dtype, z.device)
         for _ in range(self.hp.hops):
-            msg = z.index_select(-2, src) * w.unsqueeze(-1)
-            z = torch.zeros_like(z).index_add_(-2, dst, msg)
+            z = structure.graph_propagate(z, src, dst, w, n, dim=-2)
         return z
 
 
