@@ -13,6 +13,7 @@ import networkx as nx
 
 from rpn2c.check.heads import LayerShapeError, build_layer, infer_layer, resolve_use
 from rpn2c.check.loader import Unit
+from rpn2c.check.recurrent import build_recurrent, infer_recurrent
 from rpn2c.check.values import INVALID, Scope, evaluate
 from rpn2c.components.base import ShapeRuleError
 from rpn2c.components.registry import REGISTRY, ValueRef, names
@@ -182,7 +183,10 @@ class Elaborator:
         batched = True
         if te.kind == "nodes" and len(dims) == 2:
             dims, batched = [1, *dims], False
-        return TensorType(kind, tuple(dims), batched, MASK_MODES.get(te.kind), te.kind)
+        time_major = te.kind in ("time_major", "state")
+        if time_major:  # written [T, B, F] / [S, B, H]; sample-first inside
+            dims = [dims[1], dims[0], *dims[2:]]
+        return TensorType(kind, tuple(dims), batched, MASK_MODES.get(te.kind), te.kind, time_major)
 
     def _check_bound_type(self, stmt: ast.Input, nid: str, scope: Scope, unit: Unit) -> None:
         want = self._tensor_type(stmt.type, scope)
@@ -250,6 +254,8 @@ class Elaborator:
 
     # heads and layers
     def _layer(self, name, v, unit, scope, later) -> str | None:
+        if isinstance(v, ast.HeadExpr) and v.kind == "recurrent":
+            return self._recurrent(name, v, unit, scope, later)
         args = [self._value_ref(a, scope, unit, later, name, i) for i, a in enumerate(v.args)]
         ctx_id = None
         for kw in v.kwargs:
@@ -288,6 +294,40 @@ class Elaborator:
                              if exc.span != v.span else ())
             return None
         node = Node(nid, "layer", v.span, out, layer=spec, params=params, trace={"heads": traces})
+        return self._add(node, edges)
+
+    def _recurrent(self, name, v, unit, scope, later) -> str | None:
+        args = [self._value_ref(a, scope, unit, later, name, i) for i, a in enumerate(v.args)]
+        for kw in v.kwargs:
+            self.diags.error("E0302", f"a recurrent layer takes one input sequence; its initial states are the "
+                                      f"settings `state = h0` / `cell_state = c0`, not '{kw.name}'", kw.span)
+        if len(v.args) != 1:
+            self.diags.error("E0311", f"a recurrent layer takes exactly one input value, got {len(v.args)}", v.span)
+            return None
+        built = build_recurrent(v.settings, scope, self.diags, v.span)
+        x_id = args[0]
+        if built is None or x_id is None or v.kwargs:
+            return None
+        spec, refs = built
+        edges = {"x": x_id}
+        states = {}
+        for key, (ref, at) in refs.items():
+            t = self._node_type(ref.name)
+            if t is None:
+                return None
+            edges[f"aux:{key}"] = ref.name
+            states[key] = (t, at)
+        xt = self._node_type(x_id)
+        if xt is None:
+            return None
+        try:
+            out, params, trace = infer_recurrent(spec, xt, states, v.span)
+        except LayerShapeError as exc:
+            self.diags.error("E0402", exc.message, exc.span, notes=[(v.span, f"in '{name}' (input: {xt})")]
+                             if exc.span != v.span else ())
+            return None
+        nid = self._fresh(scope.prefix + name)
+        node = Node(nid, "recurrent", v.span, out, layer=spec, params=params, trace={"recurrent": trace})
         return self._add(node, edges)
 
     # op / block calls

@@ -24,10 +24,11 @@ from rpn2c.ir.types import TensorType, grid, is_known, items, vector
 from rpn2c.syntax import ast
 
 HEAD_KEYS = ("kappa", "psi", "xi_attribute", "xi_attribute_post", "xi_instance", "xi_instance_prior", "channels",
-             "channel_fusion", "bias", "out")
+             "channel_fusion", "bias", "out", "groups")
 LAYER_KEYS = ("fusion", "pi", "pre", "post")
 SINGLE_HEAD_KEYS = HEAD_KEYS + LAYER_KEYS + ("heads",)
-AUX_KINDS = {"edges": ("edges",), "weight": ("edge_weight",), "key_padding": ("mask",), "attn_mask": ("mask",)}
+AUX_KINDS = {"edges": ("edges",), "weight": ("edge_weight",), "key_padding": ("mask",), "attn_mask": ("mask",),
+             "keys": ("items",)}
 XI_SLOTS = ("xi_attribute", "xi_instance_prior", "xi_instance", "xi_attribute_post")
 
 
@@ -204,6 +205,7 @@ def _build_head(name, hs: dict[str, ast.Setting], compress, scope, diags, span) 
             if use is not None and use.name != "identity":
                 xi[slot] = use
     channels = _int_setting(hs["channels"], scope, diags) if "channels" in hs else 1
+    groups = _int_setting(hs["groups"], scope, diags) if "groups" in hs else 1
     cf = comp("channel_fusion", "mean", "fusion")
     out = _int_setting(hs["out"], scope, diags) if "out" in hs else None
     bias = "none" if compress else "tied"
@@ -216,9 +218,10 @@ def _build_head(name, hs: dict[str, ast.Setting], compress, scope, diags, span) 
             diags.error("E0303", f"'bias' must be true, false, \"tied\" or \"untied\", got {v!r}", hs["bias"].value.span)
             return None
         bias = mapping[v]
-    if None in (kappa, psi, cf, channels) or ("out" in hs and out is None):
+    if None in (kappa, psi, cf, channels, groups) or ("out" in hs and out is None):
         return None
-    return HeadSpec(name, kappa, psi, xi, channels, cf, bias, out)
+    return HeadSpec(name, kappa, psi, xi, channels, cf, bias, out, groups,
+                    hs["groups"].span if "groups" in hs else span)
 
 
 # ------------------------------------------------------------------------------------------------ shape rule
@@ -274,7 +277,7 @@ def infer_layer(spec: LayerSpec, x: TensorType, ctx: TensorType | None, aux: dic
     if t0.view == "grid":
         out = grid(x.batch, width, t0.spatial_out)
     elif t0.view == "items":
-        out = items(x.batch, t0.n_out, width, batched=x.batched, role=x.role or "items")
+        out = items(x.batch, t0.n_out, width, batched=x.batched, role="sequence" if x.time_major else (x.role or "items"))
     else:
         out = vector(x.batch, width)
     pi = spec.pi.component
@@ -401,6 +404,20 @@ def _apply_xi(h, slot, axis, size, x, data, aux, mz, nz, params):
     return (new, nz, params) if axis == "attribute" else (mz, new, params)
 
 
+def _group_width(h: HeadSpec, tr: HeadTrace, n: int, span: Span) -> int:
+    """ψ's input width per group, D/g, after checking that grouping is well defined for this head."""
+    g, at = h.groups, h.groups_span
+    if not h.kappa.component.elementwise:
+        raise LayerShapeError(f"groups = {g} needs an elementwise κ (features stay channel-major); "
+                              f"'{h.kappa.name}' mixes features", at)
+    if "xi_attribute_post" in h.xi or ("xi_attribute" in h.xi and tr.view != "grid"):
+        raise LayerShapeError(f"groups = {g} cannot be combined with an attribute ξ that mixes features", at)
+    if tr.m % g or n % g:
+        raise LayerShapeError(f"groups = {g} must divide both the input channels/features ({tr.m}) and out ({n})",
+                              at)
+    return tr.d // g
+
+
 def _finish(h: HeadSpec, tr: HeadTrace, span: Span) -> HeadTrace:
     psi = h.psi.component
     if tr.grid_kappa:
@@ -412,10 +429,13 @@ def _finish(h: HeadSpec, tr: HeadTrace, span: Span) -> HeadTrace:
         else:
             at = h.psi.span if h.psi.span.line >= 1 else span  # a default ψ has no span of its own
             raise LayerShapeError(f"head '{h.name}' needs its output width: add `out = n`", at)
-    err = psi.check(n, tr.d)
+    d = tr.d
+    if h.groups > 1:
+        d = _group_width(h, tr, n, span)
+    err = psi.check(n, d)
     if err:
         raise LayerShapeError(err, h.psi.span)
-    tr.params += psi.count(n, tr.d) * h.channels
+    tr.params += psi.count(n, d) * h.channels
     if h.bias == "tied":
         tr.params += n
     elif h.bias == "untied":

@@ -1,6 +1,6 @@
 """The component registry and every component family (importing this package registers them all)."""
 
-from rpn2c.components import fusion, kappa, ops, pi, processing, psi, xi  # noqa: F401  (registration)
+from rpn2c.components import cells, fusion, kappa, ops, pi, processing, psi, xi  # noqa: F401  (registration)
 from rpn2c.components.registry import REGISTRY, Entry, all_entries, lookup, names
 
 __all__ = ["REGISTRY", "Entry", "all_entries", "lookup", "names"]

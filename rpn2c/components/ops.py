@@ -10,7 +10,7 @@ from torch import nn
 
 from rpn2c.components.base import Op, ShapeRuleError
 from rpn2c.components.registry import HP, register
-from rpn2c.ir.types import items, numel, vector
+from rpn2c.ir.types import TensorType, items, numel, vector
 
 
 @register
@@ -121,6 +121,22 @@ class ToItems(Op):
 
     def build(self, ins):
         return _Lambda(lambda x: x.flatten(2).transpose(1, 2))
+
+
+@register
+class TimeMajor(Op):
+    """time_major(y): y unchanged, but returned time-first ([T, B, F] instead of [B, T, F]) by the model."""
+
+    name, family = "time_major", "op"
+
+    def infer(self, ins):
+        t = ins[0]
+        if t.kind != "items" or not t.batched:
+            raise ShapeRuleError(f"time_major needs a batched sequence, got {t}")
+        return TensorType("items", t.shape, True, None, "time_major", True)
+
+    def build(self, ins):
+        return _Lambda(lambda x: x)
 
 
 class _PoolHP(HP):

@@ -25,6 +25,7 @@ FAMILIES = {
     "remainder": "remainder π: R^m -> R^n",
     "interdependence": "data interdependence ξ (attribute or instance)",
     "fusion": "fusion of heads or channels",
+    "cell": "recurrent cell: combines the gate heads and the fed-back state",
     "processing": "input/output processing (activation, norm, dropout)",
     "op": "dataflow operation",
 }
@@ -39,6 +40,8 @@ SLOT_FAMILIES: dict[str, tuple[str, ...]] = {
     "xi_instance": ("interdependence",),
     "xi_instance_prior": ("interdependence",),
     "fusion": ("fusion",),
+    "cell": ("cell",),
+    "kappa_state": ("expansion", "compression"),
     "channel_fusion": ("fusion",),
     "pre": ("processing",),
     "post": ("processing",),

@@ -258,6 +258,8 @@ class _BilinearHP(HP):
     causal: bool = Field(False, description="item t attends only to items <= t")
     key_padding: Optional[ValueRef] = Field(None, description="[B, Nc] mask input over context items")
     attn_mask: Optional[ValueRef] = Field(None, description="[Nq, Nc] or [B, Nq, Nc] mask input")
+    keys: Optional[ValueRef] = Field(None, description="items input the keys are computed from "
+                                                      "(default: the head's data, i.e. its context)")
 
 
 class _BilinearBase(Interdependence):
@@ -267,13 +269,23 @@ class _BilinearBase(Interdependence):
     def rank(self, ctx) -> int:
         raise NotImplementedError
 
+    def out_size(self, ctx):
+        keys = ctx.aux.get("keys")
+        if keys is not None and str(keys.items) != str(ctx.size):
+            raise ShapeRuleError(f"the keys {keys} must have as many items as the values ({ctx.size})")
+        return ctx.size
+
+    def key_features(self, ctx):
+        keys = ctx.aux.get("keys")
+        return ctx.context_features if keys is None else keys.features
+
     def count(self, ctx):
         r = self.rank(ctx)
         extra = 2 * r if self.hp.bias else 0
-        return ctx.query_features * r + ctx.context_features * r + extra
+        return ctx.query_features * r + self.key_features(ctx) * r + extra
 
     def build(self, ctx):
-        return _BilinearXi(self.hp, ctx.query_features, ctx.context_features, self.rank(ctx), ctx.aux)
+        return _BilinearXi(self.hp, ctx.query_features, self.key_features(ctx), self.rank(ctx), ctx.aux)
 
 
 @register
@@ -298,13 +310,14 @@ class Bilinear(_BilinearBase):
     HP = _BilinearHP
 
     def rank(self, ctx):
-        return ctx.context_features
+        return self.key_features(ctx)
 
     def count(self, ctx):
-        return ctx.query_features * ctx.context_features + (ctx.context_features if self.hp.bias else 0)
+        mk = self.key_features(ctx)
+        return ctx.query_features * mk + (mk if self.hp.bias else 0)
 
     def build(self, ctx):
-        return _BilinearXi(self.hp, ctx.query_features, ctx.context_features, None, ctx.aux)
+        return _BilinearXi(self.hp, ctx.query_features, self.key_features(ctx), None, ctx.aux)
 
 
 class _BilinearXi(XiModule):
@@ -324,7 +337,9 @@ class _BilinearXi(XiModule):
         self.scale = hp.scale if hp.scale is not None else 1 / math.sqrt(r)
         self.modes = {k: t.mask_mode for k, t in aux_types.items()}
 
-    def _qk(self, q, c):
+    def _qk(self, q, c, aux):
+        if self.hp.keys is not None:
+            c = aux["keys"]
         qq = q @ self.w_q + (self.b_q if self.b_q is not None else 0)
         kk = c if self.full else c @ self.w_k + (self.b_k if self.b_k is not None else 0)
         return qq, kk
@@ -351,7 +366,7 @@ class _BilinearXi(XiModule):
         return bias
 
     def matrix(self, q, c, aux, size=None):
-        qq, kk = self._qk(q, c)
+        qq, kk = self._qk(q, c, aux)
         logits = (qq @ kk.transpose(-1, -2)) * self.scale
         mask = self._additive_mask(aux, q.shape[-2], c.shape[-2], q.dtype, q.device)
         if not self.hp.softmax:
@@ -364,7 +379,7 @@ class _BilinearXi(XiModule):
     def apply(self, z, q, c, aux):
         if not self.hp.softmax:
             return self.matrix(q, c, aux) @ z
-        qq, kk = self._qk(q, c)
+        qq, kk = self._qk(q, c, aux)
         mask = self._additive_mask(aux, q.shape[-2], c.shape[-2], q.dtype, q.device)
         if qq.shape[-1] != kk.shape[-1]:  # pragma: no cover - shapes are checked statically
             raise RuntimeError("query/key width mismatch")

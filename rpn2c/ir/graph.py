@@ -66,9 +66,11 @@ class HeadSpec:
     channel_fusion: Use
     bias: str  # "none" | "tied" | "untied"
     out: int | None
+    groups: int = 1  # ψ block-diagonal over g feature groups (grouped convolution)
+    groups_span: Span = field(default=UNKNOWN_SPAN, compare=False, repr=False)
 
     def canonical(self) -> dict:
-        return {
+        return {"groups": self.groups,
             "name": self.name, "kappa": self.kappa.canonical(), "psi": self.psi.canonical(),
             "xi": {k: v.canonical() for k, v in sorted(self.xi.items())}, "channels": self.channels,
             "channel_fusion": self.channel_fusion.canonical(), "bias": self.bias, "out": self.out,
@@ -95,14 +97,40 @@ class LayerSpec:
 
 
 @dataclass
+class RecurrentSpec:
+    """A recurrent layer: per gate g, ``a_g(t) = κ(x_t) W_gᵀ + b_g + κ_s(h_{t-1}) U_gᵀ + c_g`` where the fed-back
+    state ``h_{t-1} = (A_chain H)_t`` is a chain interdependence over the layer's own output (``h_{-1}`` = the
+    initial state); the cell combines the gates into the new state. ``layers`` stacked, optionally bidirectional."""
+
+    kind = "recurrent"  # (not a field) read like LayerSpec.kind by reports
+    cell: Use
+    hidden: int
+    layers: int
+    bidirectional: bool
+    bias: bool
+    dropout: float
+    kappa: Use
+    kappa_state: Use
+
+    @property
+    def directions(self) -> int:
+        return 2 if self.bidirectional else 1
+
+    def canonical(self) -> dict:
+        return {"kind": "recurrent", "cell": self.cell.canonical(), "hidden": self.hidden, "layers": self.layers,
+                "bidirectional": self.bidirectional, "bias": self.bias, "dropout": self.dropout,
+                "kappa": self.kappa.canonical(), "kappa_state": self.kappa_state.canonical()}
+
+
+@dataclass
 class Node:
     """An IR node. ``trace`` records the inferred per-stage shapes of a layer (for tables and lowering)."""
 
     id: str
-    kind: str  # input | layer | op | output
+    kind: str  # input | layer | recurrent | op | output
     span: Span
     type: TensorType | None = None
-    layer: LayerSpec | None = None
+    layer: LayerSpec | RecurrentSpec | None = None
     op: Use | None = None
     params: int = 0
     trace: dict = field(default_factory=dict)
@@ -122,6 +150,8 @@ class Node:
             heads = self.layer.heads
             what = self.layer.kind if len(heads) == 1 else f"layer×{len(heads)}"
             return f"{self.id} = {what}"
+        if self.kind == "recurrent":
+            return f"{self.id} = recurrent {self.layer.cell}"
         if self.kind == "op":
             return f"{self.id} = {self.op}"
         return f"{self.kind} {self.id}"
@@ -130,7 +160,8 @@ class Node:
 def _type(t: TensorType | None):
     if t is None:
         return None
-    return {"kind": t.kind, "shape": list(t.shape), "batched": t.batched, "mask": t.mask_mode, "role": t.role}
+    return {"kind": t.kind, "shape": list(t.shape), "batched": t.batched, "mask": t.mask_mode, "role": t.role,
+            "time_major": t.time_major}
 
 
 @dataclass

@@ -7,6 +7,8 @@ Layouts (``kind``):
 - ``edges``  ``[2, E]`` int64 edge list (source row 0, target row 1); ``edge_weight`` ``[E]``.
 - ``mask``   attention masks, with explicit polarity ``block`` (True = blocked), ``keep`` (True = attend) or
   ``add`` (float added to the logits).
+``time_major=True`` marks a value whose first two axes are swapped at the model boundary (``time_major[T, B, F]``
+inputs, ``state[S, B, H]`` recurrent states, ``time_major(y)`` outputs); inside, every value is sample-first.
 ``batched=False`` marks an implicit sample axis (a single graph ``nodes[N, F]``): the compiled module adds and
 removes it.
 """
@@ -30,6 +32,8 @@ TYPE_CONSTRUCTORS: dict[str, tuple[str, tuple[int, ...]]] = {
     "signal": ("grid", (3,)),
     "volume": ("grid", (5,)),
     "grid": ("grid", (3, 4, 5)),
+    "time_major": ("items", (3,)),
+    "state": ("state", (3,)),
     "edges": ("edges", (2,)),
     "edge_weight": ("edge_weight", (1,)),
     "block_mask": ("mask", (1, 2, 3)),
@@ -48,6 +52,7 @@ class TensorType:
     batched: bool = True
     mask_mode: str | None = None
     role: str = ""
+    time_major: bool = False
 
     # -- per-sample views used by heads
     @property
@@ -74,10 +79,13 @@ class TensorType:
         return self.shape[0]
 
     def with_shape(self, shape) -> "TensorType":
-        return TensorType(self.kind, tuple(shape), self.batched, self.mask_mode, self.role)
+        return TensorType(self.kind, tuple(shape), self.batched, self.mask_mode, self.role, self.time_major)
 
     def __str__(self) -> str:
-        dims = ", ".join(str(d) for d in (self.shape if self.batched else self.shape[1:]))
+        shape = self.shape if self.batched else self.shape[1:]
+        if self.time_major:
+            shape = (shape[1], shape[0], *shape[2:])
+        dims = ", ".join(str(d) for d in shape)
         name = self.role or self.kind
         return f"{name}[{dims}]"
 

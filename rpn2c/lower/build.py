@@ -12,6 +12,7 @@ from torch import nn
 from rpn2c.ir.graph import Graph, Node
 from rpn2c.ir.types import TensorType
 from rpn2c.lower.heads import LayerModule
+from rpn2c.lower.recurrent import RecurrentModule
 
 
 class _Scope(nn.Module):
@@ -45,6 +46,9 @@ class CompiledModel(nn.Module):
             ctx = g.node(preds["context"]).type if "context" in preds else None
             aux = {src: g.node(src).type for role, src in preds.items() if role.startswith("aux:")}
             return LayerModule(node.layer, node.trace["heads"], x, ctx, aux, node.type, node.plan, self.reference)
+        if node.kind == "recurrent":
+            x = g.node(preds["x"]).type
+            return RecurrentModule(node.layer, x.features, node.trace["recurrent"], self.reference)
         args = [g.node(preds[f"arg{i}"]).type for i in range(len(preds))]
         comp = node.op.component
         return comp.build(args) if node.op.component.family == "op" else comp.build(args[0])
@@ -56,6 +60,9 @@ class CompiledModel(nn.Module):
             if kind == "layer":
                 aux = {role[4:]: env[src] for role, src in preds.items() if role.startswith("aux:")}
                 env[nid] = module(env[preds["x"]], env.get(preds.get("context", "")), aux)
+            elif kind == "recurrent":
+                states = {role[4:]: env[src] for role, src in preds.items() if role.startswith("aux:")}
+                env[nid] = module(env[preds["x"]], **states)
             else:
                 env[nid] = module(*(env[preds[f"arg{i}"]] for i in range(len(preds))))
         outs = [self._unbatch(o, env[o]) for o in self.outputs]
@@ -79,6 +86,8 @@ class CompiledModel(nn.Module):
 
     def _unbatch(self, nid: str, value: torch.Tensor) -> torch.Tensor:
         t = self.graph.node(nid).type
+        if t is not None and t.time_major:
+            return value.transpose(0, 1)
         return value.squeeze(0) if t is not None and not t.batched else value
 
     def extra_repr(self) -> str:
@@ -90,11 +99,15 @@ def _check_input(name: str, value: torch.Tensor, t: TensorType) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"input '{name}' must be a tensor, got {type(value).__name__}")
     shape = t.shape if t.batched else t.shape[1:]
+    if t.time_major:
+        shape = (shape[1], shape[0], *shape[2:])
     if value.dim() != len(shape):
         raise ValueError(f"input '{name}' must be {t} ({len(shape)} dims), got shape {tuple(value.shape)}")
     for i, (want, have) in enumerate(zip(shape, value.shape)):
         if isinstance(want, int) and want != have:
             raise ValueError(f"input '{name}' must be {t}: dimension {i} is {have}, expected {want}")
+    if t.time_major:
+        return value.transpose(0, 1)
     return value if t.batched else value.unsqueeze(0)
 
 

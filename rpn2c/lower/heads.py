@@ -32,7 +32,7 @@ def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, dat
     holder.kappa = h.kappa.component.build(feat, reference)
     n = h.out if h.out is not None else t.d
     if not t.grid_kappa:
-        psis = [h.psi.component.build(n, t.d) for _ in range(c)]
+        psis = [h.psi.component.build(n, t.d // h.groups) for _ in range(c)]
         holder.psi = psis[0] if c == 1 else nn.ModuleList(psis)
     for slot, use in h.xi.items():
         comp = use.component
@@ -142,13 +142,13 @@ class LayerModule(nn.Module):
                     shared = k
             psi = _channel(hd.psi, c)
             if "xi_instance" in h.xi and "xi_attribute_post" not in h.xi and not ref:
-                y = _xi(getattr(hd, "xi_instance"), c, psi.apply(k), q, z0, aux, ref)
+                y = _xi(getattr(hd, "xi_instance"), c, _reconcile(h, psi, k, ref), q, z0, aux, ref)
             else:
                 if "xi_instance" in h.xi:
                     k = _xi(getattr(hd, "xi_instance"), c, k, q, z0, aux, ref)
                 if "xi_attribute_post" in h.xi:
                     k = _xi(getattr(hd, "xi_attribute_post"), c, k, q, z0, aux, ref)
-                y = k @ psi.matrix().transpose(-1, -2) if ref else psi.apply(k)
+                y = _reconcile(h, psi, k, ref)
             ys.append(self._add_bias(hd, y))
         return self._fuse_channels(hd, ys)
 
@@ -168,8 +168,7 @@ class LayerModule(nn.Module):
             k = hd.kappa(z)
             ys = []
             for c in range(h.channels):
-                psi = _channel(hd.psi, c)
-                y = k @ psi.matrix().transpose(-1, -2) if self.reference else psi.apply(k)
+                y = _reconcile(h, _channel(hd.psi, c), k, self.reference)
                 ys.append(self._add_bias(hd, y))
             ys = [y.transpose(1, 2).reshape(b, y.shape[-1], *out_sp) for y in ys]
         return self._fuse_channels(hd, ys)
@@ -203,19 +202,24 @@ class LayerModule(nn.Module):
         xp = _pad(x, geo)
         if kappa.name != "identity":
             xp = hd.kappa(xp, grid=True)  # [B, C·d, ...]; padded cells read κ(0)
-        p = geo.patch_size
+        p, g = geo.patch_size, h.groups
+        cg = cin // g  # input channels per group
         weights = []
         for c in range(h.channels):
-            w = _channel(hd.psi, c).matrix()  # [n, C·p·d]
+            w = _channel(hd.psi, c).matrix()  # [n, (C/g)·p·d]
             n = w.shape[0]
-            w = w.reshape(n, cin, p, d).permute(0, 1, 3, 2).reshape(n, cin * d, p)
+            w = w.reshape(n, cg, p, d).permute(0, 1, 3, 2).reshape(n, cg * d, p)
             if geo.taps is not None:
-                full = w.new_zeros(n, cin * d, math.prod(geo.kernel))
+                full = w.new_zeros(n, cg * d, math.prod(geo.kernel))
                 pos = torch.tensor([_flat(tp, geo.kernel) for tp in geo.tap_positions()], device=w.device)
                 w = full.index_copy(-1, pos, w)
-            weights.append(w.reshape(n, cin * d, *geo.kernel))
-        y = _CONV[geo.rank](xp, torch.cat(weights), stride=geo.stride, dilation=geo.dilation)
-        ys = list(y.chunk(h.channels, dim=1))
+            weights.append(w.reshape(n, cg * d, *geo.kernel))
+        conv = _CONV[geo.rank]
+        if g == 1:
+            y = conv(xp, torch.cat(weights), stride=geo.stride, dilation=geo.dilation)
+            ys = list(y.chunk(h.channels, dim=1))
+        else:  # grouped: one convolution per channel keeps each channel's output blocks contiguous
+            ys = [conv(xp, w, stride=geo.stride, dilation=geo.dilation, groups=g) for w in weights]
         if hd.bias is not None:
             if h.bias == "tied":
                 shape = (1, -1) + (1,) * geo.rank
@@ -223,6 +227,21 @@ class LayerModule(nn.Module):
             else:
                 ys = [y + hd.bias.transpose(0, 1).reshape(1, -1, *y.shape[2:]) for y in ys]
         return ys
+
+
+def _reconcile(h: HeadSpec, psi, k, reference):
+    """``k ψᵀ``; with ``groups = g`` ψ is block-diagonal: group j's outputs read only feature block j.
+
+    The reference lowering materialises the block-diagonal ``[n, D]`` matrix; the default contracts per group.
+    """
+    g = h.groups
+    if g == 1:
+        return k @ psi.matrix().transpose(-1, -2) if reference else psi.apply(k)
+    w = psi.matrix().unflatten(0, (g, -1))  # [g, n/g, D/g]
+    if reference:
+        return k @ torch.block_diag(*w.unbind(0)).transpose(-1, -2)
+    y = torch.einsum("...gd,gnd->...gn", k.unflatten(-1, (g, -1)), w)
+    return y.flatten(-2)
 
 
 def _fuse(fusion, ys, grid):

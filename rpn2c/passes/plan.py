@@ -56,6 +56,15 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+RECURRENT_RULES: tuple[Rule, ...] = (
+    Rule("fused_recurrent", lambda r, t: r.kappa_state.name == "identity",
+         "identity κ_state: the gate heads and chain feedback match torch's fused RNN/GRU/LSTM kernel (κ on the "
+         "input is applied to the whole sequence first)"),
+    Rule("time_loop", lambda r, t: r.kappa_state.name != "identity",
+         "an expansion of the fed-back state does not fit the fused kernel: a loop over time steps"),
+)
+
+
 def plan_head(h: HeadSpec, t: HeadTrace) -> list[str]:
     return [r.name for r in RULES if r.applies(h, t)]
 
@@ -65,8 +74,10 @@ def optimize(graph: Graph) -> Graph:
     for node in graph.nodes():
         if node.kind == "layer":
             node.plan = sorted({k for h, t in zip(node.layer.heads, node.trace["heads"]) for k in plan_head(h, t)})
+        elif node.kind == "recurrent":
+            node.plan = [r.name for r in RECURRENT_RULES if r.applies(node.layer, node.trace["recurrent"])]
     return graph
 
 
 def explain(name: str) -> str:
-    return next(r.why for r in RULES if r.name == name)
+    return next(r.why for r in (*RULES, *RECURRENT_RULES) if r.name == name)

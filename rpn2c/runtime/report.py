@@ -12,6 +12,18 @@ def describe(node: Node) -> str:
         return "input"
     if node.kind == "op":
         return str(node.op)
+    if node.kind == "recurrent":
+        r = node.layer
+        bits = [f"cell={r.cell}", f"ξ=chain(state feedback)", f"H={r.hidden}"]
+        if r.layers > 1:
+            bits.append(f"layers={r.layers}")
+        if r.bidirectional:
+            bits.append("bidirectional")
+        if r.kappa.name != "identity":
+            bits.append(f"κ={r.kappa}")
+        if r.kappa_state.name != "identity":
+            bits.append(f"κ_state={r.kappa_state}")
+        return " ".join(bits)
     spec = node.layer
     parts = []
     for h in spec.heads:
