@@ -1,0 +1,261 @@
+"""The recurrent construct, grouped heads, separate attention keys and time-major layouts.
+
+``recurrent(x) { cell = rnn|gru|lstm ... }`` must equal torch's nn.RNN/GRU/LSTM exactly (outputs and parameter
+gradients, float64) in both lowerings; the fused-kernel, time-loop and literal chain-matrix forms must agree; and
+the paper's one-step chain layer is shown to be a different (finite receptive field) function.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.testing import assert_close
+
+import rpn2c
+from tests.test_lowering_equivalence import _n, _rand, assert_equivalent
+
+TORCH_CELLS = {"rnn": torch.nn.RNN, 'rnn(nonlinearity = "relu")': torch.nn.RNN, "gru": torch.nn.GRU,
+               "lstm": torch.nn.LSTM}
+
+
+def _recurrent_text(cell, F, H, L, bi, bias, time_major, with_state, extra=""):
+    S = L * (2 if bi else 1)
+    lines = [f"input x: {'time_major[T, B, %d]' % F if time_major else 'sequence[B, T, %d]' % F}"]
+    settings_ = [f"cell = {cell}", f"out = {H}", f"layers = {L}", f"bidirectional = {str(bi).lower()}",
+                 f"bias = {str(bias).lower()}"]
+    if with_state:
+        lines.append(f"input h0: state[{S}, B, {H}]")
+        settings_.append("state = h0")
+        if cell == "lstm":
+            lines.append(f"input c0: state[{S}, B, {H}]")
+            settings_.append("cell_state = c0")
+    if extra:
+        settings_.append(extra)
+    body = "\n  ".join(lines)
+    out = "time_major(y)" if time_major else "y"
+    return (f"model m {{\n  {body}\n  y = recurrent(x) {{ {'  '.join(settings_)} }}\n  z = {out}\n"
+            f"  return z\n}}")
+
+
+@given(cell=st.sampled_from(sorted(TORCH_CELLS)), F=st.integers(1, 4), H=st.integers(1, 5), L=st.integers(1, 3),
+       bi=st.booleans(), bias=st.booleans(), time_major=st.booleans(), with_state=st.booleans(),
+       B=st.integers(1, 3), T=st.integers(1, 5))
+@settings(max_examples=_n(30), deadline=None)
+def test_recurrent_equals_torch(cell, F, H, L, bi, bias, time_major, with_state, B, T):
+    kw = {"nonlinearity": "relu"} if "relu" in cell else {}
+    torch.manual_seed(0)
+    mod = TORCH_CELLS[cell](F, H, num_layers=L, bidirectional=bi, bias=bias, batch_first=not time_major,
+                            **kw).double().eval()
+    text = _recurrent_text(cell.split("(")[0] if "relu" not in cell else cell, F, H, L, bi, bias, time_major,
+                           with_state)
+    graph = rpn2c.check(text)
+    assert graph.param_count == sum(p.numel() for p in mod.parameters())
+    S = L * (2 if bi else 1)
+    x = _rand(*((T, B, F) if time_major else (B, T, F)))
+    h0, c0 = _rand(S, B, H, seed=4), _rand(S, B, H, seed=5)
+    if cell == "lstm":
+        want = mod(x, (h0, c0))[0] if with_state else mod(x)[0]
+        args = (x, h0, c0) if with_state else (x,)
+    else:
+        want = mod(x, h0)[0] if with_state else mod(x)[0]
+        args = (x, h0) if with_state else (x,)
+    w = torch.randn(want.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    (want * w).sum().backward()
+    for reference in (False, True):
+        model = rpn2c.compile(text, reference=reference).double().eval()
+        model.load_state_dict({f"y.{k}": v for k, v in mod.state_dict().items()})
+        got = model(*args)
+        assert_close(got, want, rtol=1e-10, atol=1e-10)
+        (got * w).sum().backward()
+        for name, p in mod.named_parameters():
+            assert_close(model.get_parameter(f"y.{name}").grad, p.grad, rtol=1e-9, atol=1e-9)
+
+
+@given(cell=st.sampled_from(["rnn", "gru", "lstm"]), bi=st.booleans(), L=st.integers(1, 2),
+       kappa=st.sampled_from(["", "kappa = chebyshev(d = 2)", "kappa = taylor(d = 2)"]),
+       kappa_state=st.sampled_from(["", "kappa_state = chebyshev(d = 2)",
+                                    "kappa_state = bspline(grid = 2, order = 1)"]))
+@settings(max_examples=_n(15), deadline=None)
+def test_recurrent_expansions_fused_loop_and_reference_agree(cell, bi, L, kappa, kappa_state):
+    """κ on the input keeps the fused kernel; κ on the fed-back state needs the time loop; both equal the oracle."""
+    text = _recurrent_text(cell, 3, 4, L, bi, True, False, False, f"{kappa}  {kappa_state}".strip())
+    graph = rpn2c.compile(text).graph
+    node = graph.node("y")
+    assert node.plan == (["time_loop"] if kappa_state else ["fused_recurrent"])
+    assert_equivalent(text, {"x": _rand(2, 5, 3)})
+
+
+def test_recurrent_is_causal_and_sees_the_whole_past():
+    text = _recurrent_text("gru", 2, 3, 2, False, True, False, False)
+    model = rpn2c.compile(text).double().eval()
+    x = _rand(1, 6, 2)
+    y = model(x)
+    later = x.clone()
+    later[:, 4:] += 1.0
+    assert_close(model(later)[:, :4], y[:, :4])  # t < 4 ignores inputs after t
+    first = x.clone()
+    first[:, 0] += 1.0
+    assert (model(first)[:, -1] - y[:, -1]).abs().max() > 1e-6  # the last step still sees x_0
+
+
+def test_paper_chain_layer_is_a_one_step_convolution_not_a_recurrence():
+    """The paper's RNN layer (eq 175): y_t depends on x_t and x_{t-1} only; the recurrent construct on all x_{<=t}."""
+    chain = """model m {
+      input x: sequence[B, 6, 2]
+      y = head(x) { xi_instance = chain(direction = "forward")  out = 3  pi = linear  post = [tanh] }
+      return y
+    }"""
+    rec = _recurrent_text("rnn", 2, 3, 1, False, True, False, False)
+    x = _rand(1, 6, 2)
+    moved = x.clone()
+    moved[:, 0] += 1.0
+    for text, sees_start in ((chain, False), (rec, True)):
+        model = rpn2c.compile(text).double().eval()
+        delta = (model(moved) - model(x))[0].abs().amax(-1)  # per time step
+        assert delta[0] > 1e-6 and delta[1] > 1e-6
+        assert (delta[2:] > 1e-9).all().item() is sees_start
+
+
+@pytest.mark.parametrize("text, code, line", [
+    ("model m { input x: sequence[B, T, 2]\n y = recurrent(x) { cell = gru  out = 3  cell_state = x } return y }",
+     "E0303", 2),
+    ("model m { input x: sequence[B, T, 2]\n input h: state[2, B, 3]\n"
+     " y = recurrent(x) { cell = gru  out = 3  state = h } return y }", "E0402", 3),
+    ("model m { input x: vector[B, 2]\n y = recurrent(x) { out = 3 } return y }", "E0402", 2),
+    ("model m { input x: sequence[B, T, 2]\n y = recurrent(x) { cell = gru  out = 3  layer = 2 } return y }",
+     "E0304", 2),
+    ("model m { input x: sequence[B, T, 2]\n y = recurrent(x) { cell = relu  out = 3 } return y }", "E0301", 2),
+    ("model m { input x: sequence[B, T, 2]\n y = recurrent(x) { cell = gru } return y }", "E0303", 2),
+    ("model m { input x: sequence[B, T, 2]\n y = recurrent(x) { out = 3  dropout = 1.5 } return y }", "E0303", 2),
+])
+def test_recurrent_errors_are_located(text, code, line):
+    with pytest.raises(rpn2c.SpecError) as info:
+        rpn2c.check(text)
+    diag = info.value.diagnostics[0]
+    assert (diag.code, diag.span.line) == (code, line), info.value
+
+
+# ------------------------------------------------------------------------------------------------ groups
+@given(rank=st.integers(1, 2), groups=st.sampled_from([1, 2, 3]), cpg=st.integers(1, 2), opg=st.integers(1, 2),
+       k=st.integers(1, 3), stride=st.integers(1, 2), dilation=st.integers(1, 2), pad=st.integers(0, 2),
+       mode=st.sampled_from(["zeros", "circular"]), L=st.integers(5, 7), bias=st.booleans())
+@settings(max_examples=_n(30), deadline=None)
+def test_grouped_head_equals_grouped_conv(rank, groups, cpg, opg, k, stride, dilation, pad, mode, L, bias):
+    cin, cout = groups * cpg, groups * opg
+    if mode == "circular" and pad > L:
+        return
+    conv = (torch.nn.Conv1d if rank == 1 else torch.nn.Conv2d)(
+        cin, cout, k, stride=stride, padding=pad, dilation=dilation, groups=groups, bias=bias,
+        padding_mode=mode).double()
+    spatial = [L] * rank
+    typ = f"signal[B, {cin}, {L}]" if rank == 1 else f"image[B, {cin}, {L}, {L}]"
+    text = (f"model m {{ input x: {typ}\n y = head(x) {{ xi_attribute = grid_patch(size = {k}, stride = {stride}, "
+            f"pad = {pad}, dilation = {dilation}, padding_mode = \"{mode}\")  groups = {groups}  out = {cout}  "
+            f"bias = {str(bias).lower()} }}\n return y }}")
+    x = _rand(2, cin, *spatial)
+    sd = {"y.psi.weight": conv.weight.detach().reshape(cout, -1)}
+    if bias:
+        sd["y.bias"] = conv.bias.detach()
+    for reference in (False, True):
+        model = rpn2c.compile(text, reference=reference).double()
+        model.load_state_dict(sd)
+        assert_close(model(x), conv(x), rtol=1e-10, atol=1e-10)
+    assert rpn2c.check(text).param_count == sum(p.numel() for p in conv.parameters())
+
+
+@given(groups=st.sampled_from([2, 3]), kappa=st.sampled_from(["identity", "chebyshev(d = 2)"]),
+       mode=st.sampled_from(["padding", "aggregation"]), view=st.sampled_from(["grid", "items", "vector"]),
+       channels=st.integers(1, 2))
+@settings(max_examples=_n(20), deadline=None)
+def test_grouped_heads_default_equals_reference(groups, kappa, mode, view, channels):
+    c = 2 * groups
+    fusion = "  channel_fusion = sum" if channels > 1 else ""
+    common = f"groups = {groups}  kappa = {kappa}  out = {groups * 2}  channels = {channels}{fusion}"
+    if view == "grid":
+        text = (f"model m {{ input x: image[B, {c}, 5, 4]\n y = head(x) {{ xi_attribute = grid_patch(size = 3, "
+                f"pad = 1, mode = \"{mode}\")  {common} }}\n return y }}")
+        inputs = {"x": _rand(2, c, 5, 4)}
+    elif view == "items":
+        text = (f"model m {{ input x: sequence[B, 4, {c}]\n y = head(x) {{ xi_instance = chain(direction = "
+                f"\"forward\")  {common} }}\n return y }}")
+        inputs = {"x": _rand(2, 4, c)}
+    else:
+        text = f"model m {{ input x: vector[B, {c}]\n y = head(x) {{ {common} }}\n return y }}"
+        inputs = {"x": _rand(3, c)}
+    assert_equivalent(text, inputs)
+
+
+@pytest.mark.parametrize("settings_, message", [
+    ("groups = 2  out = 3", "must divide"),
+    ("groups = 2  out = 4  kappa = taylor(d = 2)", "elementwise"),
+])
+def test_group_errors(settings_, message):
+    text = f"model m {{ input x: image[B, 4, 5, 5]\n y = head(x) {{ xi_attribute = grid_patch(size = 3)\n {settings_} }}\n return y }}"
+    with pytest.raises(rpn2c.SpecError) as info:
+        rpn2c.check(text)
+    diag = info.value.diagnostics[0]
+    assert message in diag.message and diag.span.line == 3
+
+
+# ------------------------------------------------------------------------------------------------ keys, layouts
+def test_attention_keys_from_a_separate_input_equal_multihead_attention():
+    E, H, kd, vd = 6, 3, 4, 5
+    mha = torch.nn.MultiheadAttention(E, H, kdim=kd, vdim=vd, batch_first=True).double().eval()
+    text = f"""model m {{
+      input q: sequence[B, 3, {E}]
+      input k: sequence[B, 4, {kd}]
+      input v: sequence[B, 4, {vd}]
+      y = head(q, context = v) {{
+        heads = {H}  xi_instance = attention(rank = {E // H}, bias = true, keys = k)  out = {E // H}
+        fusion = concat_linear(out = {E})
+      }}
+      return y
+    }}"""
+    sd, d = {}, E // H
+    for h in range(H):
+        rows = slice(h * d, (h + 1) * d)
+        pre = f"y.heads.h{h}."
+        sd[pre + "xi_instance.w_q"] = mha.q_proj_weight[rows].T
+        sd[pre + "xi_instance.w_k"] = mha.k_proj_weight[rows].T
+        sd[pre + "xi_instance.b_q"] = mha.in_proj_bias[rows]
+        sd[pre + "xi_instance.b_k"] = mha.in_proj_bias[E:2 * E][rows]
+        sd[pre + "psi.weight"] = mha.v_proj_weight[rows]
+        sd[pre + "bias"] = mha.in_proj_bias[2 * E:][rows]
+    sd["y.fusion.linear.weight"], sd["y.fusion.linear.bias"] = mha.out_proj.weight, mha.out_proj.bias
+    q, k, v = _rand(2, 3, E), _rand(2, 4, kd, seed=4), _rand(2, 4, vd, seed=5)
+    for reference in (False, True):
+        model = rpn2c.compile(text, reference=reference).double().eval()
+        model.load_state_dict({n: t.detach() for n, t in sd.items()})
+        assert_close(model(q, k, v), mha(q, k, v, need_weights=False)[0])
+
+
+def test_attention_keys_must_match_the_value_items():
+    text = """model m { input q: sequence[B, 3, 4]
+      input k: sequence[B, 5, 4]
+      input v: sequence[B, 4, 4]
+      y = head(q, context = v) { xi_instance = attention(rank = 2, keys = k)  out = 4 }
+      return y }"""
+    with pytest.raises(rpn2c.SpecError) as info:
+        rpn2c.check(text)
+    assert "keys" in info.value.diagnostics[0].message and info.value.diagnostics[0].span.line == 4
+
+
+def test_time_major_inputs_and_outputs_round_trip():
+    text = """model m {
+      input x: time_major[T, B, 3]
+      h = head(x) { xi_instance = chain(direction = "forward")  out = 2 }
+      y = time_major(h)
+      return y
+    }"""
+    batch_first = text.replace("time_major[T, B, 3]", "sequence[B, T, 3]").replace("time_major(h)", "relu(h)")
+    graph = rpn2c.check(text)
+    assert str(graph.node("x").type) == "time_major[T, B, 3]" and str(graph.node("y").type) == "time_major[T, B, 2]"
+    a = rpn2c.compile(text).double()
+    b = rpn2c.compile(batch_first.replace("relu(h)", "h"), reference=True).double()
+    b.load_state_dict(a.state_dict())
+    x = _rand(5, 2, 3)
+    assert_close(a(x), b(x.transpose(0, 1)).transpose(0, 1))
+    with pytest.raises(ValueError, match="time_major"):
+        rpn2c.compile(text.replace("[T, B, 3]", "[T, 2, 3]"))(x[:, :1])
