@@ -259,3 +259,29 @@ def test_time_major_inputs_and_outputs_round_trip():
     assert_close(a(x), b(x.transpose(0, 1)).transpose(0, 1))
     with pytest.raises(ValueError, match="time_major"):
         rpn2c.compile(text.replace("[T, B, 3]", "[T, 2, 3]"))(x[:, :1])
+
+
+# ------------------------------------------------------------------------------------------------ shipped spec
+class HandWrittenGRUClassifier(torch.nn.Module):
+    """What specs/rnn.rpn states: Linear -> 2-layer GRU -> mean over time -> Linear."""
+
+    def __init__(self, features=8, hidden=32, classes=4):
+        super().__init__()
+        self.embed = torch.nn.Linear(features, hidden)
+        self.gru = torch.nn.GRU(hidden, hidden, num_layers=2, batch_first=True)
+        self.out = torch.nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        return self.out(self.gru(self.embed(x))[0].mean(dim=1))
+
+
+def test_shipped_rnn_spec_equals_hand_written_gru_classifier():
+    torch.manual_seed(0)
+    ref = HandWrittenGRUClassifier().double().eval()
+    sd = {"e.psi.weight": ref.embed.weight, "e.bias": ref.embed.bias, "y.psi.weight": ref.out.weight,
+          "y.bias": ref.out.bias, **{f"r.{k}": v for k, v in ref.gru.state_dict().items()}}
+    x = _rand(3, 7, 8)
+    for reference in (False, True):
+        model = rpn2c.compile_file("specs/rnn.rpn", reference=reference).double().eval()
+        model.load_state_dict({k: v.detach() for k, v in sd.items()})
+        assert_close(model(x), ref(x), rtol=1e-10, atol=1e-10)
