@@ -70,10 +70,11 @@ class HeadSpec:
     groups_span: Span = field(default=UNKNOWN_SPAN, compare=False, repr=False)
 
     def canonical(self) -> dict:
-        return {"groups": self.groups,
+        return {
             "name": self.name, "kappa": self.kappa.canonical(), "psi": self.psi.canonical(),
             "xi": {k: v.canonical() for k, v in sorted(self.xi.items())}, "channels": self.channels,
             "channel_fusion": self.channel_fusion.canonical(), "bias": self.bias, "out": self.out,
+            "groups": self.groups,
         }
 
 

@@ -16,6 +16,7 @@ from torch import nn
 from rpn2c.check.heads import HeadTrace
 from rpn2c.components.base import XiContext
 from rpn2c.components.xi import aggregation_matrix, padding_matrix
+from rpn2c.lower.attention import fused_attention
 from rpn2c.ir.graph import HeadSpec, LayerSpec
 from rpn2c.ir.types import TensorType
 
@@ -97,7 +98,10 @@ class LayerModule(nn.Module):
         for p in self.pre:
             x = p(x)
         data = context if context is not None else x
-        outs = [self._head(hd, x, data, aux) for hd in self._holders()]
+        if "fused_heads" in self.plan and not self.reference:
+            outs = self._fused_heads(x, data, aux)
+        else:
+            outs = [self._head(hd, x, data, aux) for hd in self._holders()]
         y = _fuse(self.fusion, outs, self.out_kind == "grid") if self.fusion is not None else outs[0]
         if self.pi is not None:
             y = y + (self.pi(raw.movedim(1, -1)).movedim(-1, 1) if self.x_kind == "grid" else self.pi(raw))
@@ -117,6 +121,16 @@ class LayerModule(nn.Module):
         z0 = data.unsqueeze(1) if vec else data
         y = self._items_head(hd, q, z0, aux)
         return y.squeeze(1) if vec else y
+
+    def _fused_heads(self, x, data, aux):
+        """Identical attention heads (plan ``fused_heads``): values for all heads by one einsum, one SDPA call."""
+        holders = self._holders()
+        w_v = torch.stack([hd.psi.matrix() for hd in holders])  # [H, n, D]
+        values = torch.einsum("bnd,hkd->bhnk", data, w_v)
+        y = fused_attention([hd.xi_instance for hd in holders], x, data, aux, values)  # [B, H, Nq, n]
+        if holders[0].bias is not None:
+            y = y + torch.stack([hd.bias for hd in holders])[None, :, None, :]
+        return list(y.unbind(1))
 
     def _fuse_channels(self, hd, ys):
         return ys[0] if len(ys) == 1 else _fuse(hd.channel_fusion, ys, self.out_kind == "grid")

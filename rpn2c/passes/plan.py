@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from rpn2c.check.heads import HeadTrace
-from rpn2c.ir.graph import Graph, HeadSpec
+from rpn2c.ir.graph import Graph, HeadSpec, LayerSpec
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,27 @@ RECURRENT_RULES: tuple[Rule, ...] = (
 )
 
 
+def _attention_head(h: HeadSpec) -> bool:
+    xi = h.xi.get("xi_instance")
+    return (set(h.xi) == {"xi_instance"} and xi.name in ("low_rank_bilinear", "bilinear") and xi.component.hp.softmax
+            and h.kappa.name == "identity" and h.psi.name == "identity" and h.channels == 1 and h.groups == 1
+            and h.bias != "untied")
+
+
+def _same_heads(spec: LayerSpec) -> bool:
+    def key(h):
+        return {k: v for k, v in h.canonical().items() if k != "name"}
+
+    return all(key(h) == key(spec.heads[0]) for h in spec.heads[1:])
+
+
+LAYER_RULES: tuple[Rule, ...] = (
+    Rule("fused_heads", lambda spec, traces: len(spec.heads) > 1 and all(_attention_head(h) for h in spec.heads)
+         and all(t.view == "items" for t in traces) and _same_heads(spec),
+         "H identical attention heads: one batched [B, H, N, r] scaled_dot_product_attention instead of H calls"),
+)
+
+
 def plan_head(h: HeadSpec, t: HeadTrace) -> list[str]:
     return [r.name for r in RULES if r.applies(h, t)]
 
@@ -73,11 +94,13 @@ def optimize(graph: Graph) -> Graph:
     """Annotate every layer node with the kernels the default lowering will use (in place; returns graph)."""
     for node in graph.nodes():
         if node.kind == "layer":
-            node.plan = sorted({k for h, t in zip(node.layer.heads, node.trace["heads"]) for k in plan_head(h, t)})
+            plan = {k for h, t in zip(node.layer.heads, node.trace["heads"]) for k in plan_head(h, t)}
+            plan |= {r.name for r in LAYER_RULES if r.applies(node.layer, node.trace["heads"])}
+            node.plan = sorted(plan)
         elif node.kind == "recurrent":
             node.plan = [r.name for r in RECURRENT_RULES if r.applies(node.layer, node.trace["recurrent"])]
     return graph
 
 
 def explain(name: str) -> str:
-    return next(r.why for r in (*RULES, *RECURRENT_RULES) if r.name == name)
+    return next(r.why for r in (*RULES, *LAYER_RULES, *RECURRENT_RULES) if r.name == name)
