@@ -233,6 +233,7 @@ class HeadTrace:
     mz: int = 0  # features entering κ
     nz: Any = None  # items entering κ
     d: int = 0  # κ output width (after attribute-post ξ)
+    dk: int = 0  # κ output width itself (what an attribute-post ξ acts on)
     n: int = 0  # head output width (after channel fusion)
     n_out: Any = None  # output items
     spatial_out: tuple = ()
@@ -328,8 +329,8 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span) -> Head
         c = _need_int(data.features, "the number of channels", span)
         if is_grid_xi:
             xi = grid_xi.component
-            geo = xi.geometry(len(data.spatial))
             try:
+                geo = xi.geometry(len(data.spatial))
                 spatial_out = geo.out_spatial(data.spatial)
             except ShapeRuleError as exc:
                 raise LayerShapeError(str(exc), grid_xi.span) from None
@@ -373,9 +374,10 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span) -> Head
     n_out = tr.nz
     if "xi_instance" in h.xi:
         _, n_out, params = _apply_xi(h, "xi_instance", "instance", tr.nz, x, data, aux, d, tr.nz, params)
+    dk = d
     if "xi_attribute_post" in h.xi:
         d, _, params = _apply_xi(h, "xi_attribute_post", "attribute", d, x, data, aux, d, n_out, params)
-    tr.d, tr.n_out, tr.params = d, n_out, params
+    tr.d, tr.dk, tr.n_out, tr.params = d, dk, n_out, params
     if x is not data and str(n_out) != str(x.items):
         raise LayerShapeError(f"with a context input the head must map back to the query's {x.items} items "
                               f"(an instance ξ such as attention), got {n_out}", span)

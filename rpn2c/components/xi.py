@@ -10,13 +10,13 @@ from typing import Literal, Optional
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 
 from rpn2c.components.base import Interdependence, ShapeRuleError, XiModule
 from rpn2c.components.grid import CentredPatchHP, Geometry, PatchHP
 from rpn2c.components.registry import HP, ValueRef, register
-from rpn2c.functional import structure
+from rpn2c.functional import kernels, structure
 
 
 @register
@@ -106,19 +106,53 @@ def aggregation_matrix(geo: Geometry, spatial: tuple[int, ...], dtype, device) -
 
 
 # ------------------------------------------------------------------------------------------------ chain
+class _ChainHP(HP):
+    direction: Literal["forward", "backward", "bidirectional"] = "forward"
+    self_loop: bool = False
+    self_scaling: float = Field(1.0, description="s of the self-loop A + s·I (toolkit self_scaling)")
+    mode: Literal["power", "accumulate", "inverse", "inverse_approx", "exponential"] = "power"
+    hops: int = Field(1, ge=0, description="h of A^h (power) or Σ_{k≤h} A^k (accumulate)")
+    accumulate: bool = Field(False, description='shorthand for mode = "accumulate"')
+    include_identity: bool = Field(True, description="accumulate from k = 0 (eq 78) or from k = 1 (toolkit)")
+    alpha: float = Field(1.0, description="α of (I − αA)⁻¹ and exp(αA)")
+    norm: Literal["none", "row", "column", "symmetric"] = "none"
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.accumulate and self.mode not in ("power", "accumulate"):
+            raise ValueError(f'accumulate = true contradicts mode = "{self.mode}"')
+        s = self.self_scaling if self.self_loop else 0.0
+        if self.mode == "inverse_approx" and self.self_loop:
+            raise ValueError('mode = "inverse_approx" is eq (80) on the chain without self-loop')
+        if self.mode == "inverse":
+            if self.direction == "bidirectional" and abs(self.alpha) * (2 + abs(s)) >= 1:
+                raise ValueError('a bidirectional chain needs |alpha|·(2 + |s|) < 1 for mode = "inverse" (a '
+                                 'convergent Σ α^k A^k); the paper\'s fallback is mode = "inverse_approx"')
+            if self.direction != "bidirectional" and 1 - self.alpha * s == 0:
+                raise ValueError("I − αA is singular when alpha · self_scaling = 1")
+        return self
+
+    @property
+    def effective_mode(self) -> str:
+        return "accumulate" if self.accumulate else self.mode
+
+
 @register
 class Chain(Interdependence):
-    """Chain ξ: A[t, t−1] = 1 (forward), A[t, t+1] = 1 (backward) or both; optional self-loop; multi-hop A^h
-    or accumulated Σ_{k=0..h} A^k (I included, eq 78); optional row/column normalisation."""
+    """Chain ξ: M·z, A[t, t−1] = 1 (forward) | A[t, t+1] (backward) | both, + s·I; M = A^h | Σ_{k=k0..h} A^k | (I − αA)⁻¹ | exp(αA), then row/column/symmetric degree normalisation.
+
+    Stored row = output item: the paper's superdiagonal A(i, i+1) applied as xA / AᵀX (eq 74, 175) is our
+    A[t, t−1] (semantics.md); on the attribute axis the matrix is its transpose (z·A).
+    Accumulate includes I (k0 = 0, eq 78); include_identity = false gives the toolkit's Σ_{k=1..h} (erratum 12).
+    The toolkit's multi-hop chain is (A + I)^h: self_loop = true (erratum 12); the paper's A^h is the default.
+    inverse = (I − αA)⁻¹ exactly (uni: doubling scan; bidirectional: DST-I spectral, needs |α|(2+|s|) < 1).
+    inverse_approx = the paper's eq (80) usage: uni (I − A)⁻¹ (lower ones), bidirectional Σ_{k<n} A^k (eq 78 with
+    h = n − 1, the paper's fallback; the toolkit's Σ_{k≥1} + column normalisation is not followed).
+    exponential = exp(αA) (Horner on shifts, or DST-I spectral); default lowering never builds an n x n matrix.
+    """
 
     name, family = "chain", "interdependence"
-
-    class HP(HP):
-        direction: Literal["forward", "backward", "bidirectional"] = "forward"
-        self_loop: bool = False
-        hops: int = Field(1, ge=1)
-        accumulate: bool = False
-        norm: Literal["none", "row", "column"] = "none"
+    HP = _ChainHP
 
     def build(self, ctx):
         return _ChainXi(self.hp, ctx.axis)
@@ -129,39 +163,40 @@ class _ChainXi(XiModule):
         super().__init__()
         self.hp, self.axis = hp, axis
 
-    # one application of the chain adjacency along the item axis (dim -2 of [.., N, F]); transpose flips it
-    def _step(self, z, transpose=False):
-        fwd = self.hp.direction in ("forward", "bidirectional")
-        bwd = self.hp.direction in ("backward", "bidirectional")
-        if transpose:
-            fwd, bwd = bwd, fwd
-        out = z * 1.0 if self.hp.self_loop else torch.zeros_like(z)
-        if fwd:  # out[t] += z[t-1]
-            out = out + F.pad(z, (0, 0, 1, 0))[..., :-1, :]
-        if bwd:  # out[t] += z[t+1]
-            out = out + F.pad(z, (0, 0, 0, 1))[..., 1:, :]
-        return out
-
-    def _power(self, z, transpose=False):
+    def _forward_op(self, z):
+        """M @ z along dim -2 for the forward (or bidirectional) chain, by shifts / scans / DST."""
         hp = self.hp
-        acc = z if hp.accumulate else None
-        cur = z
-        for _ in range(hp.hops):
-            cur = self._step(cur, transpose)
-            acc = acc + cur if hp.accumulate else None
-        return acc if hp.accumulate else cur
+        bi = hp.direction == "bidirectional"
+        s = hp.self_scaling if hp.self_loop else 0.0
+        mode = hp.effective_mode
+        if mode in ("power", "accumulate"):
+            return structure.chain_apply(z, -2, hp.hops, mode=mode, bidirectional=bi, self_loop=hp.self_loop,
+                                         self_scaling=hp.self_scaling, include_identity=hp.include_identity)
+        if mode == "inverse_approx":
+            return structure.chain_apply(z, -2, mode="inverse", bidirectional=bi)
+        if mode == "inverse":
+            return structure.chain_inverse_apply(z, -2, alpha=hp.alpha, bidirectional=bi, self_scaling=s)
+        return structure.chain_exp_apply(z, -2, alpha=hp.alpha, bidirectional=bi, self_scaling=s)
+
+    def _op(self, z, transpose=False):
+        """M @ z (or Mᵀ @ z): backward = J·M_forward·J and M_forwardᵀ = J·M_forward·J (J reverses the items)."""
+        backward = self.hp.direction == "backward"
+        if transpose and self.hp.direction != "bidirectional":
+            backward = not backward
+        return self._forward_op(z.flip(-2)).flip(-2) if backward else self._forward_op(z)
 
     def _on_items(self, z):
-        """A @ z along dim -2, normalised, without building A."""
-        if self.hp.norm == "row":
-            ones = torch.ones(*z.shape[-2:-1], 1, dtype=z.dtype, device=z.device)
-            deg = self._power(ones)
-            return self._power(z) / torch.where(deg == 0, torch.ones_like(deg), deg)
-        if self.hp.norm == "column":
-            ones = torch.ones(*z.shape[-2:-1], 1, dtype=z.dtype, device=z.device)
-            deg = self._power(ones, transpose=True)
-            return self._power(z / torch.where(deg == 0, torch.ones_like(deg), deg))
-        return self._power(z)
+        """Normalised M @ z along dim -2 without building M (degrees = M applied to ones; zero degree -> 0)."""
+        norm = self.hp.norm
+        if norm == "none":
+            return self._op(z)
+        ones = torch.ones(z.shape[-2], 1, dtype=z.dtype, device=z.device)
+        if norm == "row":
+            return self._op(z) * _chain_inv(self._op(ones))
+        if norm == "column":
+            return self._op(z * _chain_inv(self._op(ones, transpose=True)))
+        d = _chain_inv_sqrt(self._op(ones))
+        return d * self._op(z * d)
 
     def matrix(self, q, c, aux, size=None):
         n = size if size is not None else (c.shape[-2] if self.axis == "instance" else c.shape[-1])
@@ -174,60 +209,70 @@ class _ChainXi(XiModule):
         return self._on_items(z.transpose(-1, -2)).transpose(-1, -2)
 
 
+def _chain_inv(d):
+    return torch.where(d != 0, 1.0 / torch.where(d != 0, d, torch.ones_like(d)), torch.zeros_like(d))
+
+
+def _chain_inv_sqrt(d):
+    return torch.where(d > 0, torch.where(d > 0, d, torch.ones_like(d)).rsqrt(), torch.zeros_like(d))
+
+
 def _chain_dense(n, hp, dtype, device):
-    """The literal chain matrix (row = output item)."""
-    a = torch.zeros(n, n, dtype=dtype, device=device)
-    idx = torch.arange(n - 1, device=device)
-    if hp.direction in ("forward", "bidirectional"):
-        a[idx + 1, idx] = 1
-    if hp.direction in ("backward", "bidirectional"):
-        a[idx, idx + 1] = 1
-    if hp.self_loop:
-        a = a + torch.eye(n, dtype=dtype, device=device)
-    power = torch.linalg.matrix_power(a, hp.hops)
-    if hp.accumulate:
-        power = sum((torch.linalg.matrix_power(a, k) for k in range(hp.hops + 1)),
-                    torch.zeros_like(a))
-    return _degree_normalize(power, hp.norm)
-
-
-def _degree_normalize(a, norm):
-    if norm == "row":
-        d = a.sum(-1, keepdim=True)
-        return a / torch.where(d == 0, torch.ones_like(d), d)
-    if norm == "column":
-        d = a.sum(-2, keepdim=True)
-        return a / torch.where(d == 0, torch.ones_like(d), d)
-    return a
+    """The literal chain matrix (row = output item), as the paper writes it (reference lowering)."""
+    bi = hp.direction == "bidirectional"
+    mode = hp.effective_mode
+    if mode in ("power", "accumulate"):
+        m = structure.multihop_chain(n, hp.hops, mode == "accumulate", hp.include_identity, bidirectional=bi,
+                                     self_loop=hp.self_loop, self_scaling=hp.self_scaling, device=device,
+                                     dtype=dtype)
+    elif mode == "inverse_approx":
+        m = structure.chain_inverse_approx(n, bi, device=device, dtype=dtype)
+    else:
+        a = structure.chain_matrix(n, bi, hp.self_loop, hp.self_scaling, device=device, dtype=dtype)
+        if mode == "inverse":
+            m = torch.linalg.inv(torch.eye(n, dtype=dtype, device=device) - hp.alpha * a)
+        else:
+            m = torch.linalg.matrix_exp(hp.alpha * a)
+    if hp.direction == "backward":
+        m = m.T
+    return m if hp.norm == "none" else kernels.degree_normalize(m, hp.norm)
 
 
 # ------------------------------------------------------------------------------------------------ graph
+class _GraphHP(HP):
+    edges: ValueRef
+    weight: Optional[ValueRef] = None
+    norm: Literal["none", "row", "column", "symmetric"] = "none"
+    self_loops: Optional[bool] = Field(None, description="add missing self-loops first; default: symmetric only")
+    directed: bool = True
+    hops: int = Field(1, ge=0)
+    mode: Literal["power", "accumulate"] = "power"
+    include_identity: bool = Field(True, description="accumulate from k = 0 (eq 83) or from k = 1")
+
+
 @register
 class Graph(Interdependence):
-    """Graph ξ from an edge list (row 0 source, row 1 target; A[target, source] = w), optional self-loops,
-    normalisation none | row (D⁻¹A) | column (AD⁻¹) | symmetric (D^{-1/2}(A+I)D^{-1/2}, Kipf's GCN)."""
+    """Graph ξ: M·z, A[dst, src] = w from an edge list, normalised none | row D⁻¹A | column AD⁻¹ | symmetric D^{-1/2}(A+I)D^{-1/2}; M = A^h or Σ_{k=k0..h} A^k.
+
+    Edge list: row 0 source, row 1 target (PyG); undirected = max(A, Aᵀ); self-loops are added before
+    normalising (toolkit order) and default to on for symmetric only, which is Kipf's GCN = PyG gcn_norm
+    (semantics.md). Erratum 13: eq (176) (column) and eq (177) (D⁻¹Â + I, row) are neither Kipf's nor each
+    other; eq (177) is hybrid(parts = ["graph", "identity"], edges = edges, norm = "row") (sum fusion).
+    Multi-hop (eq 83): accumulate includes I (k0 = 0) unless include_identity = false. Default lowering:
+    gather/index_add per hop, never an n x n matrix.
+    """
 
     name, family = "graph", "interdependence"
-    axes = ("instance",)
-
-    class HP(HP):
-        edges: ValueRef
-        weight: Optional[ValueRef] = None
-        norm: Literal["none", "row", "column", "symmetric"] = "none"
-        self_loops: bool = False
-        directed: bool = True
-        hops: int = Field(1, ge=1)
+    HP = _GraphHP
 
     def build(self, ctx):
-        return _GraphXi(self.hp)
+        return _GraphXi(self.hp, ctx.axis)
 
 
 class _GraphXi(XiModule):
-    axis = "instance"
-
-    def __init__(self, hp):
+    def __init__(self, hp, axis="instance"):
         super().__init__()
-        self.hp = hp
+        self.hp, self.axis = hp, axis
 
     def edge_list(self, aux, n, dtype, device):
         """(src, dst, w) with self-loops and normalisation applied: A[dst, src] = w. O(E)."""
@@ -236,18 +281,32 @@ class _GraphXi(XiModule):
                                             normalization=hp.norm, directed=hp.directed, device=device,
                                             dtype=dtype)
 
+    def support(self, aux, n, dtype, device):
+        """The edge list of the literal matrix when it is the 1-hop adjacency (hybrid's sparse path), else None."""
+        if self.hp.hops != 1 or self.hp.mode != "power":
+            return None
+        return self.edge_list(aux, n, dtype, device)
+
+    def _adjacency(self, aux, n, dtype, device):
+        hp = self.hp
+        return structure.graph_adjacency(aux["edges"], n, aux.get("weight"), directed=hp.directed,
+                                         self_loops=hp.self_loops, normalization=hp.norm, device=device,
+                                         dtype=dtype)
+
     def matrix(self, q, c, aux, size=None):
-        n = size if size is not None else c.shape[-2]
-        src, dst, w = self.edge_list(aux, n, q.dtype, q.device)
-        a = torch.zeros(n, n, dtype=q.dtype, device=q.device).index_put_((dst, src), w, accumulate=True)
-        return torch.linalg.matrix_power(a, self.hp.hops)
+        n = size if size is not None else (c.shape[-2] if self.axis == "instance" else c.shape[-1])
+        a = self._adjacency(aux, n, q.dtype, q.device)
+        m = structure.multihop_graph(a, self.hp.hops, self.hp.mode == "accumulate", self.hp.include_identity)
+        return m if self.axis == "instance" else m.T
 
     def apply(self, z, q, c, aux):
-        n = z.shape[-2]
-        src, dst, w = self.edge_list(aux, n, z.dtype, z.device)
-        for _ in range(self.hp.hops):
-            z = structure.graph_propagate(z, src, dst, w, n, dim=-2)
-        return z
+        zz = z if self.axis == "instance" else z.transpose(-1, -2)
+        n = zz.shape[-2]
+        src, dst, w = self.edge_list(aux, n, zz.dtype, zz.device)
+        hp = self.hp
+        y = structure.multihop_propagate(zz, src, dst, w, n, hp.hops, hp.mode == "accumulate",
+                                         hp.include_identity, dim=-2)
+        return y if self.axis == "instance" else y.transpose(-1, -2)
 
 
 # ------------------------------------------------------------------------------------------------ bilinear
@@ -384,4 +443,3 @@ class _BilinearXi(XiModule):
         if qq.shape[-1] != kk.shape[-1]:  # pragma: no cover - shapes are checked statically
             raise RuntimeError("query/key width mismatch")
         return F.scaled_dot_product_attention(qq, kk, z, attn_mask=mask, scale=self.scale)
-

@@ -28,6 +28,7 @@ capture with ``torch.compile(fullgraph=True)``.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Sequence
@@ -59,6 +60,9 @@ __all__ = [
     "chain_exponential",
     "shift",
     "chain_apply",
+    "chain_spectral_apply",
+    "chain_inverse_apply",
+    "chain_exp_apply",
     # graph
     "graph_norm_weights",
     "graph_adjacency",
@@ -689,6 +693,87 @@ def chain_apply(
             y = x + _chain_step(y, d, bidirectional, False, 0.0) / k
         return math.exp(self_scaling) * y if self_loop else y
     raise ValueError(f"unknown chain mode {mode!r}")
+
+
+def _dst1(x: Tensor) -> Tensor:
+    """Unnormalised DST-I along the last axis: ``y_k = Σ_j x_j sin(π (j+1)(k+1)/(n+1))`` via one real FFT."""
+    n = x.shape[-1]
+    z = x.new_zeros(*x.shape[:-1], 1)
+    ext = torch.cat([z, x, z, -x.flip(-1)], dim=-1)  # odd extension, length 2(n+1)
+    return -0.5 * torch.fft.rfft(ext, dim=-1).imag[..., 1 : n + 1]
+
+
+def chain_spectral_apply(x: Tensor, fn, dim: int = -2) -> Tensor:
+    """``f(T) @ x`` along ``dim`` for the bidirectional 0/1 chain ``T`` (symmetric tridiagonal), never building it.
+
+    ``T = S diag(λ) S`` with ``λ_k = 2cos(π(k+1)/(n+1))`` and the orthogonal, symmetric DST-I basis
+    ``S[j, k] = sqrt(2/(n+1)) sin(π(j+1)(k+1)/(n+1))``, so ``f(T) x = (2/(n+1)) DST(f(λ) ⊙ DST(x))``:
+    ``O(n log n)`` per column by FFT. ``fn`` maps the eigenvalue tensor ``λ`` (dtype/device of ``x``) to ``f(λ)``
+    (e.g. ``lambda lam: 1 / (1 - alpha * (lam + s))`` for ``(I − α(T + sI))^{-1}``).
+    """
+    d = dim % x.dim()
+    n = x.shape[d]
+    xm = x.movedim(d, -1)
+    k = torch.arange(1, n + 1, dtype=x.dtype, device=x.device)
+    lam = 2.0 * torch.cos(math.pi * k / (n + 1))
+    y = _dst1(fn(lam) * _dst1(xm)) * (2.0 / (n + 1))
+    return y.movedim(-1, d)
+
+
+def chain_inverse_apply(
+    x: Tensor, dim: int = -2, *, alpha: float = 1.0, bidirectional: bool = False, self_scaling: float = 0.0
+) -> Tensor:
+    """``(I − αA)^{-1} @ x`` along ``dim`` with ``A = chain_matrix(n, bidirectional) + s·I`` (``s = self_scaling``).
+
+    Uni chain (``A = N + sI``, ``N`` nilpotent): ``(1/γ) Σ_{k<n} β^k N^k x`` with ``γ = 1 − αs ≠ 0``, ``β = α/γ``,
+    by a doubling scan ``y ← y + β^L shift(y, L)``, ``L = 1, 2, 4, …`` (⌈log₂ n⌉ steps; each entry is the exact
+    finite sum). ``α = 1, s = 0`` is the paper's reciprocal form, the all-ones lower triangle (``cumsum``).
+    Bidirectional: :func:`chain_spectral_apply` with ``f(λ) = 1/(1 − α(λ + s))``; exact whenever ``I − αA`` is
+    invertible (guaranteed for ``|α|(2 + |s|) < 1``, where it equals the Neumann series ``Σ_k α^k A^k``).
+    """
+    if bidirectional:
+        return chain_spectral_apply(x, lambda lam: 1.0 / (1.0 - alpha * (lam + self_scaling)), dim)
+    gamma = 1.0 - alpha * self_scaling
+    if gamma == 0:
+        raise ValueError("I - alpha*A is singular for a uni-directional chain with alpha * self_scaling = 1")
+    beta = alpha / gamma
+    d = dim % x.dim()
+    n = x.shape[d]
+    y, L, b = x, 1, beta
+    while L < n:
+        y = y + b * shift(y, L, d)
+        L, b = 2 * L, b * b
+    return y / gamma
+
+
+@functools.lru_cache(maxsize=256)
+def _exp_terms(a: float, n: int) -> int:
+    """Terms ``K ≤ n`` of ``Σ_k a^k/k!`` kept: all terms above ``2^-60`` times the largest one."""
+    if a == 0 or n <= 1:
+        return 1
+    la = math.log(abs(a))
+    logs = [k * la - math.lgamma(k + 1) for k in range(n)]
+    top = max(logs)
+    keep = [k for k, v in enumerate(logs) if v >= top - 60 * math.log(2)]
+    return max(keep) + 1
+
+
+def chain_exp_apply(
+    x: Tensor, dim: int = -2, *, alpha: float = 1.0, bidirectional: bool = False, self_scaling: float = 0.0
+) -> Tensor:
+    """``exp(αA) @ x`` along ``dim`` with ``A = chain_matrix(n, bidirectional) + s·I`` (eq 80 with a scale α).
+
+    Uni chain: ``e^{αs} Σ_{k<K} α^k N^k x / k!`` by Horner on shifts; ``exp(αN)[t, t−k] = α^k/k!`` exactly, and
+    ``K`` drops only terms below ``2^-60`` of the largest (so the result equals ``matrix_exp`` to rounding).
+    Bidirectional: :func:`chain_spectral_apply` with ``f(λ) = exp(α(λ + s))`` (exact).
+    """
+    if bidirectional:
+        return chain_spectral_apply(x, lambda lam: torch.exp(alpha * (lam + self_scaling)), dim)
+    d = dim % x.dim()
+    y = x
+    for k in range(_exp_terms(alpha, x.shape[d]) - 1, 0, -1):
+        y = x + (alpha / k) * shift(y, 1, d)
+    return math.exp(alpha * self_scaling) * y if self_scaling else y
 
 
 # ----------------------------------------------------------------------------------------------------------

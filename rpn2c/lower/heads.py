@@ -41,7 +41,7 @@ def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, dat
             continue
         axis = "attribute" if slot.startswith("xi_attribute") else "instance"
         size = {"xi_attribute": t.m, "xi_instance_prior": data.items, "xi_instance": t.nz,
-                "xi_attribute_post": t.d}[slot]
+                "xi_attribute_post": t.dk}[slot]
         ctx = XiContext(axis, size, x.features, data.features, x.items if x.kind == "items" else None,
                         {k: aux_types[r.name] for k, r in comp.value_refs()})
         mods = [comp.build(ctx) for _ in range(c if comp.count(ctx) else 1)]
