@@ -5,6 +5,7 @@
 """
 
 from rpn2c.api import check, check_file, compile, compile_file
+from rpn2c.frontends import TorchSpec, from_torch
 from rpn2c.errors import (
     Diagnostic,
     SpecError,
@@ -20,5 +21,5 @@ __version__ = "0.1.0"
 
 __all__ = [
     "check", "check_file", "compile", "compile_file", "Diagnostic", "Span", "SpecError", "SpecGraphError",
-    "SpecNameError", "SpecShapeError", "SpecSyntaxError", "SpecTypeError", "__version__",
+    "SpecNameError", "SpecShapeError", "SpecSyntaxError", "SpecTypeError", "TorchSpec", "__version__", "from_torch",
 ]

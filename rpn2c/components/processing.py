@@ -156,6 +156,7 @@ class _BatchNorm(nn.Module):
         self.bn, self.items = bn, items
 
     def forward(self, x):
+        # contiguous: torch 2.13's CPU batch_norm backward is wrong for a size-1 batch axis with an odd stride
         if self.items:  # [B, N, F] -> normalise F over B and N
-            return self.bn(x.transpose(1, 2)).transpose(1, 2)
-        return self.bn(x)
+            return self.bn(x.transpose(1, 2).contiguous()).transpose(1, 2)
+        return self.bn(x.contiguous())

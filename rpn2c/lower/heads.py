@@ -184,7 +184,7 @@ class LayerModule(nn.Module):
             for c in range(h.channels):
                 y = _reconcile(h, _channel(hd.psi, c), k, self.reference)
                 ys.append(self._add_bias(hd, y))
-            ys = [y.transpose(1, 2).reshape(b, y.shape[-1], *out_sp) for y in ys]
+            ys = [y.transpose(1, 2).reshape(b, y.shape[-1], *out_sp).contiguous() for y in ys]
         return self._fuse_channels(hd, ys)
 
     def _patches(self, x, geo, mode, spatial, reference):

@@ -1,0 +1,200 @@
+"""Converters for nn.MultiheadAttention and nn.TransformerEncoderLayer.
+
+Multi-head attention (catalog §5.4; the paper leaves the split unspecified, §8 item 15) becomes ``heads = H`` copies
+of one head, fused by ``concat_linear`` (= W_o, b_o). Head h has a low-rank bilinear instance ξ
+``softmax((q W_q,h + b_q,h)(k W_k,h + b_k,h)ᵀ / √d_head)`` (rank d_head = E/H), κ identity, ψ = W_v,h and the bias
+b_v,h (added after ξ: every row of a softmax sums to 1, so A(VW + b) = AVW + b).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rpn2c.frontends.torch_import import Context, Value, lit, register_converter
+
+
+def _mask_input(ctx: Context, v, dims: str, what: str) -> Value | None:
+    if v is None:
+        return None
+    if not isinstance(v, Value):
+        ctx.fail(f"{what}={type(v).__name__}", "expected a tensor")
+    polarity = "block_mask" if v.dtype == torch.bool else "additive_mask"
+    return ctx.declare(v, "mask", f"{polarity}[{dims}]")
+
+
+def _attention(ctx: Context, mha: nn.MultiheadAttention, local: str, name: str, q: Value, key: Value | None,
+               value: Value | None, kpm, attn_mask, causal: bool, extra: list[str], comment: list[str],
+               pre: list[str] = (), post: list[str] = ()) -> tuple[Value, str]:
+    """Emit the attention head for ``mha`` (torch tensors under ``local``); returns (value, name)."""
+    e, h = mha.embed_dim, mha.num_heads
+    r = e // h
+    if mha.bias_k is not None:
+        ctx.fail("add_bias_kv=True", "learned key/value rows appended to the sequence have no RPN 2 form")
+    if mha.add_zero_attn:
+        ctx.fail("add_zero_attn=True", "an appended zero key/value row has no RPN 2 form")
+    bf = mha.batch_first
+    ctx.sequence(q, e, "T", bf, "query")
+    if key is not None:
+        ctx.sequence(key, mha.kdim, "S", bf, "key")
+        ctx.sequence(value, mha.vdim, "S", bf, "value")
+    s_sym = "S" if key is not None else "T"
+    kpm_v = _mask_input(ctx, kpm, f"B, {s_sym}", "key_padding_mask")
+    am_v = None
+    if attn_mask is not None:
+        if len(attn_mask.shape) == 3:
+            if h > 1:
+                ctx.fail(f"attn_mask of shape {list(attn_mask.shape)} with num_heads={h}",
+                         "a 3-D mask holds one mask per (sample, head); heads = H copies share one mask per sample "
+                         "(a 3-D mask works with num_heads=1, a 2-D mask with any)")
+            am_v = _mask_input(ctx, attn_mask, f"B, T, {s_sym}", "attn_mask")
+        else:
+            am_v = _mask_input(ctx, attn_mask, f"T, {s_sym}", "attn_mask")
+    has_bias = mha.in_proj_bias is not None
+    out_bias = mha.out_proj.bias is not None
+    xi = [f"rank = {r}", f"bias = {lit(has_bias)}"]
+    if key is not None:
+        xi.append(f"keys = {key.name}")
+    if kpm_v is not None:
+        xi.append(f"key_padding = {kpm_v.name}")
+    if am_v is not None:
+        xi.append(f"attn_mask = {am_v.name}")
+    if causal:
+        xi.append("causal = true")
+    settings = ([f"heads = {h}"] if h > 1 else []) + [f"xi_instance = attention({', '.join(xi)})", f"out = {r}"]
+    if not has_bias:
+        settings.append("bias = false")
+    settings.append(f"fusion = concat_linear(out = {e}{'' if out_bias else ', bias = false'})")
+    settings += extra
+    uses = [u for u in (key, kpm_v, am_v) if u is not None]
+    y = ctx.head(q, settings, comment=comment, context=value, name=name, uses=uses, pre=pre, post=post,
+                 out_kind="items",
+                 time_major=not bf)
+    y.items_from = q.items_from
+    # weights: per head h, rows [h·r, (h+1)·r) of W_q, W_k, W_v and their biases
+    if mha._qkv_same_embed_dim:
+        wq, wk, wv = [(f"{local}in_proj_weight", o) for o in (0, e, 2 * e)]
+    else:
+        wq, wk, wv = [(f"{local}{n}_proj_weight", 0) for n in "qkv"]
+    for i in range(h):
+        p = name if h == 1 else f"{name}.heads.h{i}"
+        def rows(off, i=i):
+            return off + i * r, off + (i + 1) * r
+
+        ctx.param(f"{p}.xi_instance.w_q", wq[0], rows=rows(wq[1]), transpose=True)
+        ctx.param(f"{p}.xi_instance.w_k", wk[0], rows=rows(wk[1]), transpose=True)
+        ctx.param(f"{p}.psi.weight", wv[0], rows=rows(wv[1]))
+        if has_bias:
+            ctx.param(f"{p}.xi_instance.b_q", f"{local}in_proj_bias", rows=rows(0))
+            ctx.param(f"{p}.xi_instance.b_k", f"{local}in_proj_bias", rows=rows(e))
+            ctx.param(f"{p}.bias", f"{local}in_proj_bias", rows=rows(2 * e))
+    ctx.param(f"{name}.fusion.linear.weight", f"{local}out_proj.weight")
+    if out_bias:
+        ctx.param(f"{name}.fusion.linear.bias", f"{local}out_proj.bias")
+    return y, name
+
+
+def _head_comment(mha: nn.MultiheadAttention, cross: bool) -> list[str]:
+    e, h = mha.embed_dim, mha.num_heads
+    r = e // h
+    data = "the context `value`, keys from `key`" if cross else "the input itself (self-attention)"
+    return [f"  {h} head(s) (heads = {h}) fused by concat_linear(out = {e}) = out_proj (W_o, b_o); per head:",
+            f"  ξ_instance = low-rank bilinear attention softmax((q W_q + b_q)(k W_k + b_k)ᵀ / √{r}) (rank {r}),",
+            f"  data = {data}; κ identity, ψ identity = W_v [{r}, {mha.vdim}], bias b_v added after ξ, π zero"]
+
+
+def multihead_attention(m: nn.MultiheadAttention, ctx: Context) -> Value:
+    """nn.MultiheadAttention(query, key, value) -> attn_output."""
+    q, key, value = ctx.get("query"), ctx.get("key"), ctx.get("value")
+    causal = bool(ctx.get("is_causal", False))
+    masks = []
+    if ctx.get("key_padding_mask") is not None:
+        masks.append("key_padding_mask -> key_padding (its dtype gives the polarity: bool = True blocks)")
+    if ctx.get("attn_mask") is not None:
+        masks.append("attn_mask -> attn_mask (bool = True blocks, float = added to the logits)")
+    if causal:
+        masks.append("is_causal=True -> causal = true (torch treats attn_mask as the causal mask; both are applied)")
+    comment = [f"{ctx.where()}(embed_dim={m.embed_dim}, num_heads={m.num_heads}, batch_first={m.batch_first}):",
+               *_head_comment(m, True), *[f"  mask: {t}" for t in masks]]
+    if m.dropout > 0:
+        comment.append(f"  attention dropout p={m.dropout} is identity in eval mode (not represented)")
+    y, _ = _attention(ctx, m, "", ctx.name("attn"), q, key, value, ctx.get("key_padding_mask"),
+                      ctx.get("attn_mask"), causal, [], comment)
+    return y
+
+
+def _ffn_activation(m: nn.TransformerEncoderLayer, ctx: Context) -> str:
+    act = m.activation
+    code = getattr(m, "activation_relu_or_gelu", 0)
+    if code == 1 or act is F.relu or isinstance(act, nn.ReLU):
+        return "relu"
+    if code == 2 or act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
+        return "gelu"
+    ctx.fail(f"activation={getattr(act, '__name__', type(act).__name__)}", "only relu and gelu (exact)")
+
+
+def transformer_encoder_layer(m: nn.TransformerEncoderLayer, ctx: Context) -> Value:
+    """nn.TransformerEncoderLayer (post- or pre-norm): an attention head with the identity remainder (residual)
+    and LayerNorm as output (post-norm) or input (pre-norm) processing, then two perceptron heads and a residual add."""
+    x = ctx.get("src")
+    mha = m.self_attn
+    act = _ffn_activation(m, ctx)
+    if m.linear1.bias is None or m.norm1.bias is None:
+        ctx.fail("bias=False", "layer_norm's affine form has both a weight and a bias")
+    if not (m.norm1.elementwise_affine and m.norm2.elementwise_affine):
+        ctx.fail("LayerNorm(elementwise_affine=False)")
+    e, dff = mha.embed_dim, m.linear1.out_features
+    causal = bool(ctx.get("is_causal", False))
+    base = ctx.name("enc")
+    eps1, eps2 = lit(float(m.norm1.eps)), lit(float(m.norm2.eps))
+    where = (f"{ctx.where()}(d_model={e}, nhead={mha.num_heads}, dim_feedforward={dff}, "
+             f"norm_first={m.norm_first}, activation={act})")
+    drop = [] if m.dropout.p == 0 and mha.dropout == 0 else ["  dropout is identity in eval mode (not represented)"]
+    if not m.norm_first:
+        comment = [where, "  self-attention sub-block, post-norm: norm1(x + SA(x)) = one head with",
+                   "  π = identity (the residual) and post = [layer_norm] (norm1):", *_head_comment(mha, False), *drop]
+        extra, pre, post = ["pi = identity"], [], [f"layer_norm(eps = {eps1})"]
+    else:
+        comment = [where, "  self-attention sub-block, pre-norm: x + SA(norm1(x)) = one head with",
+                   "  pre = [layer_norm] (norm1) and π = identity on the raw input (the residual):",
+                   *_head_comment(mha, False), *drop]
+        extra, pre, post = ["pi = identity"], [f"layer_norm(eps = {eps1})"], []
+    attn, attn_name = _attention(ctx, mha, "self_attn.", f"{base}_attn", x, None, None,
+                                 ctx.get("src_key_padding_mask"), ctx.get("src_mask"), causal, extra, comment,
+                                 pre, post)
+    if m.norm_first:
+        ctx.param(f"{attn_name}.pre.0.weight", "norm1.weight")
+        ctx.param(f"{attn_name}.pre.0.bias", "norm1.bias")
+    else:
+        ctx.param(f"{attn_name}.post.0.weight", "norm1.weight")
+        ctx.param(f"{attn_name}.post.0.bias", "norm1.bias")
+    shape = attn.shape
+    ff1 = ctx.head(attn, [f"out = {dff}"], name=f"{base}_ff", post=[act],
+                   pre=[f"layer_norm(eps = {eps2})"] if m.norm_first else [],
+                   comment=[f"  feed-forward linear1 ({e} -> {dff}) + {act}: a perceptron head (ξ none, κ identity, "
+                            "ψ identity, tied bias, π zero)"
+                            + ("; pre = [layer_norm] is norm2" if m.norm_first else "")],
+                   out_shape=(*shape[:-1], dff))
+    ff2 = ctx.head(ff1, [f"out = {e}"], name=f"{base}_ff2", out_shape=shape,
+                   comment=[f"  feed-forward linear2 ({dff} -> {e}): a perceptron head"])
+    ctx.param(f"{ff1.name}.psi.weight", "linear1.weight")
+    ctx.param(f"{ff1.name}.bias", "linear1.bias")
+    ctx.param(f"{ff2.name}.psi.weight", "linear2.weight")
+    ctx.param(f"{ff2.name}.bias", "linear2.bias")
+    if m.norm_first:
+        ctx.param(f"{ff1.name}.pre.0.weight", "norm2.weight")
+        ctx.param(f"{ff1.name}.pre.0.bias", "norm2.bias")
+        y = ctx.op("add", [attn, ff2], name=base, shape=shape, comment="  the second residual: x + FF(norm2(x))")
+    else:
+        s = ctx.op("add", [attn, ff2], name=f"{base}_res", shape=shape, comment="  the second residual")
+        y = ctx.op("layer_norm", [s], f"eps = {eps2}", name=base, shape=shape, comment="  norm2 (post-norm)")
+        ctx.param(f"{base}.weight", "norm2.weight")
+        ctx.param(f"{base}.bias", "norm2.bias")
+    y.items_from = x.items_from
+    return y
+
+
+def register_all() -> None:
+    register_converter(nn.MultiheadAttention, multihead_attention)
+    register_converter(nn.TransformerEncoderLayer, transformer_encoder_layer)

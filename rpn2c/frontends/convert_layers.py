@@ -1,0 +1,318 @@
+"""Converters for torch's feed-forward layers: Linear, convolutions, pooling, normalisation, activations,
+dropout, flatten. Each docstring states the RPN 2 recipe the module becomes."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from rpn2c.frontends.torch_import import Context, Value, lit, per_axis, register_converter
+
+
+def _tuple(v, rank: int) -> tuple[int, ...]:
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,) * rank
+
+
+def _bias_text(has_bias: bool) -> str:
+    return "a tied bias b (one per output feature, added after ψ)" if has_bias else "no bias"
+
+
+# ------------------------------------------------------------------------------------------------ linear
+def linear(m: nn.Linear, ctx: Context) -> Value:
+    """nn.Linear = a perceptron head (RPN v1): ξ none, κ identity, ψ identity (W), tied bias, π zero; on a
+    sequence it acts on every item alone (no instance ξ)."""
+    x = ctx.features_input(ctx.arg(0))
+    if x.features != m.in_features:
+        ctx.fail(None, f"in_features={m.in_features} but the input has {x.features} features")
+    name = ctx.name("fc")
+    on = "every item of a sequence alone (no instance ξ)" if x.kind == "items" else "a feature vector"
+    comment = [f"{ctx.where()}({m.in_features} -> {m.out_features}) on {on}: a perceptron head (RPN v1):",
+               f"  ξ none, κ identity, ψ identity = W [{m.out_features}, {m.in_features}],",
+               f"  {_bias_text(m.bias is not None)}, π zero"]
+    y = ctx.head(x, [f"out = {m.out_features}", "" if m.bias is not None else "bias = false"], comment=comment,
+                 name=name)
+    ctx.param(f"{name}.psi.weight", "weight")
+    if m.bias is not None:
+        ctx.param(f"{name}.bias", "bias")
+    return y
+
+
+# ------------------------------------------------------------------------------------------------ convolution
+def conv(m: nn.Conv1d, ctx: Context) -> Value:
+    """nn.ConvNd = a head with a grid-patch attribute ξ in padding mode (x·A is im2col), κ identity, ψ identity
+    (the kernel reshaped to [C_out, C_in/g · Πk], block-diagonal over g groups), a tied per-channel bias, π zero."""
+    rank = len(m.kernel_size)
+    x = ctx.grid_input(ctx.arg(0), rank)
+    if x.features != m.in_channels:
+        ctx.fail(None, f"in_channels={m.in_channels} but the input has {x.features} channels")
+    args = [f"size = {per_axis(m.kernel_size)}"]
+    if any(s != 1 for s in m.stride):
+        args.append(f"stride = {per_axis(m.stride)}")
+    if isinstance(m.padding, str):
+        if m.padding == "same":
+            args.append('pad = "same"')
+        elif m.padding != "valid":
+            ctx.fail(f"padding={m.padding!r}")
+    elif any(p != 0 for p in m.padding):
+        args.append(f"pad = {per_axis(m.padding)}")
+    if any(d != 1 for d in m.dilation):
+        args.append(f"dilation = {per_axis(m.dilation)}")
+    if m.padding_mode not in ("zeros", "circular", "reflect", "replicate"):
+        ctx.fail(f"padding_mode={m.padding_mode!r}")
+    if m.padding_mode != "zeros":
+        args.append(f"padding_mode = {lit(m.padding_mode)}")
+    name = ctx.name("conv")
+    per_group = m.in_channels // m.groups
+    taps = 1
+    for k in m.kernel_size:
+        taps *= k
+    settings = [f"xi_attribute = grid_patch({', '.join(args)})", f"out = {m.out_channels}"]
+    if m.groups > 1:
+        settings.append(f"groups = {m.groups}")
+    if m.bias is None:
+        settings.append("bias = false")
+    psi = f"ψ identity = the kernel as [{m.out_channels}, {per_group}·{taps}] ((channel, tap) order)"
+    if m.groups > 1:
+        psi += f", block-diagonal over {m.groups} channel groups"
+    comment = [f"{ctx.where()}({m.in_channels} -> {m.out_channels}, kernel {tuple(m.kernel_size)}):",
+               "  a convolution head:",
+               f"  ξ_attribute = grid_patch ({m.padding_mode} padding; x·A is im2col), κ identity, {psi},",
+               f"  {_bias_text(m.bias is not None)}, π zero"]
+    y = ctx.head(x, settings, comment=comment, name=name)
+    ctx.param(f"{name}.psi.weight", "weight", shape=(m.out_channels, per_group * taps))
+    if m.bias is not None:
+        ctx.param(f"{name}.bias", "bias")
+    return y
+
+
+# ------------------------------------------------------------------------------------------------ pooling
+def _pool_extent(length, k, s, p, d, ceil):
+    num = length + 2 * p - d * (k - 1) - 1
+    if not ceil:
+        return num // s + 1
+    out = -(-num // s) + 1
+    if (out - 1) * s >= length + p:
+        out -= 1
+    return out
+
+
+def _pool(m, ctx: Context, rank: int, how: str, kernel, stride, padding, dilation, ceil_mode) -> Value:
+    x = ctx.grid_input(ctx.arg(0), rank)
+    k, p, d = _tuple(kernel, rank), _tuple(padding, rank), _tuple(dilation, rank)
+    s = _tuple(stride, rank) if stride is not None and stride != () and stride != [] else k
+    if ceil_mode:
+        spatial = x.shape[2:]
+        if any(_pool_extent(L, *a, True) != _pool_extent(L, *a, False) for L, a in zip(spatial, zip(k, s, p, d))):
+            ctx.fail("ceil_mode=True", f"on this {list(spatial)} input it adds a partial window that patch "
+                                        "compression does not produce (it follows conv's floor rule)")
+    args = [f"size = {per_axis(k)}"]
+    if s != k:
+        args.append(f"stride = {per_axis(s)}")
+    if any(p):
+        args.append(f"pad = {per_axis(p)}")
+    if any(di != 1 for di in d):
+        args.append(f"dilation = {per_axis(d)}")
+    kappa = "patch_max" if how == "max" else "patch_mean"
+    name = ctx.name("pool")
+    what = ("max over the patch, out-of-grid taps ignored" if how == "max" else
+            "mean over the patch, zero padding counted (count_include_pad)")
+    comment = [f"{ctx.where()}(kernel {k}, stride {s}, padding {p}): pooling is a compression head:",
+               f"  κ = {kappa} ({what}), ξ none, ψ = eye (no parameters), no bias, π zero"]
+    return ctx.head(x, [f"kappa = {kappa}({', '.join(args)})"], comment=comment, kind="compress", name=name)
+
+
+def max_pool(m, ctx: Context) -> Value:
+    """nn.MaxPoolNd = a compression head: κ = patch_max, ψ = eye."""
+    if m.return_indices:
+        ctx.fail("return_indices=True")
+    rank = int(type(m).__name__[-2])
+    return _pool(m, ctx, rank, "max", m.kernel_size, m.stride, m.padding, m.dilation, m.ceil_mode)
+
+
+def avg_pool(m, ctx: Context) -> Value:
+    """nn.AvgPoolNd = a compression head: κ = patch_mean (count_include_pad semantics), ψ = eye."""
+    rank = int(type(m).__name__[-2])
+    if getattr(m, "divisor_override", None) is not None:
+        ctx.fail(f"divisor_override={m.divisor_override}", "patch_mean divides by the patch size")
+    if not m.count_include_pad and any(_tuple(m.padding, rank)):
+        ctx.fail("count_include_pad=False", "patch_mean counts zero padding in the mean (count_include_pad=True); "
+                                            "with padding > 0 the border means differ")
+    return _pool(m, ctx, rank, "mean", m.kernel_size, m.stride, m.padding, 1, m.ceil_mode)
+
+
+def adaptive_pool(m, ctx: Context) -> Value:
+    """nn.AdaptiveAvg/MaxPoolNd with an output size dividing the input = a patch compression with kernel = stride
+    = L / out (global pooling for out = 1)."""
+    if getattr(m, "return_indices", False):
+        ctx.fail("return_indices=True")
+    rank = int(type(m).__name__[-2])
+    x = ctx.grid_input(ctx.arg(0), rank)
+    spatial = x.shape[2:]
+    out = _tuple(m.output_size, rank)
+    out = tuple(L if o is None else o for L, o in zip(spatial, out))
+    if any(L % o for L, o in zip(spatial, out)):
+        ctx.fail(f"output_size={m.output_size}", f"the input size {list(spatial)} is not a multiple of it "
+                                                  "(adaptive windows would have unequal sizes)")
+    kernel = tuple(L // o for L, o in zip(spatial, out))
+    how = "max" if "Max" in type(m).__name__ else "mean"
+    return _pool(m, ctx, rank, how, kernel, kernel, 0, 1, False)
+
+
+# ------------------------------------------------------------------------------------------------ processing
+_SIMPLE = {nn.ReLU: "relu", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid", nn.SiLU: "silu"}
+
+
+def activation(m: nn.Module, ctx: Context) -> Value:
+    """Activations = output processing of the preceding head (``post = [...]``), or a processing op."""
+    x = ctx.arg(0)
+    fn = _SIMPLE.get(type(m))
+    if isinstance(m, nn.GELU):
+        if m.approximate != "none":
+            ctx.fail(f"approximate={m.approximate!r}", "gelu processing is the exact erf form")
+        fn = "gelu"
+    elif isinstance(m, nn.ELU):
+        if m.alpha != 1.0:
+            ctx.fail(f"alpha={m.alpha}", "elu processing has alpha = 1")
+        fn = "elu"
+    elif isinstance(m, nn.LeakyReLU):
+        if m.negative_slope != 0.01:
+            ctx.fail(f"negative_slope={m.negative_slope}", "leaky_relu processing has slope 0.01")
+        fn = "leaky_relu"
+    elif isinstance(m, nn.Softplus):
+        if m.beta != 1 or m.threshold != 20:
+            ctx.fail(f"beta={m.beta}, threshold={m.threshold}", "softplus processing is log(1 + e^x) (beta 1, "
+                                                               "threshold 20)")
+        fn = "softplus"
+    y, _ = ctx.process(x, fn, comment="an activation is output processing")
+    return y
+
+
+def softmax(m, ctx: Context) -> Value:
+    """nn.Softmax/LogSoftmax over the feature axis = softmax/log_softmax processing."""
+    x = ctx.arg(0)
+    fn = "softmax" if isinstance(m, nn.Softmax) else "log_softmax"
+    if m.dim is None:
+        ctx.fail("dim=None", "give the dimension explicitly")
+    nd = len(x.shape)
+    d = m.dim % nd
+    if x.kind is None:
+        if nd == 2 and d == 1 or nd == 3 and d == 2:
+            ctx.features_input(x)
+        elif nd >= 3 and d == 1:
+            ctx.grid_input(x, nd - 2)
+    feature_axis = {"vector": 1, "items": nd - 1, "grid": 1}.get(x.kind)
+    if d != feature_axis:
+        ctx.fail(f"dim={m.dim}", f"{fn} processing normalises the feature axis ({feature_axis} of a {x.kind} value "
+                                 f"{list(x.shape)})")
+    y, _ = ctx.process(x, fn, comment="over the feature axis")
+    return y
+
+
+def dropout(m: nn.Dropout, ctx: Context) -> Value:
+    """nn.Dropout = dropout processing (identity in eval mode)."""
+    x = ctx.arg(0)
+    if m.p >= 1.0:
+        ctx.builder.notes.append(f"{ctx.where()}(p={m.p}) is omitted: identity in eval mode, and dropout(p) needs "
+                                 "p < 1")
+        return x
+    y, _ = ctx.process(x, "dropout", f"p = {lit(float(m.p))}", comment="identity in eval mode")
+    return y
+
+
+def layer_norm(m: nn.LayerNorm, ctx: Context) -> Value:
+    """nn.LayerNorm over the feature axis (or the whole [C, *S] of a grid) = layer_norm processing."""
+    x = ctx.arg(0)
+    shape = tuple(m.normalized_shape)
+    if x.kind is None:
+        nd = len(x.shape)
+        if len(shape) == 1 and nd in (2, 3):
+            ctx.features_input(x)
+        elif nd >= 3 and len(shape) == nd - 1:
+            ctx.grid_input(x, nd - 2)
+    want = tuple(x.shape[1:]) if x.kind == "grid" else (x.shape[-1],)
+    if x.kind not in ("vector", "items", "grid") or shape != want:
+        ctx.fail(f"normalized_shape={list(shape)}", f"layer_norm normalises {list(want)} of this {x.kind} value")
+    if m.elementwise_affine and m.bias is None:
+        ctx.fail("bias=False", "layer_norm's affine form has both a weight and a bias")
+    kwargs = [f"eps = {lit(float(m.eps))}"] + ([] if m.elementwise_affine else ["affine = false"])
+    y, prefix = ctx.process(x, "layer_norm", ", ".join(kwargs), comment="normalisation is output processing")
+    if m.elementwise_affine:
+        ctx.param(f"{prefix}.weight", "weight")
+        ctx.param(f"{prefix}.bias", "bias")
+    return y
+
+
+def batch_norm(m, ctx: Context) -> Value:
+    """nn.BatchNormNd (eval: running statistics) = batch_norm processing per feature / per channel."""
+    x = ctx.arg(0)
+    rank = int(type(m).__name__[-2])
+    if not m.track_running_stats:
+        ctx.fail("track_running_stats=False", "eval mode would use batch statistics; batch_norm keeps running ones")
+    if m.momentum is None:
+        ctx.fail("momentum=None", "the cumulative moving average has no batch_norm setting")
+    if rank == 1 and (x.kind == "vector" or (x.kind is None and len(x.shape) == 2)):
+        ctx.features_input(x, allow=("vector",))
+    elif rank == 1:
+        if x.kind == "items":
+            ctx.fail(None, "BatchNorm1d on [B, T, F] normalises axis 1 (T), not the features")
+        ctx.grid_input(x, 1)
+    else:
+        ctx.grid_input(x, rank)
+    if x.features != m.num_features:
+        ctx.fail(f"num_features={m.num_features}", f"the input has {x.features} features/channels")
+    kwargs = [f"eps = {lit(float(m.eps))}"]
+    if m.momentum != 0.1:
+        kwargs.append(f"momentum = {lit(float(m.momentum))}")
+    if not m.affine:
+        kwargs.append("affine = false")
+    y, prefix = ctx.process(x, "batch_norm", ", ".join(kwargs),
+                            comment="normalisation is output processing (running statistics in eval)")
+    names = (["weight", "bias"] if m.affine else []) + ["running_mean", "running_var", "num_batches_tracked"]
+    for n in names:
+        ctx.param(f"{prefix}.bn.{n}", n)
+    return y
+
+
+def flatten(m: nn.Flatten, ctx: Context) -> Value:
+    """nn.Flatten(1, -1) = the flatten op (channel-major, as torch)."""
+    x = ctx.arg(0)
+    if m.start_dim != 1 or m.end_dim != -1:
+        ctx.fail(f"start_dim={m.start_dim}, end_dim={m.end_dim}", "only Flatten(1, -1) (the whole sample)")
+    if x.kind is None:
+        nd = len(x.shape)
+        if nd == 2:
+            ctx.features_input(x)
+        elif 3 <= nd <= 5:
+            ctx.grid_input(x, nd - 2)
+        else:
+            ctx.fail(None, f"an input of shape {list(x.shape)}")
+    if x.kind == "vector":
+        return x
+    if x.kind not in ("items", "grid") or not x.batched:
+        ctx.fail(None, f"flatten of a {x.kind} value")
+    if x.kind == "items":
+        ctx.require_layout(x, False, "input")  # torch flattens [B, T, F]; a time-first value would mix the batch
+        ctx.fix_items(x)
+    return ctx.op("flatten", [x], comment=f"{ctx.where()}: flatten to a vector (channel-major, as torch)",
+                  prefix="flat", kind="vector")
+
+
+def register_all() -> None:
+    register_converter(nn.Linear, linear)
+    for cls in (nn.Conv1d, nn.Conv2d, nn.Conv3d):
+        register_converter(cls, conv)
+    for cls in (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d):
+        register_converter(cls, max_pool)
+    for cls in (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d):
+        register_converter(cls, avg_pool)
+    for cls in (nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool1d,
+                nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d):
+        register_converter(cls, adaptive_pool)
+    for cls in (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.SiLU, nn.GELU, nn.ELU, nn.LeakyReLU, nn.Softplus):
+        register_converter(cls, activation)
+    register_converter(nn.Softmax, softmax)
+    register_converter(nn.LogSoftmax, softmax)
+    register_converter(nn.Dropout, dropout)
+    register_converter(nn.LayerNorm, layer_norm)
+    for cls in (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d):
+        register_converter(cls, batch_norm)
+    register_converter(nn.Flatten, flatten)

@@ -1,0 +1,144 @@
+"""from_torch on graph convolutions: torch_geometric.nn.GCNConv (when PyG is importable) and a dense-adjacency GCN
+written here (``DenseGCN``), converted through the registration hook ``register_converter``.
+
+RPN 2 recipe checked here (catalog §5.3): a head with a graph instance ξ from the edge list, symmetric normalisation
+D^-1/2 (A+I) D^-1/2 (target-side degrees, PyG's add_remaining_self_loops), κ identity, ψ identity = Θ and the bias
+added after aggregation. The paper's own eq (176)/(177) are column/row normalisations (catalog §8 item 13).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+from unification_helpers import assert_matches_torch, compile_or_skip, n_examples, rand
+
+import rpn2c
+from rpn2c.frontends import register_converter
+
+try:
+    from torch_geometric.nn import GCNConv
+except ImportError:  # pragma: no cover - PyG is optional
+    GCNConv = None
+
+needs_pyg = pytest.mark.skipif(GCNConv is None, reason="torch_geometric is not installed")
+
+
+class DenseGCN(nn.Module):
+    """A GCN layer in dense maths: A[target, source] = 1 per edge, Â = D^-1/2 (A + I) D^-1/2 (D = row sums of
+    A + I), Y = Â X W + b with W [in, out] (Kipf & Welling, eq 2)."""
+
+    def __init__(self, fin: int, fout: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(fin, fout) / math.sqrt(fin))
+        self.bias = nn.Parameter(torch.randn(fout) * 0.1)
+
+    def forward(self, x, edge_index):
+        n = x.shape[0]
+        a = torch.zeros(n, n, dtype=x.dtype).index_put_((edge_index[1], edge_index[0]),
+                                                        torch.ones(edge_index.shape[1], dtype=x.dtype),
+                                                        accumulate=True)
+        a = a + torch.eye(n, dtype=x.dtype)
+        d = a.sum(-1).pow(-0.5)
+        return (d[:, None] * a * d[None, :]) @ x @ self.weight + self.bias
+
+
+def convert_dense_gcn(m: DenseGCN, ctx) -> rpn2c.frontends.Value:
+    """The documented hook: declare the inputs, emit one graph head, link ψ = Wᵀ and the bias."""
+    x, e = ctx.get("x"), ctx.get("edge_index")
+    fin, fout = m.weight.shape
+    ctx.declare(x, "items", f"nodes[{{items}}, {fin}]", batched=False, item_axis=0, item_symbol="N")
+    ctx.declare(e, "edges", "edges[2, E]")
+    name = ctx.name("gcn")
+    y = ctx.head(x, [f'xi_instance = graph(edges = {e.name}, norm = "symmetric", self_loops = true)',
+                     f"out = {fout}"], name=name, uses=[e],
+                 comment=f"{ctx.where()}: graph instance ξ (symmetric, self-loops), κ identity, ψ = Wᵀ, bias after")
+    ctx.param(f"{name}.psi.weight", "weight", transpose=True)
+    ctx.param(f"{name}.bias", "bias")
+    return y
+
+
+register_converter(DenseGCN, convert_dense_gcn)
+
+
+@st.composite
+def graphs(draw, self_loops=True):
+    """(n, edge_index): random directed edges, duplicates allowed, at most one self-loop per node."""
+    n = draw(st.integers(1, 6))
+    pairs = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=12))
+    seen, keep = set(), []
+    for s, t in pairs:
+        if s == t and (not self_loops or s in seen):
+            continue
+        if s == t:
+            seen.add(s)
+        keep.append((s, t))
+    ei = torch.tensor(keep, dtype=torch.long).reshape(-1, 2).T.contiguous()
+    return n, ei
+
+
+@needs_pyg
+@settings(max_examples=n_examples(40), deadline=None)
+@given(graphs(), st.integers(1, 3), st.integers(1, 4), st.booleans(), st.booleans(), st.booleans(),
+       st.booleans(), st.booleans(), st.integers(0, 2**16))
+def test_gcnconv_matches_pyg(graph, fin, fout, weighted, normalize, self_loops, bias, batched, seed):
+    """GCNConv (normalize, add_self_loops, bias, edge weights, a batch axis): outputs and gradients equal PyG's."""
+    n, ei = graph
+    torch.manual_seed(seed)
+    self_loops = self_loops and normalize  # PyG adds self-loops only while normalising
+    m = GCNConv(fin, fout, normalize=normalize, add_self_loops=self_loops, bias=bias).double()
+    if bias:
+        with torch.no_grad():
+            m.bias.normal_()
+    x = rand(2, n, fin, seed=seed) if batched else rand(n, fin, seed=seed)
+    args = (x, ei) + ((torch.rand(ei.shape[1], dtype=torch.float64) + 0.1,) if weighted else ())
+    assert_matches_torch(m, args)
+
+
+@settings(max_examples=n_examples(25), deadline=None)
+@given(graphs(self_loops=False), st.integers(1, 3), st.integers(1, 4), st.integers(0, 2**16))
+def test_dense_gcn_via_registered_converter(graph, fin, fout, seed):
+    """A user module converted through register_converter: Â X W + b equals the spec (graphs without self-loops,
+    where Kipf's A + I and PyG's remaining self-loops agree)."""
+    n, ei = graph
+    torch.manual_seed(seed)
+    assert_matches_torch(DenseGCN(fin, fout), (rand(n, fin, seed=seed), ei))
+
+
+def test_existing_self_loops_follow_pyg_not_a_plus_i():
+    """With a self-loop already in the edge list, Kipf's dense A + I gives that node weight 2, PyG (and the spec)
+    keep weight 1: the spec is exactly GCNConv, and differs from the dense form there."""
+    torch.manual_seed(0)
+    ei = torch.tensor([[0, 1, 2, 2], [1, 2, 0, 2]])
+    x = rand(3, 2)
+    dense = DenseGCN(2, 3).double()
+    model = compile_or_skip(rpn2c.from_torch(dense, (x, ei)))
+    assert not torch.allclose(model(x, ei), dense(x, ei))
+    if GCNConv is not None:
+        pyg = GCNConv(2, 3).double()
+        with torch.no_grad():
+            pyg.lin.weight.copy_(dense.weight.T)
+            pyg.bias.copy_(dense.bias)
+        torch.testing.assert_close(model(x, ei), pyg(x, ei).detach())
+
+
+@needs_pyg
+@settings(max_examples=n_examples(15), deadline=None)
+@given(graphs(), st.integers(1, 3), st.integers(0, 2**16), st.data())
+def test_gcn_is_permutation_equivariant(graph, fin, seed, data):
+    """f(P X, P A Pᵀ) = P f(X, A) for the compiled spec: relabelling nodes permutes the output rows."""
+    n, ei = graph
+    torch.manual_seed(seed)
+    m = GCNConv(fin, 3).double()
+    x, w = rand(n, fin, seed=seed), torch.rand(ei.shape[1], dtype=torch.float64) + 0.1
+    spec = rpn2c.from_torch(m, (x, ei, w))
+    perm = torch.tensor(data.draw(st.permutations(list(range(n)))), dtype=torch.long)
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(n)
+    for reference in (False, True):
+        model = compile_or_skip(spec, reference)
+        torch.testing.assert_close(model(x[perm], inv[ei], w), model(x, ei, w)[perm])
