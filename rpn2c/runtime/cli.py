@@ -84,10 +84,17 @@ def cmd_fmt(args) -> int:
 
 
 def cmd_components(args) -> int:
+    from rpn2c.components.registry import FAMILIES
     from rpn2c.runtime.report import components_json, components_table
 
+    if args.family is not None and args.family not in FAMILIES:
+        raise _Usage(f"unknown family {args.family!r} (families: {', '.join(FAMILIES)})")
     if args.format == "json":
         _out(json.dumps(components_json(args.family), indent=2))
+    elif args.format == "markdown":
+        from rpn2c.runtime.docgen import render_components_markdown
+
+        sys.stdout.write(render_components_markdown(args.family))
     else:
         _out(components_table(args.family))
     return EXIT_OK
@@ -118,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--write", action="store_true", help="rewrite the file in place")
     s.set_defaults(fn=cmd_fmt)
     s = sub.add_parser("components", help="list every component function", description="list components")
-    s.add_argument("--format", choices=["table", "json"], default="table")
+    s.add_argument("--format", choices=["table", "json", "markdown"], default="table",
+                   help="markdown: the text of docs/components.md")
     s.add_argument("--family", help="only this family (expansion, compression, reconciliation, ...)")
     s.set_defaults(fn=cmd_components)
     _extend(sub)
@@ -126,11 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extend(sub) -> None:
-    """Commands contributed by later stages (training) register here when importable."""
-    try:
-        from rpn2c.runtime import train_cli
-    except ImportError:
-        return
+    """Commands contributed by later stages (train, eval, predict, show) register here."""
+    from rpn2c.runtime import train_cli
+
     train_cli.register(sub)
 
 

@@ -1,0 +1,571 @@
+"""``rpn2c train / eval / predict / show``: the training workflow on the command line.
+
+Exit status as for the other commands: 0 ok, 1 spec errors and data/checkpoint mismatches, 2 usage errors
+(unknown dataset, missing file, bad option). The training code, the datasets and matplotlib are imported inside
+the commands, so registering them costs ``rpn2c check`` nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import functools
+import io
+import json
+import math
+import os
+import re
+import sys
+from pathlib import Path
+
+from rpn2c.runtime.cli import EXIT_OK, EXIT_SPEC, _err, _out, _read, _Usage
+
+EXIT_INTERRUPTED = 130
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def _guard(fn):
+    """Turn the user-fixable errors of the training commands into messages and exit codes (no tracebacks)."""
+
+    @functools.wraps(fn)
+    def run(args) -> int:
+        from rpn2c.train.config import TrainError
+
+        try:
+            return fn(args)
+        except TrainError as exc:
+            _err(f"rpn2c: error: {exc}")
+            return EXIT_SPEC
+        except FileNotFoundError as exc:
+            raise _Usage(f"no such file: {exc.filename or exc}") from None
+        except KeyboardInterrupt:
+            _err("rpn2c: interrupted")
+            return EXIT_INTERRUPTED
+
+    return run
+
+
+@contextlib.contextmanager
+def _threads(n: int | None):
+    """Run with ``n`` torch intra-op threads (0/None: leave torch's setting), restoring the previous count."""
+    import torch
+
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _graph(args):
+    """The checked, optimised IR graph of ``args.spec`` and its text (SpecError propagates: exit 1)."""
+    from rpn2c.api import check_file
+    from rpn2c.passes.plan import optimize
+
+    text = _read(args.spec)
+    return optimize(check_file(args.spec, model=args.model, root=args.root)), text
+
+
+def _compile(graph, *, reference: bool = False):
+    from rpn2c.lower.build import CompiledModel
+
+    return CompiledModel(graph, reference=reference)
+
+
+def _data_options(items: list[str] | None) -> dict:
+    """``KEY=VALUE`` strings -> a dict with int / float / bool values where they parse."""
+    out: dict = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise _Usage(f"--data-option {item}: expected KEY=VALUE (e.g. window=12)")
+        low = value.lower()
+        if low in ("true", "false"):
+            out[key] = low == "true"
+            continue
+        for kind in (int, float):
+            try:
+                out[key] = kind(value)
+                break
+            except ValueError:
+                continue
+        else:
+            out[key] = value
+    return out
+
+
+def _dataset(name: str, seed: int, options: dict | None = None):
+    """A built-in dataset by name, or ``KIND:PATH`` for a user file (mnist, cifar, cora, planetoid, csv, ucr)
+    read with the loader's ``options``."""
+    from rpn2c import data
+
+    kind, sep, path = name.partition(":")
+    try:
+        if sep and kind in data.LOADERS:
+            opts = dict(options or {})
+            if kind == "cora":
+                opts.setdefault("seed", seed)
+            return data.load_path(kind, os.path.expanduser(path), **opts)
+        if options:
+            raise _Usage(f"--data-option applies to user files (KIND:PATH), not to the built-in {name!r}")
+        return data.load(name, seed=seed)
+    except TypeError as exc:  # an option the loader does not take
+        raise _Usage(f"--data-option for {kind!r}: {exc}") from None
+    except ValueError as exc:
+        msg = str(exc)
+        if not sep and "unknown dataset" in msg:
+            listing = "\n".join(f"  {k:<14} {v}" for k, v in data.available().items())
+            msg = (msg.split(" (available")[0] + f"\navailable datasets:\n{listing}\nor KIND:PATH for a user file, "
+                   f"KIND one of {', '.join(data.LOADERS)}")
+        raise _Usage(msg) from None
+    except ImportError as exc:
+        raise _Usage(str(exc)) from None
+    except FileNotFoundError as exc:
+        raise _Usage(f"dataset {name!r}: {exc}") from None
+
+
+def _device(name: str, env=None):
+    from rpn2c.train import distributed
+
+    try:
+        return distributed.resolve_device(name, env or distributed.DistEnv())
+    except RuntimeError as exc:
+        raise _Usage(f"--device {name}: {exc}") from None
+
+
+def _same_options(name: str, cfg: dict) -> dict:
+    """The training run's loader options when evaluating on the same user file."""
+    return dict(cfg.get("data_options") or {}) if name == cfg.get("data") else {}
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(text).name if ":" in text else text).strip("_") or "data"
+
+
+def _jsonable(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    columns: list[str] = []
+    for r in rows:
+        columns += [k for k in r if k not in columns]
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _load_checkpoint(path: str):
+    from rpn2c.train import checkpoint
+
+    if not Path(path).is_file():
+        raise _Usage(f"no such checkpoint: {path}")
+    return checkpoint.load(path)
+
+
+def _restored_model(args, ckpt, *, reference: bool = False):
+    from rpn2c.train import checkpoint
+
+    graph, _ = _graph(args)
+    model = _compile(graph, reference=reference)
+    checkpoint.restore(ckpt, graph, model, path=args.checkpoint)
+    return graph, model
+
+
+# ------------------------------------------------------------------------------------------------ train
+def _config(args):
+    from pydantic import ValidationError
+
+    from rpn2c.train.config import TrainConfig
+
+    given = {"data": args.data, "data_options": _data_options(args.data_option) or None, "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
+             "weight_decay": args.weight_decay, "schedule": args.schedule, "seed": args.seed, "device": args.device,
+             "compile": args.compile, "strategy": args.strategy, "threads": args.threads}
+    try:
+        return TrainConfig(**{k: v for k, v in given.items() if v is not None})
+    except ValidationError as exc:
+        raise _Usage("; ".join(f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}"
+                               for e in exc.errors())) from None
+
+
+@_guard
+def cmd_train(args) -> int:
+    from rpn2c.train import distributed
+    from rpn2c.train.binding import bind
+
+    cfg = _config(args)
+    graph, text = _graph(args)
+    env = distributed.DistEnv.from_env()
+    device = _device(cfg.device, env)
+    dataset = _dataset(cfg.data, cfg.seed, cfg.data_options)
+    binding = bind(graph, dataset, args.spec)
+    out_dir = Path(args.out) if args.out else Path("runs") / f"{Path(args.spec).stem}-{_slug(cfg.data)}"
+    with _threads(cfg.threads):
+        created = distributed.init(env, device)
+        try:
+            _train(args, cfg, graph, text, dataset, binding, env, device, out_dir)
+        finally:
+            if created:
+                distributed.cleanup()
+    return EXIT_OK
+
+
+def _train(args, cfg, graph, text, dataset, binding, env, device, out_dir: Path) -> None:
+    import time
+
+    from rpn2c.train import distributed
+    from rpn2c.train.loop import fit, seed_everything
+
+    seed_everything(cfg.seed)
+    model = _compile(graph).to(device)
+    dataset = dataset.to(device)
+    start = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        lines = None
+        if env.is_main and args.metrics_out:
+            Path(args.metrics_out).parent.mkdir(parents=True, exist_ok=True)
+            lines = stack.enter_context(open(args.metrics_out, "w", encoding="utf-8"))
+
+        def on_epoch(record: dict) -> None:
+            if lines is not None:
+                lines.write(json.dumps(_jsonable(record)) + "\n")
+                lines.flush()
+
+        trained, history = fit(model, dataset, binding, cfg, device=device, env=env,
+                               progress=not args.quiet and sys.stderr.isatty(), log=None if args.quiet else _err,
+                               on_epoch=on_epoch)
+    seconds = time.perf_counter() - start
+    state = distributed.full_state_dict(trained)  # every rank takes part (FSDP gathers)
+    distributed.save_rank_state(state, env)
+    if env.is_main:
+        _write_run(out_dir, args, cfg, graph, text, dataset, history, state, seconds, device, env)
+    distributed.barrier()
+
+
+def _write_run(out_dir: Path, args, cfg, graph, text, dataset, history, state, seconds, device, env) -> None:
+    """checkpoint.pt, metrics.csv, metrics.json and curves.png in ``out_dir``, and a summary line."""
+    from rpn2c.train import checkpoint, plots
+    from rpn2c.train.metrics import PRIMARY
+
+    final = history[-1]
+    config = cfg.model_dump(mode="json")
+    test_metrics = {k[5:]: v for k, v in final.items() if k.startswith("test_")}
+    ckpt = checkpoint.build(graph=graph, state_dict=state, spec_file=args.spec, spec_text=text, config=config,
+                            epoch=cfg.epochs, metrics=test_metrics, history=history, dataset=dataset)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint.save(ckpt, out_dir / "checkpoint.pt")
+    _write_csv(out_dir / "metrics.csv", history)
+    key, higher = PRIMARY[dataset.task]
+    best = (max if higher else min)(history, key=lambda r: r.get(f"test_{key}", -math.inf))
+    summary = {"model": graph.name, "spec": args.spec, "content_hash": graph.content_hash(), "data": cfg.data,
+               "task": dataset.task, "params": graph.param_count, "device": str(device),
+               "world_size": env.world_size, "seconds": round(seconds, 3), "config": config,
+               "final": final, "best": best, "history": history}
+    (out_dir / "metrics.json").write_text(json.dumps(_jsonable(summary), indent=2) + "\n", encoding="utf-8")
+    plots.training_curves(history, out_dir / "curves.png", dataset.task,
+                          title=f"{graph.name} on {cfg.data} ({Path(args.spec).name})")
+    _out(f"trained {graph.name} ({graph.param_count:,} parameters) on {cfg.data}: {cfg.epochs} epochs in "
+         f"{seconds:.1f}s, test {key} {final.get('test_' + key, math.nan):.4f}, test loss {final['test_loss']:.4f}")
+    _out(f"wrote {out_dir}/checkpoint.pt, metrics.csv, metrics.json, curves.png")
+
+
+# ------------------------------------------------------------------------------------------------ eval
+@_guard
+def cmd_eval(args) -> int:
+
+    from rpn2c.train.binding import bind
+    from rpn2c.train.loop import evaluate
+
+    ckpt = _load_checkpoint(args.checkpoint)
+    graph, model = _restored_model(args, ckpt)
+    cfg = ckpt["config"]
+    name = args.data or cfg["data"]
+    seed = cfg["seed"] if args.seed is None else args.seed
+    dataset = _dataset(name, seed, _data_options(args.data_option) or _same_options(name, cfg))
+    binding = bind(graph, dataset, args.spec)
+    device = _device(args.device)
+    model.to(device)
+    with _threads(cfg.get("threads", 1)):
+        result, _, target = evaluate(model, dataset.to(device), binding, args.split,
+                                     batch_size=args.batch_size or cfg.get("eval_batch_size", 1024))
+    if args.format == "json":
+        _out(json.dumps(_jsonable({"model": graph.name, "checkpoint": args.checkpoint, "data": name, "seed": seed,
+                                   "split": args.split, "n": int(target.shape[0]), "metrics": result}), indent=2))
+    else:
+        _out(f"{graph.name} on {name} ({args.split} split, {int(target.shape[0])} items, seed {seed}):")
+        for k, v in result.items():
+            _out(f"  {k:<10} {v:.6f}")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------------ predict
+def _read_array(path: str):
+    import numpy as np
+    import torch
+
+    p = Path(path)
+    if not p.is_file():
+        raise _Usage(f"no such input file: {path}")
+    suffix = p.suffix.lower()
+    try:
+        if suffix == ".npy":
+            arr = np.load(p, allow_pickle=False)
+        elif suffix in (".csv", ".txt", ".tsv"):
+            delim = "\t" if suffix == ".tsv" else ","
+            try:
+                arr = np.loadtxt(p, delimiter=delim, dtype=np.float64, ndmin=2)
+            except ValueError:  # a header row
+                arr = np.loadtxt(p, delimiter=delim, dtype=np.float64, ndmin=2, skiprows=1)
+        else:
+            raise _Usage(f"--input {path}: expected a .npy or .csv file")
+    except (ValueError, OSError) as exc:
+        raise _Usage(f"--input {path}: cannot read it ({exc})") from None
+    if not np.issubdtype(arr.dtype, np.number):
+        raise _Usage(f"--input {path}: array of {arr.dtype}, expected numbers")
+    return torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32))
+
+
+@_guard
+def cmd_predict(args) -> int:
+    import torch
+
+    from rpn2c.train.binding import Binding, bind, samples_from_array
+    from rpn2c.train.loop import predict
+
+    if (args.data is None) == (args.input is None):
+        raise _Usage("give exactly one of --data NAME or --input FILE")
+    ckpt = _load_checkpoint(args.checkpoint)
+    graph, model = _restored_model(args, ckpt)
+    info = ckpt["data"]
+    task = info["task"]
+    device = _device(args.device)
+    model.to(device)
+    targets = index = None
+    if args.input is not None:
+        if task == "node_classification":
+            raise _Usage("a graph model predicts from a graph dataset: use --data")
+        x = samples_from_array(_read_array(args.input), graph, f"--input {args.input}", args.spec)
+        from rpn2c.train.binding import feature_input
+
+        binding = Binding(task, feature_input(graph, args.spec)[0], num_classes=info["num_classes"],
+                          target_dim=info["target_dim"])
+        out = predict(model, binding, x.to(device))
+        index = torch.arange(out.shape[0])
+    else:
+        cfg = ckpt["config"]
+        seed = cfg["seed"] if args.seed is None else args.seed
+        dataset = _dataset(args.data, seed, _data_options(args.data_option) or _same_options(args.data, cfg)).to(device)
+        binding = bind(graph, dataset, args.spec)
+        split = dataset.train if args.split == "train" else dataset.test
+        if task == "node_classification":
+            x, edges, y, mask = split
+            out = predict(model, binding, x, edges)[mask]
+            targets, index = y[mask], mask.nonzero().squeeze(1)
+        else:
+            out = predict(model, binding, split[0])
+            targets, index = split[1], torch.arange(out.shape[0])
+    rows = _prediction_rows(task, out.cpu(), index.cpu(), None if targets is None else targets.cpu())
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["index"], lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    if args.out is None:
+        sys.stdout.write(buf.getvalue())
+    else:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(buf.getvalue(), encoding="utf-8")
+        _err(f"wrote {len(rows)} predictions to {args.out}")
+    return EXIT_OK
+
+
+def _prediction_rows(task, out, index, targets) -> list[dict]:
+    """CSV rows: index, target (when known), prediction and class probabilities (softmax of the logits), or
+    target_j / prediction_j for regression."""
+    import torch
+
+    rows = []
+    if task == "regression":
+        vals = out.reshape(out.shape[0], -1).double().tolist()
+        tgt = targets.reshape(targets.shape[0], -1).double().tolist() if targets is not None else None
+        for i, row in enumerate(vals):
+            r = {"index": int(index[i])}
+            if tgt is not None:
+                r.update({f"target_{j}": v for j, v in enumerate(tgt[i])})
+            r.update({f"prediction_{j}": v for j, v in enumerate(row)})
+            rows.append(r)
+        return rows
+    prob = torch.softmax(out.double(), dim=-1)
+    pred = prob.argmax(-1).tolist()
+    probs = prob.tolist()
+    tgt = targets.tolist() if targets is not None else None
+    for i in range(len(pred)):
+        r = {"index": int(index[i])}
+        if tgt is not None:
+            r["target"] = tgt[i]
+        r["prediction"] = pred[i]
+        r.update({f"prob_{k}": round(p, 8) for k, p in enumerate(probs[i])})
+        rows.append(r)
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------ show
+def _random_inputs(graph, dims: dict[str, int]):
+    """One random sample for every input, symbolic dims from ``dims`` (B = 1, others 8 by default)."""
+    import torch
+
+    from rpn2c.train.config import TrainError
+
+    inputs = {}
+    for name in graph.inputs:
+        t = graph.node(name).type
+        if t.kind in ("edges", "edge_weight"):
+            raise TrainError(f"input '{name}' is {t}: an edge list cannot be made up; pass --data with a graph "
+                             "dataset (e.g. --data karate)")
+        shape = list(t.shape if t.batched else t.shape[1:])
+        shape = [d if isinstance(d, int) else dims.get(str(d), 1 if str(d) == "B" else 8) for d in shape]
+        if getattr(t, "time_major", False):
+            shape[0], shape[1] = shape[1], shape[0]
+        if t.kind == "mask":
+            fill = {"block": False, "keep": True}.get(t.mask_mode)
+            inputs[name] = torch.full(shape, fill) if fill is not None else torch.zeros(shape)
+        else:
+            inputs[name] = torch.randn(shape)
+    return inputs
+
+
+@_guard
+def cmd_show(args) -> int:
+    import torch
+
+    from rpn2c.train import plots
+    from rpn2c.train.binding import bind
+    from rpn2c.train.interdependence import check_layer, layer_matrices
+    from rpn2c.train.loop import seed_everything
+
+    dims = {}
+    for item in args.dim or []:
+        key, sep, value = item.partition("=")
+        if not sep or not value.isdigit():
+            raise _Usage(f"--dim {item}: expected NAME=INTEGER (e.g. T=16)")
+        dims[key] = int(value)
+    graph, _ = _graph(args)
+    check_layer(graph, args.layer)
+    seed_everything(args.seed)
+    if args.from_checkpoint:
+        from rpn2c.train import checkpoint
+
+        ckpt = _load_checkpoint(args.from_checkpoint)
+        model = _compile(graph, reference=True)
+        checkpoint.restore(ckpt, graph, model, path=args.from_checkpoint)
+    else:
+        model = _compile(graph, reference=True)
+    model = model.double()
+    if args.data:
+        dataset = _dataset(args.data, args.seed)
+        binding = bind(graph, dataset, args.spec)
+        split = dataset.train if args.split == "train" else dataset.test
+        if dataset.task == "node_classification":
+            inputs = binding.inputs(split[0].double(), split[1])
+            where = f"{args.data} graph"
+        else:
+            n = split[0].shape[0]
+            if not 0 <= args.index < n:
+                raise _Usage(f"--index {args.index}: the {args.split} split has {n} samples")
+            inputs = binding.inputs(split[0][args.index:args.index + 1].double())
+            where = f"{args.data} {args.split} sample {args.index}"
+    else:
+        inputs = {k: v.double() if v.is_floating_point() else v for k, v in _random_inputs(graph, dims).items()}
+        where = "random input " + ", ".join(f"{k}{list(v.shape)}" for k, v in inputs.items())
+    mats = layer_matrices(model, args.layer, inputs)
+    path = Path(args.out) if args.out else Path(f"{Path(args.spec).stem}-{args.layer}.png")
+    panels = [{"matrix": m.matrix, "title": m.title, "rows": m.rows, "cols": m.cols} for m in mats]
+    plots.matrices(panels, path, title=f"{graph.name}.{args.layer}: interdependence matrices ({where})")
+    for m in mats:
+        r, c = m.matrix.shape
+        _out(f"{args.layer}: {m.title}: {r}×{c}, {int(torch.count_nonzero(m.matrix))} non-zero")
+    _out(f"wrote {path}")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------------ parser
+def register(sub) -> None:
+    """Add ``train``, ``eval``, ``predict`` and ``show`` to the ``rpn2c`` sub-command parser."""
+
+    def spec_cmd(name, help_, fn):
+        s = sub.add_parser(name, help=help_, description=help_)
+        s.add_argument("spec", help="path to a .rpn file")
+        s.add_argument("--model", help="which model of the file (default: the last one)")
+        s.add_argument("--root", help="project root that imports may not leave (default: the spec's folder)")
+        s.set_defaults(fn=fn)
+        return s
+
+    from rpn2c.train.config import TrainConfig
+
+    d = {k: f.default for k, f in TrainConfig.model_fields.items()}
+    s = spec_cmd("train", "train a spec on a dataset; writes a checkpoint, metrics (CSV, JSON) and a curves PNG",
+                 cmd_train)
+    s.add_argument("--data", required=True, metavar="NAME",
+                   help="built-in dataset (digits, iris, karate, ...; see rpn2c.data.available()) or KIND:PATH")
+    s.add_argument("--data-option", action="append", metavar="KEY=VALUE",
+                   help="loader option for KIND:PATH data (csv: window=12, horizon=1, ...); repeatable")
+    s.add_argument("--epochs", type=int, help=f"passes over the training set (default {d['epochs']})")
+    s.add_argument("--batch-size", type=int, help=f"samples per step and process (default {d['batch_size']})")
+    s.add_argument("--lr", type=float, help=f"AdamW peak learning rate (default {d['lr']})")
+    s.add_argument("--weight-decay", type=float, help=f"AdamW weight decay (default {d['weight_decay']})")
+    s.add_argument("--schedule", choices=["cosine", "constant"], help="learning-rate schedule (default cosine)")
+    s.add_argument("--seed", type=int,
+                   help=f"seeds the split, the initial weights, batch order, dropout (default {d['seed']})")
+    s.add_argument("--device", help="auto (default: cuda when available), cpu, cuda, cuda:1")
+    s.add_argument("--compile", action="store_true", default=None, help="train through torch.compile")
+    s.add_argument("--strategy", choices=["auto", "ddp", "fsdp"],
+                   help="under torchrun: DDP (auto) or FSDP2 parameter sharding")
+    s.add_argument("--out", metavar="DIR", help="output folder (default runs/<spec-stem>-<data>/)")
+    s.add_argument("--metrics-out", metavar="FILE", help="also write one JSON record per epoch (JSON lines)")
+    s.add_argument("--threads", type=int,
+                   help=f"torch CPU threads per process (default {d['threads']}; 0 = torch's default)")
+    s.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
+
+    s = spec_cmd("eval", "evaluate a checkpoint of this spec on a dataset split", cmd_eval)
+    s.add_argument("checkpoint", metavar="CKPT", help="checkpoint.pt written by rpn2c train")
+    s.add_argument("--data", metavar="NAME", help="dataset (default: the one it was trained on)")
+    s.add_argument("--data-option", action="append", metavar="KEY=VALUE",
+                   help="loader option for KIND:PATH data (default: the training run's)")
+    s.add_argument("--split", choices=["test", "train"], default="test")
+    s.add_argument("--seed", type=int, help="split seed (default: the training seed)")
+    s.add_argument("--device", default="cpu")
+    s.add_argument("--batch-size", type=int)
+    s.add_argument("--format", choices=["table", "json"], default="table")
+
+    s = spec_cmd("predict", "predict with a checkpoint on a dataset split or a .npy/.csv file (CSV out)",
+                 cmd_predict)
+    s.add_argument("checkpoint", metavar="CKPT", help="checkpoint.pt written by rpn2c train")
+    s.add_argument("--data", metavar="NAME", help="dataset whose split to predict")
+    s.add_argument("--data-option", action="append", metavar="KEY=VALUE",
+                   help="loader option for KIND:PATH data (default: the training run's)")
+    s.add_argument("--split", choices=["test", "train"], default="test")
+    s.add_argument("--seed", type=int, help="split seed (default: the training seed)")
+    s.add_argument("--input", metavar="FILE", help=".npy array [n, *sample] or .csv rows (flattened samples)")
+    s.add_argument("--out", metavar="FILE", help="CSV file (default: standard output)")
+    s.add_argument("--device", default="cpu")
+
+    s = spec_cmd("show", "draw a layer's interdependence matrices (grid, chain, graph, attention) as a PNG",
+                 cmd_show)
+    s.add_argument("--layer", required=True, help="layer name as in the spec (y.attn for block layers)")
+    s.add_argument("--out", metavar="FILE.png", help="picture file (default <spec-stem>-<layer>.png)")
+    s.add_argument("--data", metavar="NAME", help="take the input from this dataset (graphs need it for edges)")
+    s.add_argument("--split", choices=["test", "train"], default="test")
+    s.add_argument("--index", type=int, default=0, help="which sample of the split (default 0)")
+    s.add_argument("--dim", action="append", metavar="NAME=N",
+                   help="size of a symbolic dim for random input (default B=1, others 8); repeatable")
+    s.add_argument("--checkpoint", dest="from_checkpoint", metavar="CKPT",
+                   help="use trained weights (learned ξ such as attention)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the random weights / input (default 0)")

@@ -1,0 +1,29 @@
+"""Training workflow for compiled specs: bind a dataset, fit, evaluate, predict, checkpoint, plot.
+
+    from rpn2c.train import TrainConfig, bind, fit, evaluate, seed_everything
+    cfg = TrainConfig(epochs=20)
+    seed_everything(cfg.seed)
+    model = rpn2c.compile_file("specs/cnn.rpn")
+    ds = rpn2c.data.load("digits", seed=cfg.seed)
+    binding = bind(model.graph, ds)
+    model, history = fit(model, ds, binding, cfg)
+
+The command line (``rpn2c train / eval / predict / show``) lives in ``rpn2c.runtime.train_cli``.
+"""
+
+from importlib import import_module
+
+_EXPORTS = {
+    "Binding": "binding", "bind": "binding",
+    "BindError": "config", "CheckpointMismatch": "config", "TrainConfig": "config", "TrainError": "config",
+    "evaluate": "loop", "fit": "loop", "loss_fn": "loop", "predict": "loop", "seed_everything": "loop",
+}
+__all__ = ["BindError", "Binding", "CheckpointMismatch", "TrainConfig", "TrainError", "bind", "evaluate", "fit",
+           "loss_fn", "predict", "seed_everything"]
+
+
+def __getattr__(name: str):
+    """Lazy exports: ``import rpn2c.train.config`` (the CLI parser) does not pull in torch and the datasets."""
+    if name in _EXPORTS:
+        return getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,187 @@
+"""Bind a dataset's tensors to a spec's inputs by name and type, and check the spec's output against the task.
+
+* classification / regression: the one feature input (vector, sequence, image, ...) receives the sample tensor;
+  its declared per-sample dims must equal the data's (symbolic dims match anything).
+* node_classification: the nodes input receives ``x`` (``[N, F]``, or ``[1, N, F]`` when declared with a batch
+  axis), the edges input ``edge_index``, an ``edge_weight`` input ones; the train/test masks pick the nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from rpn2c.data import Dataset
+from rpn2c.ir.graph import Graph
+from rpn2c.ir.types import TensorType
+
+from .config import BindError
+
+_DIM_NAMES = {"vector": "BF", "tabular": "BF", "sequence": "BTF", "nodes": "BNF", "set": "BNF", "items": "BNF",
+              "image": "BCHW", "signal": "BCL", "volume": "BCDHW"}
+_FEATURE_KINDS = ("vector", "items", "grid")
+
+
+def _dim_name(t: TensorType, i: int) -> str:
+    names = _DIM_NAMES.get(t.role, "")
+    return names[i] if i < len(names) and len(names) == len(t.shape) else f"#{i}"
+
+
+def _shape(dims) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+@dataclass(frozen=True)
+class Binding:
+    """How one dataset feeds one compiled spec."""
+
+    task: str
+    feature_input: str
+    edge_input: str | None = None
+    weight_input: str | None = None
+    batched_nodes: bool = False
+    num_classes: int | None = None
+    target_dim: int | None = None
+    time_major: bool = False  # the input is declared time-major: samples are fed as [T, B, ...]
+
+    def inputs(self, features: torch.Tensor, edges: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Keyword inputs of the compiled model for a batch of samples (or the whole graph)."""
+        if self.task != "node_classification":
+            return {self.feature_input: features.transpose(0, 1) if self.time_major else features}
+        out = {self.feature_input: features.unsqueeze(0) if self.batched_nodes else features}
+        out[self.edge_input] = edges
+        if self.weight_input is not None:
+            out[self.weight_input] = torch.ones(edges.shape[1], dtype=features.dtype, device=features.device)
+        return out
+
+    def output(self, y: torch.Tensor) -> torch.Tensor:
+        """Model output as ``[n, K]`` logits (``[N, K]`` for a graph) or ``[n, k]`` regression values."""
+        if self.task == "node_classification" and self.batched_nodes:
+            y = y.squeeze(0)
+        return y
+
+
+def bind(graph: Graph, dataset: Dataset, spec_name: str = "the spec") -> Binding:
+    """The binding of ``dataset`` to the inputs of ``graph``, or a BindError saying which input and dims differ."""
+    types = {name: graph.node(name).type for name in graph.inputs}
+    out_type = _output_type(graph, spec_name)
+    if dataset.task == "node_classification":
+        binding = _bind_graph(types, dataset, spec_name)
+    else:
+        binding = _bind_samples(types, dataset, spec_name)
+    _check_output(out_type, graph.outputs[0], dataset, binding, spec_name)
+    return binding
+
+
+def _describe(types: dict[str, TensorType]) -> str:
+    return ", ".join(f"{n}: {t}" for n, t in types.items())
+
+
+def feature_input(graph: Graph, spec: str = "the spec") -> tuple[str, TensorType]:
+    """The one batched feature input of a spec (for user files fed to ``predict``), or BindError."""
+    types = {name: graph.node(name).type for name in graph.inputs}
+    feats = [n for n, t in types.items() if t.kind in _FEATURE_KINDS and t.batched]
+    if len(feats) != 1 or len(types) != 1:
+        raise BindError(f"{spec} has inputs {_describe(types)}; a user file can only feed a spec with one batched "
+                        "feature input (use --data for graphs)")
+    return feats[0], types[feats[0]]
+
+
+def samples_from_array(array: torch.Tensor, graph: Graph, source: str, spec: str = "the spec") -> torch.Tensor:
+    """Shape a user array as a batch for the spec's feature input: ``[n, *sample]`` as is, one sample
+    ``[*sample]`` gets a batch axis, and flat rows ``[n, prod(sample)]`` (CSV) are reshaped when the sample's
+    dims are all known."""
+    name, t = feature_input(graph, spec)
+    declared = tuple(t.shape[1:])
+    if array.dim() == len(declared):
+        array = array.unsqueeze(0)
+    elif (array.dim() == 2 and len(declared) > 1 and all(isinstance(d, int) for d in declared)
+          and array.shape[1] == math.prod(declared)):
+        array = array.reshape(array.shape[0], *declared)
+    _match(name, t, declared, tuple(array.shape[1:]), source,
+           f"an array of shape {_shape(tuple(array.shape))}", spec)
+    return array
+
+
+def _bind_samples(types: dict[str, TensorType], ds: Dataset, spec: str) -> Binding:
+    feats = [n for n, t in types.items() if t.kind in _FEATURE_KINDS]
+    others = [n for n in types if n not in feats]
+    sample = tuple(ds.train[0].shape[1:])
+    if others:
+        extra = _describe({n: types[n] for n in others})
+        raise BindError(f"{spec} has input {extra} that dataset '{ds.name}' cannot provide: it gives one "
+                        f"{ds.input_spec} tensor per sample")
+    if len(feats) != 1:
+        raise BindError(f"{spec} has {len(feats)} feature inputs ({_describe(types)}); dataset '{ds.name}' "
+                        f"({ds.task}) binds exactly one, of type {ds.input_spec}")
+    name = feats[0]
+    t = types[name]
+    if not t.batched:
+        raise BindError(f"input '{name}' of {spec} is {t}, a single graph without a batch axis; dataset "
+                        f"'{ds.name}' gives a batch of samples of type {ds.input_spec} (declare it with B first)")
+    _match(name, t, t.shape[1:], sample, f"dataset '{ds.name}'", ds.input_spec, spec)
+    return Binding(ds.task, name, num_classes=ds.num_classes, target_dim=ds.target_dim,
+                   time_major=bool(getattr(t, "time_major", False)))
+
+
+def _bind_graph(types: dict[str, TensorType], ds: Dataset, spec: str) -> Binding:
+    nodes = [n for n, t in types.items() if t.kind == "items"]
+    edges = [n for n, t in types.items() if t.kind == "edges"]
+    weights = [n for n, t in types.items() if t.kind == "edge_weight"]
+    others = [n for n in types if n not in nodes + edges + weights]
+    if len(nodes) != 1 or len(edges) != 1 or len(weights) > 1 or others:
+        raise BindError(f"dataset '{ds.name}' is a graph ({ds.input_spec} node features and an edge list); "
+                        f"{spec} must have one nodes input and one edges input (and at most one edge_weight), "
+                        f"it has {_describe(types)}")
+    name = nodes[0]
+    t = types[name]
+    x = ds.train[0]
+    _match(name, t, t.shape[1:], tuple(x.shape), f"dataset '{ds.name}'", ds.input_spec, spec, "node features")
+    return Binding(ds.task, name, edges[0], weights[0] if weights else None, batched_nodes=t.batched,
+                   num_classes=ds.num_classes)
+
+
+def _match(name: str, t: TensorType, declared, data_shape: tuple[int, ...], data_name: str, data_type: str,
+           spec: str, what: str = "samples") -> None:
+    """Compare the declared per-sample dims with the data's; BindError naming the first differing dim."""
+    declared = tuple(declared)
+    where = f"input '{name}' of {spec} is {t}, but {data_name} gives {data_type}"
+    data_desc = f"{what} of shape {_shape(data_shape)}"
+    if len(declared) != len(data_shape):
+        hint = ""
+        n_data = math.prod(data_shape)
+        if all(isinstance(d, int) for d in declared) and math.prod(declared) == n_data:
+            hint = (f"; both hold {n_data} values: declare `input {name}: {data_type}` and flatten() it "
+                    "in the spec")
+        raise BindError(f"{where}: the spec expects {len(declared)} dims per sample {_shape(declared)}, the data "
+                        f"has {len(data_shape)} ({data_desc}){hint}")
+    for i, (want, have) in enumerate(zip(declared, data_shape)):
+        if isinstance(want, int) and want != have:
+            dim = _dim_name(t, i + 1)
+            raise BindError(f"{where}: dimension {dim} is {want} in the spec but {have} in the data "
+                            f"({data_desc}, spec {_shape(declared)})")
+
+
+def _output_type(graph: Graph, spec: str) -> TensorType:
+    if len(graph.outputs) != 1:
+        raise BindError(f"{spec} returns {len(graph.outputs)} values; training needs exactly one output")
+    return graph.node(graph.outputs[0]).type
+
+
+def _check_output(t: TensorType, out: str, ds: Dataset, b: Binding, spec: str) -> None:
+    width = ds.output_dim
+    what = f"{ds.num_classes} classes" if ds.num_classes is not None else f"{ds.target_dim} regression targets"
+    if ds.task == "node_classification":
+        ok_kind = t.kind == "items"
+        expect = f"nodes[N, {width}] (one row of logits per node)"
+    else:
+        ok_kind = t.kind == "vector"
+        expect = f"vector[B, {width}]"
+    if not ok_kind:
+        raise BindError(f"output '{out}' of {spec} is {t}; dataset '{ds.name}' ({ds.task}, {what}) needs {expect}")
+    last = t.shape[-1]
+    if isinstance(last, int) and last != width:
+        raise BindError(f"output '{out}' of {spec} is {t}, but dataset '{ds.name}' has {what}: the last dimension "
+                        f"must be {width} (set the spec's class/output parameter to {width})")

@@ -1,0 +1,118 @@
+"""rpn2c show: the pictured matrices are the literal ξ matrices (checked against independent constructions)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import rpn2c
+from rpn2c.data import load
+from rpn2c.train.binding import bind
+from rpn2c.train.interdependence import layer_matrices
+from tests.train.helpers import ROOT, run_cli
+
+PNG = b"\x89PNG\r\n\x1a\n"
+SPECS = ROOT / "specs"
+
+
+def _reference(name):
+    torch.manual_seed(0)
+    return rpn2c.compile_file(SPECS / f"{name}.rpn", reference=True).double()
+
+
+def test_grid_patch_matrix_is_im2col():
+    mats = layer_matrices(_reference("cnn"), "c1", {"x": torch.randn(1, 1, 8, 8, dtype=torch.float64)})
+    (m,) = mats
+    a = m.matrix
+    assert a.shape == (64, 64 * 9) and m.slot == "xi_attribute"
+    assert set(a.unique().tolist()) == {0.0, 1.0} and (a.sum(0) <= 1).all()  # each (patch, tap) reads one cell
+    for q in range(64):  # tap j of the patch centred on cell (r, c) reads cell (r + dr, c + dc), or padding
+        r, c = divmod(q, 8)
+        for j in range(9):
+            dr, dc = divmod(j, 3)
+            rr, cc = r + dr - 1, c + dc - 1
+            col = a[:, q * 9 + j]
+            if 0 <= rr < 8 and 0 <= cc < 8:
+                assert col[rr * 8 + cc] == 1
+            else:
+                assert col.sum() == 0
+
+
+def test_chain_matrix_is_the_shift():
+    (m,) = layer_matrices(_reference("rnn_chain"), "h1", {"x": torch.randn(2, 7, 8, dtype=torch.float64)})
+    assert torch.equal(m.matrix, torch.diag(torch.ones(6, dtype=torch.float64), -1))  # A[t, t-1] = 1
+    (m2,) = layer_matrices(_reference("rnn_chain"), "h2", {"x": torch.randn(2, 7, 8, dtype=torch.float64)})
+    a = torch.eye(7) + torch.diag(torch.ones(6), -1) + torch.diag(torch.ones(5), -2)
+    assert torch.allclose(m2.matrix, (a / a.sum(1, keepdim=True)).double())  # I + A + A², row-normalised
+
+
+def test_a_recurrent_layer_shows_the_chain_that_feeds_back_its_state():
+    (m,) = layer_matrices(_reference("rnn"), "r", {"x": torch.randn(2, 5, 8, dtype=torch.float64)})
+    assert torch.equal(m.matrix, torch.diag(torch.ones(4, dtype=torch.float64), -1))
+
+
+def test_graph_matrix_is_the_normalised_adjacency():
+    ds = load("karate", seed=0)
+    model = _reference("gcn")
+    (m,) = layer_matrices(model, "h", bind(model.graph, ds).inputs(ds.test[0].double(), ds.test[1]))
+    adj = torch.zeros(34, 34, dtype=torch.float64)
+    adj[ds.test[1][1], ds.test[1][0]] = 1
+    adj += torch.eye(34, dtype=torch.float64)
+    d = adj.sum(1).rsqrt()
+    assert torch.allclose(m.matrix, d[:, None] * adj * d[None, :])
+
+
+def test_attention_matrices_are_the_softmax_of_the_bilinear_form():
+    model = _reference("transformer")
+    x = torch.randn(3, 5, 32, dtype=torch.float64)
+    mats = layer_matrices(model, "y.attn", {"x": x}, sample=1)
+    assert [m.head for m in mats] == ["h0", "h1", "h2", "h3"]
+    for m in mats:
+        xi = model.y.attn.heads[m.head].xi_instance
+        q = x[1] @ xi.w_q + xi.b_q
+        k = x[1] @ xi.w_k + xi.b_k
+        assert torch.allclose(m.matrix, torch.softmax(q @ k.T / math.sqrt(8), -1))
+        assert torch.allclose(m.matrix.sum(1), torch.ones(5, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("spec, layer, extra, lines", [
+    ("cnn", "c1", [], ["c1: xi_attribute = grid_patch(size=3, pad=1): 64×576, 484 non-zero"]),
+    ("rnn_chain", "h1", ["--dim", "T=10"], ["h1: xi_instance = chain: 10×10, 9 non-zero"]),
+    ("rnn", "r", [], ['r: state chain = chain(direction = "forward") feeding the gru cell: 8×8, 7 non-zero']),
+    ("gcn", "y", ["--data", "karate"], [("y: xi_instance = graph(edges=edges, norm=symmetric, self_loops=True): "
+                                       "34×34, 190 non-zero")]),
+    ("transformer", "y.attn", [], [f"y.attn: h{i}: xi_instance = low_rank_bilinear(bias=True, rank=8): 8×8, 64 "
+                                   "non-zero" for i in range(4)]),
+])
+def test_show_writes_a_png(capsys, tmp_path, spec, layer, extra, lines):
+    out = tmp_path / "m.png"
+    code, stdout, err = run_cli(capsys, "show", SPECS / f"{spec}.rpn", "--layer", layer, "--out", out, *extra)
+    assert code == 0, err
+    assert stdout.splitlines() == lines + [f"wrote {out}"]
+    assert out.read_bytes()[:8] == PNG and out.stat().st_size > 5000
+
+
+def test_show_with_trained_weights_and_a_data_sample(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "train", SPECS / "cnn.rpn", "--data", "digits", "--epochs", "1",
+                           "--out", tmp_path / "run", "--quiet")
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "show", SPECS / "cnn.rpn", "--layer", "c2", "--data", "digits", "--index", "5",
+                             "--checkpoint", tmp_path / "run" / "checkpoint.pt", "--out", tmp_path / "c2.png")
+    assert code == 0, err
+    assert "c2: xi_attribute = grid_patch(size=3, pad=1): 16×144" in out
+
+
+@pytest.mark.parametrize("spec, argv, message", [
+    ("transformer", ["--layer", "y.atn"], "model 'transformer' has no layer 'y.atn'; did you mean 'y.attn'?"),
+    ("cnn", ["--layer", "conv1"], "model 'cnn' has no layer 'conv1' (layers with an interdependence function: c1, c2)"),
+    ("cnn", ["--layer", "c11"], "has no layer 'c11'; did you mean 'c1'?"),
+    ("cnn", ["--layer", "h"], "layer 'h' of model 'cnn' has no interdependence function"),
+    ("cnn", ["--layer", "x"], "'x' is an input node of model 'cnn', not a head layer"),
+    ("gcn", ["--layer", "h"], "pass --data with a graph dataset (e.g. --data karate)"),
+])
+def test_show_refuses_what_it_cannot_draw(capsys, tmp_path, spec, argv, message):
+    code, out, err = run_cli(capsys, "show", SPECS / f"{spec}.rpn", *argv, "--out", tmp_path / "m.png")
+    assert code == 1 and out == "" and message in err and "Traceback" not in err
+    assert not (tmp_path / "m.png").exists()
