@@ -6,6 +6,7 @@ Instance matrices are stored with row = output item (``Y = A @ Z``); attribute m
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Literal, Optional
 
 import torch
@@ -273,13 +274,31 @@ class _GraphXi(XiModule):
     def __init__(self, hp, axis="instance"):
         super().__init__()
         self.hp, self.axis = hp, axis
+        self._cache = None  # (key, (src, dst, w)) of the last graph seen
 
     def edge_list(self, aux, n, dtype, device):
-        """(src, dst, w) with self-loops and normalisation applied: A[dst, src] = w. O(E)."""
+        """(src, dst, w) with self-loops and normalisation applied: A[dst, src] = w. O(E).
+
+        Cached while the same edge (and weight) tensors come back unmodified — a fixed training graph is
+        normalised once, not on every forward. Not cached for weights that need gradients or while compiling.
+        """
         hp = self.hp
-        return structure.graph_norm_weights(aux["edges"], n, aux.get("weight"), self_loops=hp.self_loops,
-                                            normalization=hp.norm, directed=hp.directed, device=device,
-                                            dtype=dtype)
+        edges, weight = aux["edges"], aux.get("weight")
+        cacheable = not torch.compiler.is_compiling() and (weight is None or not weight.requires_grad)
+        key = None
+        if cacheable:
+            key = (edges._version, tuple(edges.shape), n, dtype, device,
+                   None if weight is None else (weight._version, tuple(weight.shape)))
+            if self._cache is not None:
+                (refs, old_key), value = self._cache
+                if old_key == key and refs[0]() is edges and (weight is None or refs[1]() is weight):
+                    return value
+        value = structure.graph_norm_weights(edges, n, weight, self_loops=hp.self_loops, normalization=hp.norm,
+                                             directed=hp.directed, device=device, dtype=dtype)
+        if cacheable:
+            refs = (weakref.ref(edges), None if weight is None else weakref.ref(weight))
+            self._cache = ((refs, key), value)
+        return value
 
     def support(self, aux, n, dtype, device):
         """The edge list of the literal matrix when it is the 1-hop adjacency (hybrid's sparse path), else None."""
