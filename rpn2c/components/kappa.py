@@ -1,226 +1,409 @@
-"""Data transformation κ: the expansions and compressions of the compiler's core set."""
+"""Data transformation κ: shared machinery of the expansion and compression entries.
+
+The entries themselves live in :mod:`rpn2c.components.kappa_expansion` and
+:mod:`rpn2c.components.kappa_compression`; every one of them calls the pure maths of
+:mod:`rpn2c.functional.expansion` / :mod:`rpn2c.functional.compression` / :mod:`rpn2c.functional.structure`.
+This module holds what they share:
+
+- :class:`FunctionalKappa`: an entry backed by a ``TransformSpec`` of the functional tables (its dimension rule,
+  elementwise flag and function), with the hyper-parameters mapped to the function's keyword arguments;
+- :class:`CallModule`: the ``nn.Module`` calling a functional builder (tensor arguments become buffers);
+- :func:`parse_part` / :class:`Part`: inner κ of ``extended`` / ``nested`` given by name and options, looked up
+  only in the registry (a bad name is a schema error, never an import);
+- the patch geometries of geometric compression / expansion (conv-style cuboid, the paper's centred cuboid,
+  cylinder, sphere; stride or a named packing strategy) and the metric hyper-parameters φ of pooling.
+"""
 
 from __future__ import annotations
 
+import ast as pyast
+import difflib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Optional, Union
+
 import torch
-import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 from torch import nn
 
 from rpn2c.components.base import Kappa, ShapeRuleError
-from rpn2c.components.grid import Geometry, PatchHP
-from rpn2c.components.registry import HP, register
+from rpn2c.components.grid import CentredPatchHP, Geometry, IntOrList, PatchHP, _per_axis
+from rpn2c.components.registry import HP, REGISTRY
+from rpn2c.functional import compression as FC
+from rpn2c.functional import structure
+
+__all__ = ["CallModule", "FunctionalKappa", "Part", "parse_part", "MetricHP", "METRIC_NAMES", "metric_kwargs"]
 
 
-@register
-class Identity(Kappa):
-    """κ(x) = x (D = m)."""
+# ------------------------------------------------------------------------------------------------ functional κ
+class CallModule(nn.Module):
+    """``forward(x) = fn(x, **kwargs)`` on the last axis; tensor keyword arguments are (non-persistent) buffers,
+    so they follow ``.to(device/dtype)`` without a per-forward copy."""
 
-    name, family = "identity", "expansion"
-    elementwise = True
-
-    def basis(self, x):
-        return x.unsqueeze(-1)
-
-    def value_at_zero(self):
-        return torch.zeros(1, dtype=torch.float64)
-
-
-class _DegreeHP(HP):
-    d: int = Field(2, ge=1, le=16, description="highest order")
-
-
-@register
-class Taylor(Kappa):
-    """Taylor expansion κ(x) = [x, x⊗x, ..., x^{⊗d}] (Kronecker powers), D = Σ_{k=1..d} m^k."""
-
-    name, family = "taylor", "expansion"
-
-    class HP(_DegreeHP):
-        pass
-
-    def flat_out(self, m):
-        return sum(m**k for k in range(1, self.hp.d + 1))
-
-    def module(self, feat):
-        return _Taylor(self.hp.d)
-
-
-class _Taylor(nn.Module):
-    def __init__(self, d):
+    def __init__(self, fn: Callable[..., torch.Tensor], kwargs: dict[str, Any], label: str = ""):
         super().__init__()
-        self.d = d
+        self.fn, self.label = fn, label or getattr(fn, "__name__", "κ")
+        self._plain = {k: v for k, v in kwargs.items() if not isinstance(v, torch.Tensor)}
+        self._tensors = [k for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+        for k in self._tensors:
+            self.register_buffer(k, kwargs[k], persistent=False)
 
-    def forward(self, x):
-        terms, power = [x], x
-        for _ in range(self.d - 1):
-            power = (power.unsqueeze(-1) * x.unsqueeze(-2)).flatten(-2)
-            terms.append(power)
-        return torch.cat(terms, dim=-1)
-
-
-@register
-class Chebyshev(Kappa):
-    """Chebyshev (first kind) κ(x) = [T_1(x), ..., T_d(x)], T_{n+1} = 2x T_n − T_{n−1}; D = m·d."""
-
-    name, family = "chebyshev", "expansion"
-    elementwise = True
-
-    class HP(_DegreeHP):
-        pass
-
-    def degree(self):
-        return self.hp.d
-
-    def basis(self, x):
-        terms = [torch.ones_like(x), x]
-        for _ in range(self.hp.d - 1):
-            terms.append(2 * x * terms[-1] - terms[-2])
-        return torch.stack(terms[1:], dim=-1)
-
-    def value_at_zero(self):
-        return self.basis(torch.zeros(1, dtype=torch.float64))[0]
-
-
-@register
-class BSpline(Kappa):
-    """KAN-style B-spline basis κ(x) = [B_{j,k}(x)] on a uniform grid over [low, high]; D = m·(grid + order)."""
-
-    name, family = "bspline", "expansion"
-    elementwise = True
-
-    class HP(HP):
-        grid: int = Field(5, ge=1, le=256, description="number of grid intervals")
-        order: int = Field(3, ge=0, le=8)
-        low: float = -1.0
-        high: float = 1.0
-
-    def degree(self):
-        return self.hp.grid + self.hp.order
-
-    def knots(self, like):
-        h = (self.hp.high - self.hp.low) / self.hp.grid
-        idx = torch.arange(-self.hp.order, self.hp.grid + self.hp.order + 1, dtype=like.dtype, device=like.device)
-        return self.hp.low + idx * h
-
-    def basis(self, x):
-        t = self.knots(x)
-        xe = x.unsqueeze(-1)
-        b = ((xe >= t[:-1]) & (xe < t[1:])).to(x.dtype)
-        for k in range(1, self.hp.order + 1):
-            left = (xe - t[: -(k + 1)]) / (t[k:-1] - t[: -(k + 1)]) * b[..., :-1]
-            right = (t[k + 1:] - xe) / (t[k + 1:] - t[1:-k]) * b[..., 1:]
-            b = left + right
-        return b
-
-    def value_at_zero(self):
-        return self.basis(torch.zeros(1, dtype=torch.float64))[0]
-
-
-# ------------------------------------------------------------------------------------------------ compression
-class _PoolHP(PatchHP):
-    stride: int | list[int] | None = None  # default: the patch size (non-overlapping)
-
-
-class _PatchPool(Kappa):
-    """Shared by patch pooling compressions: κ maps a grid [C, *S] to [C, *S'] (one value per patch)."""
-
-    family = "compression"
-    grid_only = True
-    HP = _PoolHP
-    reduce: str = ""
-
-    def geometry(self, rank: int) -> Geometry:
-        hp = self.hp
-        stride = hp.size if hp.stride is None else hp.stride
-        return PatchHP(size=hp.size, stride=stride, pad=hp.pad, pad_after=hp.pad_after, dilation=hp.dilation,
-                       padding_mode=hp.padding_mode).geometry(rank)
-
-    def features_out(self, feat):
-        if len(feat) < 2:
-            raise ShapeRuleError(f"{self.name} pools over a grid; the input has flat features {feat}")
-        return (feat[0], *self.geometry(len(feat) - 1).out_spatial(tuple(feat[1:])))
-
-    def build(self, feat, reference=False):
-        geo = self.geometry(len(feat) - 1)
-        return _PatchPoolModule(geo, tuple(feat[1:]), self.reduce, reference)
-
-
-@register
-class PatchMax(_PatchPool):
-    """Patch max pooling: κ(x)_q = max_{j ∈ patch(q)} x_j (out-of-grid taps are ignored, as MaxPool)."""
-
-    name = "patch_max"
-    aliases = ("max_pool",)
-    reduce = "max"
-
-
-@register
-class PatchMean(_PatchPool):
-    """Patch mean pooling: κ(x)_q = (1/p) Σ_{j ∈ patch(q)} x_j (zero padding counted, as AvgPool)."""
-
-    name = "patch_mean"
-    aliases = ("mean_pool", "avg_pool")
-    reduce = "mean"
-
-
-class _PatchPoolModule(nn.Module):
-    def __init__(self, geo: Geometry, spatial, reduce: str, reference: bool):
-        super().__init__()
-        self.geo, self.spatial, self.reduce, self.reference = geo, spatial, reduce, reference
-        # the gather index serves the reference and every pooling the native kernels cannot express
-        self.register_buffer("index", geo.patch_index(spatial), persistent=False)
-
-    def forward(self, x, grid=True):
-        geo = self.geo
-        if not self.reference and geo.padding_mode == "zeros" and geo.rank <= 3 and _symmetric(geo):
-            pool = {1: (F.max_pool1d, F.avg_pool1d), 2: (F.max_pool2d, F.avg_pool2d),
-                    3: (F.max_pool3d, F.avg_pool3d)}[geo.rank][0 if self.reduce == "max" else 1]
-            if self.reduce == "max":
-                return pool(x, geo.kernel, geo.stride, geo.pad_before, geo.dilation)
-            if all(d == 1 for d in geo.dilation):
-                return pool(x, geo.kernel, geo.stride, geo.pad_before, count_include_pad=True)
-        return _pool_by_gather(x, self.index, self.reduce, geo)
+    def forward(self, x, grid=False):
+        return self.fn(x, **self._plain, **{k: getattr(self, k) for k in self._tensors})
 
     def extra_repr(self):
-        return f"{self.reduce}, kernel={self.geo.kernel}, stride={self.geo.stride}, reference={self.reference}"
+        return self.label
 
 
-def _symmetric(geo: Geometry) -> bool:
-    return geo.pad_before == geo.pad_after and all(2 * p <= k for p, k in zip(geo.pad_before, geo.kernel))
+class FunctionalKappa(Kappa):
+    """An entry backed by a ``TransformSpec`` of a functional table: ``spec_name`` in ``table``.
+
+    ``kwargs()`` maps the hyper-parameters to the function's keyword arguments (by default: the same names).
+    Elementwise-ness, the per-attribute width and the flat dimension rule are the spec's own.
+    """
+
+    table: ClassVar[Any] = None
+    spec_name: ClassVar[str] = ""
+
+    def __init__(self, hp):
+        super().__init__(hp)
+        self.kw = self.kwargs()
+
+    def kwargs(self) -> dict[str, Any]:
+        return self.hp.model_dump()
+
+    @property
+    def spec(self):
+        return self.table[self.spec_name]
+
+    @property
+    def elementwise(self) -> bool:  # type: ignore[override]
+        return self.spec.is_elementwise(**self.kw)
+
+    def degree(self) -> int:
+        return self.spec.width(**self.kw)
+
+    def basis(self, x):
+        return self.spec.fn(x.unsqueeze(-1), **self.kw)
+
+    def value_at_zero(self):
+        if not self.elementwise:
+            return None
+        return self.basis(torch.zeros(1, dtype=torch.float64))[0]
+
+    def flat_out(self, m):
+        return self.spec.dim(m, **self.kw)
+
+    def module(self, feat):
+        return CallModule(self.spec.fn, self.kw, self.name)
 
 
-def _pool_by_gather(x, index, reduce, geo):
-    """Literal form: gather each patch (x A with one-hot A), reduce over the p taps."""
-    b, c = x.shape[:2]
-    flat = x.reshape(b, c, -1)
-    valid = index >= 0
-    taps = flat[:, :, index.clamp(min=0)]  # [B, C, P, p]
-    if reduce == "max":
-        out = taps.masked_fill(~valid, float("-inf")).amax(-1)
-    else:
-        out = taps.masked_fill(~valid, 0.0).sum(-1) / index.shape[1]
-    spatial_out = geo.out_spatial(tuple(x.shape[2:]))
-    return out.reshape(b, c, *spatial_out)
+# ------------------------------------------------------------------------------------------------ inner κ by name
+@dataclass(frozen=True)
+class Part:
+    """One inner κ of a composite: the registry name and the validated component."""
+
+    name: str
+    component: Kappa
+
+    def __str__(self) -> str:
+        args = ", ".join(f"{k} = {v!r}" for k, v in self.component.hp.model_dump().items())
+        return f"{self.name}({args})" if args else self.name
 
 
-@register
-class Flatten(Kappa):
-    """Flatten compression: a grid [C, *S] becomes a flat vector of C·ΠS features (channel-major)."""
+_WORDS = {"true": True, "false": False, "none": None, "True": True, "False": False, "None": None}
 
-    name, family = "flatten", "compression"
 
-    def features_out(self, feat):
-        n = 1
-        for f in feat:
-            n *= f
-        return (n,)
+def _literal(node: pyast.AST) -> Any:
+    if isinstance(node, pyast.Name) and node.id in _WORDS:
+        return _WORDS[node.id]
+    if isinstance(node, (pyast.List, pyast.Tuple)):
+        return [_literal(e) for e in node.elts]
+    try:
+        return pyast.literal_eval(node)
+    except ValueError:
+        raise ValueError(f"option value {pyast.unparse(node)!r} is not a literal") from None
+
+
+def _split(item: Any) -> tuple[str, dict[str, Any]]:
+    if isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], dict):
+        return item[0], dict(item[1])
+    if not isinstance(item, str):
+        raise ValueError(f"an inner κ is a string like \"chebyshev(d = 3)\", got {item!r}")
+    try:
+        node = pyast.parse(item.strip(), mode="eval").body
+    except SyntaxError:
+        raise ValueError(f"cannot read inner κ {item!r}; write it as \"name\" or \"name(key = value, ...)\"") from None
+    if isinstance(node, pyast.Name):
+        return node.id, {}
+    if isinstance(node, pyast.Call) and isinstance(node.func, pyast.Name) and not node.args \
+            and all(k.arg is not None for k in node.keywords):
+        return node.func.id, {k.arg: _literal(k.value) for k in node.keywords}
+    raise ValueError(f"cannot read inner κ {item!r}; write it as \"name\" or \"name(key = value, ...)\"")
+
+
+def parse_part(item: Any, families: tuple[str, ...]) -> Part:
+    """An inner κ (``"name"``, ``"name(k = v, ...)"`` or ``(name, {k: v})``) validated against the registry."""
+    name, options = _split(item)
+    entry = next((REGISTRY[f][name] for f in families if name in REGISTRY[f]), None)
+    if entry is None:
+        known = sorted({n for f in families for n in REGISTRY[f]})
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown inner κ {name!r}{hint}")
+    if entry.cls.grid_only:
+        raise ValueError(f"'{name}' needs grid features and cannot be an inner κ (flat features only)")
+    try:
+        hp = entry.schema(**options)
+    except Exception as exc:  # pydantic ValidationError -> a plain message for the outer schema
+        msgs = "; ".join(f"{'.'.join(map(str, e['loc'])) or name}: {e['msg']}" for e in getattr(exc, "errors",
+                                                                                                  lambda: [])())
+        raise ValueError(f"inner κ {name!r}: {msgs or exc}") from None
+    return Part(name, entry.cls(hp))
+
+
+# ------------------------------------------------------------------------------------------------ patch metrics φ
+METRIC_NAMES: tuple[str, ...] = tuple(FC.METRICS) + tuple(FC._METRIC_ALIASES)
+_IGNORABLE = {"max": -math.inf, "min": math.inf, "sum": 0.0, "mean": 0.0, "prod": 1.0, "l1": 0.0, "l2": 0.0,
+              "linf": 0.0, "lp": 0.0}
+
+
+class MetricHP(HP):
+    """The patch (or vector) mapping φ and its options."""
+
+    metric: Literal[METRIC_NAMES] = "max"  # type: ignore[valid-type]
+    p: float = Field(2.0, gt=0, description="order of the lp norm (metric = lp)")
+    eps: float = Field(1e-12, gt=0, description="smoothing of entropy")
+    correction: int = Field(0, ge=0, le=1, description="variance/std: 0 population (default), 1 sample (toolkit)")
+
+    @field_validator("metric")
+    @classmethod
+    def _canonical(cls, v):
+        return FC._METRIC_ALIASES.get(v, v)
+
+
+def metric_kwargs(hp) -> dict[str, Any]:
+    """The functional ``reduce`` keyword arguments for ``hp.metric``."""
+    return {"lp": {"p": hp.p}, "entropy": {"eps": hp.eps}, "variance": {"correction": hp.correction},
+            "std": {"correction": hp.correction}}.get(hp.metric, {})
+
+
+def ignore_fill(metric: str) -> float:
+    """The neutral element read by out-of-grid taps when they are ignored (max: −inf, min: +inf, prod: 1, ...)."""
+    return _IGNORABLE[metric]
+
+
+class PoolHP(MetricHP):
+    """φ plus how out-of-grid taps count (zero padding only)."""
+
+    outside: Literal["auto", "zero", "ignore"] = Field(
+        "auto", description="zero: taps read 0 (paper/toolkit); ignore: taps are skipped (MaxPool, AvgPool "
+                            "count_include_pad=False); auto: ignore for max/min, zero otherwise")
+
+    @model_validator(mode="after")
+    def _ignorable(self):
+        if self.outside == "ignore" and self.metric not in _IGNORABLE:
+            raise ValueError(f"outside = \"ignore\" is defined for {sorted(_IGNORABLE)}, not {self.metric!r}")
+        return self
+
+    def ignores_outside(self) -> bool:
+        return self.outside == "ignore" or (self.outside == "auto" and self.metric in ("max", "min"))
+
+
+# ------------------------------------------------------------------------------------------------ patch shapes
+class ConvPatchHP(PatchHP):
+    """Conv-style cuboid patch (kernel size, stride, padding, dilation); stride defaults to the size."""
+
+    stride: Optional[IntOrList] = None  # type: ignore[assignment]
+
+    def to_geometry(self, rank: int) -> Geometry:
+        stride = self.size if self.stride is None else self.stride
+        return PatchHP(size=self.size, stride=stride, pad=self.pad, pad_after=self.pad_after, dilation=self.dilation,
+                       padding_mode=self.padding_mode).geometry(rank)
+
+
+class _PackingHP(HP):
+    packing: Optional[str] = Field(None, description="a packing strategy name (sets the stride; catalog §3.4)")
+    convention: Literal["paper", "toolkit"] = "paper"
+
+    def _packed_stride(self, shape: str, size_params) -> tuple[int, ...]:
+        try:
+            return structure.packing_stride(shape, self.packing, size_params, self.convention)
+        except ValueError as exc:
+            raise ShapeRuleError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _one_stride(self):
+        if self.packing is not None:
+            if "stride" in self.model_fields_set:
+                raise ValueError("give either stride or packing, not both")
+            shape = getattr(self, "_shape", "cuboid")
+            names = structure.packing_strategies(shape)
+            if self.packing not in names:
+                raise ValueError(f"unknown {shape} packing {self.packing!r}; known: {', '.join(names)}")
+        return self
+
+
+class CentredCuboidHP(_PackingHP, CentredPatchHP):
+    """The paper's centred cuboid (half-extents p before, p' after per axis); stride = centre distance."""
+
+    _shape: ClassVar[str] = "cuboid"
+
+    def to_geometry(self, rank: int) -> Geometry:
+        geo = self.geometry(rank)
+        if self.packing is None:
+            return geo
+        stride = self._packed_stride("cuboid", _per_axis(self.half, rank, "half"))
+        return Geometry(geo.kernel, stride, geo.dilation, geo.pad_before, geo.pad_after, "zeros", None)
+
+
+def _offsets_geometry(offsets: torch.Tensor, before: tuple[int, ...], after: tuple[int, ...],
+                      stride: tuple[int, ...]) -> Geometry:
+    """A centred patch given by centre-relative offsets as a masked kernel box (taps = offset + before)."""
+    rank = len(before)
+    taps = tuple(tuple(int(v) + b for v, b in zip(row, before)) for row in offsets.tolist())  # build time only
+    kernel = tuple(b + a + 1 for b, a in zip(before, after))
+    return Geometry(kernel, stride, (1,) * rank, before, after, "zeros", taps)
+
+
+class CylinderHP(_PackingHP):
+    """Cylinder patch (eq 65): a disc of radius r on the first two spatial axes × a depth range on the third."""
+
+    _shape: ClassVar[str] = "cylinder"
+    radius: int = Field(1, ge=0, le=64)
+    depth: int = Field(0, ge=0, le=64, description="depth before (p_d); 3-D grids only")
+    depth_after: Optional[int] = Field(None, ge=0, le=64, description="depth after (p'_d); default = depth")
+    stride: IntOrList = 1
+
+    def to_geometry(self, rank: int) -> Geometry:
+        r, pd = self.radius, self.depth
+        pa = pd if self.depth_after is None else self.depth_after
+        if rank not in (2, 3):
+            raise ShapeRuleError(f"a cylinder patch needs a 2-D or 3-D grid, got {rank}-D")
+        if rank == 2 and (pd or pa):
+            raise ShapeRuleError("a cylinder on a 2-D grid is a disc: it has no depth range")
+        offsets = structure.cylinder_offsets(r, pd, pa, ndim=rank)
+        before = (r, r, pd)[:rank]
+        after = (r, r, pa)[:rank]
+        if self.packing is not None:
+            stride = self._packed_stride("cylinder", (r,) if rank == 2 else (r, pd))
+        else:
+            stride = _per_axis(self.stride, rank, "stride")
+        return _offsets_geometry(offsets, before, after, stride)
+
+
+class SphereHP(_PackingHP):
+    """Sphere (ball) patch (eq 65): ∇i² + ∇j² + ∇k² ≤ r² on a 3-D grid."""
+
+    _shape: ClassVar[str] = "sphere"
+    radius: int = Field(1, ge=0, le=32)
+    stride: IntOrList = 1
+
+    def to_geometry(self, rank: int) -> Geometry:
+        if rank != 3:
+            raise ShapeRuleError(f"a sphere patch needs a 3-D grid, got {rank}-D")
+        r = self.radius
+        stride = self._packed_stride("sphere", r) if self.packing is not None else _per_axis(self.stride, 3, "stride")
+        return _offsets_geometry(structure.sphere_offsets(r), (r,) * 3, (r,) * 3, stride)
+
+
+PatchShapeHP = Union[ConvPatchHP, CentredCuboidHP, CylinderHP, SphereHP]
+
+
+def pad_pairs(geo: Geometry) -> list[int]:
+    """``F.pad`` argument for the geometry's padding (last axis first)."""
+    pads: list[int] = []
+    for b, a in zip(reversed(geo.pad_before), reversed(geo.pad_after)):
+        pads += [b, a]
+    return pads
+
+
+def literal_patches(x: torch.Tensor, geo: Geometry, spatial: tuple[int, ...]) -> torch.Tensor:
+    """Reference form of the patch gather: ``x_flat @ A`` with the paper's padding-mode matrix, [B, C, P, p]."""
+    a = structure.padding_matrix(**geo.structure_args(spatial, x.device), device=x.device, dtype=x.dtype)
+    return (x.flatten(2) @ a).unflatten(-1, (-1, geo.patch_size))
+
+
+# ------------------------------------------------------------------------------------------------ composites
+def parts_hp(families: tuple[str, ...]) -> type[HP]:
+    """Schema of a composite: ``parts`` = inner κ by name and options, validated against ``families``."""
+
+    class PartsHP(HP):
+        parts: list[Any] = Field(..., min_length=1, description='inner κ: ["name", "name(key = value, ...)", ...]')
+
+        @field_validator("parts")
+        @classmethod
+        def _resolve(cls, v):
+            return tuple(parse_part(item, families) for item in v)
+
+    return PartsHP
+
+
+class _Chain(nn.Module):
+    def __init__(self, mods, concat: bool):
+        super().__init__()
+        self.parts, self.concat = nn.ModuleList(mods), concat
+
+    def forward(self, x, grid=False):
+        if self.concat:
+            return torch.cat([m(x) for m in self.parts], dim=-1)
+        for m in self.parts:
+            x = m(x)
+        return x
+
+
+class Composite(Kappa):
+    """Base of ``extended`` (concatenation) and ``nested`` (composition) κ over registry entries."""
+
+    concat: ClassVar[bool] = True
+
+    @property
+    def components(self) -> list[Kappa]:
+        return [p.component for p in self.hp.parts]
+
+    @property
+    def elementwise(self) -> bool:  # type: ignore[override]
+        return all(k.elementwise for k in self.components)
+
+    def degree(self) -> int:
+        ks = [k.degree() for k in self.components]
+        return sum(ks) if self.concat else math.prod(ks)
+
+    def basis(self, x):
+        if self.concat:
+            return torch.cat([k.basis(x) for k in self.components], dim=-1)
+        first, *rest = self.components
+        y = first.basis(x)
+        for k in rest:
+            y = k.basis(y).flatten(-2)
+        return y
+
+    def value_at_zero(self):
+        return self.basis(torch.zeros(1, dtype=torch.float64))[0] if self.elementwise else None
+
+    def _feats(self, m: int) -> list[int]:
+        """Input width of every part (all m for concatenation; chained for composition), then the output."""
+        widths = [m]
+        for k in self.components:
+            widths.append(k.features_out((m if self.concat else widths[-1],))[0])
+        return widths
+
+    def flat_out(self, m):
+        widths = self._feats(m)
+        return sum(widths[1:]) if self.concat else widths[-1]
+
+    def count(self, feat):
+        if self.elementwise:
+            return 0
+        widths = self._feats(feat[0])
+        return sum(k.count((feat[0] if self.concat else w,)) for k, w in zip(self.components, widths))
 
     def build(self, feat, reference=False):
-        return _FlattenModule()
-
-
-class _FlattenModule(nn.Module):
-    def forward(self, x, grid=False):
-        return x.flatten(1) if grid else x
-
+        if self.elementwise:
+            return super().build(feat, reference)
+        if len(feat) != 1:
+            raise ShapeRuleError(f"{self.name} needs flat features, got a grid {feat}; flatten() first")
+        widths = self._feats(feat[0])
+        mods = [k.build((feat[0] if self.concat else w,), reference) for k, w in zip(self.components, widths)]
+        return _Chain(mods, self.concat)

@@ -274,40 +274,64 @@ def fourier(x: Tensor, *, P: float = 10.0, N: int = 5) -> Tensor:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def hyperbolic(x: Tensor) -> Tensor:
-    """Per attribute [sinh x, cosh x, tanh x], D = 3m."""
-    return _flat(torch.stack((torch.sinh(x), torch.cosh(x), torch.tanh(x)), dim=-1))
+_TRIG_FUNCS: Mapping[str, tuple[tuple[str, Callable[[Tensor], Tensor]], ...]] = MappingProxyType({
+    "hyperbolic": (("sinh", torch.sinh), ("cosh", torch.cosh), ("tanh", torch.tanh)),
+    "trigonometric": (("sin", torch.sin), ("cos", torch.cos), ("tan", torch.tan)),
+    "arc_hyperbolic": (("asinh", torch.asinh), ("acosh", torch.acosh), ("atanh", torch.atanh)),
+    "arc_trigonometric": (("asin", torch.asin), ("acos", torch.acos), ("atan", torch.atan)),
+})
+# the toolkit's domain squash of the arc families: s = sigmoid(x), then an affine map per function
+_SQUASH = {"asinh": (1.0, 0.0), "acosh": (1.0, 1.01), "atanh": (0.99, 0.0),
+           "asin": (0.99, 0.0), "acos": (0.99, 0.0), "atan": (1.0, 0.0)}
 
 
-def arc_hyperbolic(x: Tensor, *, squash: bool = True) -> Tensor:
+def _trig_family(family: str, x: Tensor, functions: Sequence[str] | None, squash: bool = False) -> Tensor:
+    """Per attribute [f_1(x), ..., f_k(x)] for the family's functions (all three, or ``functions`` in that order).
+
+    Only the requested functions are evaluated, so an unused one outside its domain cannot poison the gradient.
+    """
+    table = dict(_TRIG_FUNCS[family])
+    names = tuple(table) if functions is None else tuple(functions)
+    if not names or len(set(names)) != len(names) or any(n not in table for n in names):
+        raise ValueError(f"functions must be distinct names from {tuple(table)}, got {functions!r}")
+    u = torch.sigmoid(x) if squash else x
+    parts = []
+    for n in names:
+        a, b = _SQUASH[n] if squash else (1.0, 0.0)
+        parts.append(table[n](a * u + b if (a, b) != (1.0, 0.0) else u))
+    return _flat(torch.stack(parts, dim=-1))
+
+
+def hyperbolic(x: Tensor, *, functions: Sequence[str] | None = None) -> Tensor:
+    """Per attribute [sinh x, cosh x, tanh x] (or the listed ``functions``), D = 3m (m·len(functions))."""
+    return _trig_family("hyperbolic", x, functions)
+
+
+def arc_hyperbolic(x: Tensor, *, squash: bool = True, functions: Sequence[str] | None = None) -> Tensor:
     """Per attribute [asinh s, acosh(s + 1.01), atanh(0.99 s)], s = sigmoid(x) (toolkit domain squash), D = 3m.
 
     ``squash=False`` gives raw [asinh x, acosh x, atanh x] (caller guarantees x >= 1 resp. |x| < 1).
+    ``functions`` picks a subset (e.g. ``["asinh"]``), D = m·len(functions).
     """
-    if squash:
-        s = torch.sigmoid(x)
-        parts = (torch.asinh(s), torch.acosh(s + 1.01), torch.atanh(0.99 * s))
-    else:
-        parts = (torch.asinh(x), torch.acosh(x), torch.atanh(x))
-    return _flat(torch.stack(parts, dim=-1))
+    return _trig_family("arc_hyperbolic", x, functions, squash)
 
 
-def trigonometric(x: Tensor) -> Tensor:
-    """Per attribute [sin x, cos x, tan x], D = 3m."""
-    return _flat(torch.stack((torch.sin(x), torch.cos(x), torch.tan(x)), dim=-1))
+def trigonometric(x: Tensor, *, functions: Sequence[str] | None = None) -> Tensor:
+    """Per attribute [sin x, cos x, tan x] (or the listed ``functions``), D = 3m (m·len(functions))."""
+    return _trig_family("trigonometric", x, functions)
 
 
-def arc_trigonometric(x: Tensor, *, squash: bool = True) -> Tensor:
+def arc_trigonometric(x: Tensor, *, squash: bool = True, functions: Sequence[str] | None = None) -> Tensor:
     """Per attribute [asin(0.99 s), acos(0.99 s), atan s], s = sigmoid(x) (toolkit domain squash), D = 3m.
 
     ``squash=False`` gives raw [asin x, acos x, atan x] (caller guarantees |x| <= 1).
+    ``functions`` picks a subset, D = m·len(functions).
     """
-    if squash:
-        s = torch.sigmoid(x)
-        parts = (torch.asin(0.99 * s), torch.acos(0.99 * s), torch.atan(s))
-    else:
-        parts = (torch.asin(x), torch.acos(x), torch.atan(x))
-    return _flat(torch.stack(parts, dim=-1))
+    return _trig_family("arc_trigonometric", x, functions, squash)
+
+
+def _dim_trig(m: int, functions: Sequence[str] | None = None, **_: Any) -> int:
+    return m * (3 if functions is None else len(functions))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -861,12 +885,12 @@ _E: dict[str, TransformSpec] = {
                             "0", True, elementwise_when=lambda d=2, **_: d == 1),
     "fourier": TransformSpec(fourier, lambda m, N=5, **_: 2 * m * _check_degree(N, "N"), True,
                              "per attr [cos(2πnx/P), sin(2πnx/P)] for n = 1..N", "[1, 0] per harmonic"),
-    "hyperbolic": TransformSpec(hyperbolic, _w(3), True, "per attr [sinh x, cosh x, tanh x]", "[0, 1, 0]"),
-    "arc_hyperbolic": TransformSpec(arc_hyperbolic, _w(3), True,
+    "hyperbolic": TransformSpec(hyperbolic, _dim_trig, True, "per attr [sinh x, cosh x, tanh x]", "[0, 1, 0]"),
+    "arc_hyperbolic": TransformSpec(arc_hyperbolic, _dim_trig, True,
                                     "per attr [asinh s, acosh(s+1.01), atanh(0.99s)], s = sigmoid(x)",
                                     "[asinh .5, acosh 1.51, atanh .495]"),
-    "trigonometric": TransformSpec(trigonometric, _w(3), True, "per attr [sin x, cos x, tan x]", "[0, 1, 0]"),
-    "arc_trigonometric": TransformSpec(arc_trigonometric, _w(3), True,
+    "trigonometric": TransformSpec(trigonometric, _dim_trig, True, "per attr [sin x, cos x, tan x]", "[0, 1, 0]"),
+    "arc_trigonometric": TransformSpec(arc_trigonometric, _dim_trig, True,
                                        "per attr [asin(0.99s), acos(0.99s), atan s], s = sigmoid(x)",
                                        "[asin .495, acos .495, atan .5]"),
     "gaussian_rbf": TransformSpec(gaussian_rbf, _dim_rbf, True, "per attr exp(-((x - c_j)/sigma)^2), c = linspace",

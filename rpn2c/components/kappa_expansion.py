@@ -1,0 +1,831 @@
+"""Data expansion κ (D >= m): every expansion of the RPN 2 paper (§7.1) and of the tinyBIG inventory.
+
+Each entry maps its hyper-parameters onto a builder of :mod:`rpn2c.functional.expansion` (the maths lives there and
+is tested there). Elementwise entries give ``degree`` outputs per attribute, attribute-major (``out[i*k + j] =
+g_j(x_i)``); zero padding in grid heads reads ``value_at_zero()`` = κ(0). The order-0 constant is never part of a
+polynomial expansion. The tinyBIG class names are registered as aliases (``hermite_expansion`` -> ``hermite``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal, Optional
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, create_model, field_validator, model_validator
+from torch import nn
+
+from rpn2c.components.base import Kappa, ShapeRuleError
+from rpn2c.components.grid import Geometry, PatchHP
+from rpn2c.components.kappa import (
+    CentredCuboidHP,
+    Composite,
+    CylinderHP,
+    FunctionalKappa,
+    SphereHP,
+    literal_patches,
+    pad_pairs,
+    parts_hp,
+)
+from rpn2c.components.registry import HP, register
+from rpn2c.functional import expansion as FE
+from rpn2c.functional import structure
+
+
+class _Expansion(FunctionalKappa):
+    family = "expansion"
+    table = FE.EXPANSIONS
+
+
+# ------------------------------------------------------------------------------------------------ basic
+@register
+class Identity(_Expansion):
+    """κ(x) = x (D = m)."""
+
+    name, spec_name = "identity", "identity"
+    aliases = ("identity_expansion",)
+
+
+@register
+class Reciprocal(_Expansion):
+    """κ(x) = 1/x', x' = x with |x| < eps pushed to ±eps (0 -> +eps), so κ(0) = 1/eps; D = m.
+
+    tinyBIG bug (notes §8.11): its reciprocal writes into the input tensor; this one never does.
+    """
+
+    name, spec_name = "reciprocal", "reciprocal"
+    aliases = ("reciprocal_expansion",)
+
+    class HP(HP):
+        eps: float = Field(1e-6, gt=0, le=1, description="clamp |x| >= eps")
+
+
+class _LinearHP(HP):
+    c: float = Field(1.0, description="scalar factor (κ = c·x, elementwise)")
+    C: Optional[list[list[float]]] = Field(None, description="constant matrix [m, D] (κ = x C)")
+
+    @model_validator(mode="after")
+    def _one(self):
+        if self.C is not None:
+            if "c" in self.model_fields_set:
+                raise ValueError("give either c or C, not both")
+            if not self.C or not self.C[0] or any(len(r) != len(self.C[0]) for r in self.C):
+                raise ValueError("C must be a non-empty rectangular matrix [m, D]")
+        return self
+
+
+@register
+class Linear(_Expansion):
+    """κ(x) = c·x (elementwise, D = m) or x C with a constant C ∈ R^{m×D} (eq 89 / RPN v1).
+
+    tinyBIG's ``pre_C·x`` (multiplying on the sample side) is omitted: it mixes samples (semantics.md).
+    """
+
+    name, spec_name = "linear", "linear"
+    aliases = ("linear_expansion",)
+    HP = _LinearHP
+
+    def kwargs(self):
+        if self.hp.C is not None:
+            return {"C": torch.tensor(self.hp.C, dtype=torch.float64)}
+        return {"c": self.hp.c}
+
+    def flat_out(self, m):
+        if self.hp.C is not None and len(self.hp.C) != m:
+            raise ShapeRuleError(f"{self.name}: C has {len(self.hp.C)} rows but the input has {m} features")
+        return super().flat_out(m)
+
+
+# ------------------------------------------------------------------------------------------------ polynomial
+class _DegreeHP(HP):
+    d: int = Field(2, ge=1, le=16, description="highest order")
+
+
+@register
+class Taylor(_Expansion):
+    """Taylor κ(x) = [x, x⊗x, ..., x^{⊗d}] (Kronecker powers), D = Σ_{k=1..d} m^k (symmetric: unique monomials).
+
+    ``symmetric = true`` keeps each monomial once (D = Σ_k C(m+k−1, k)); tinyBIG keeps both x_i x_j and x_j x_i.
+    """
+
+    name, spec_name = "taylor", "taylor"
+    aliases = ("taylor_expansion",)
+
+    class HP(_DegreeHP):
+        symmetric: bool = False
+
+
+@register
+class Fourier(_Expansion):
+    """Fourier κ(x) = per attribute [cos(2πnx/P), sin(2πnx/P)] for n = 1..N; D = 2mN (κ(0) = [1, 0] per n)."""
+
+    name, spec_name = "fourier", "fourier"
+    aliases = ("fourier_expansion",)
+
+    class HP(HP):
+        P: float = Field(10.0, description="period")
+        N: int = Field(5, ge=1, le=256, description="number of harmonics")
+
+        @field_validator("P")
+        @classmethod
+        def _nonzero(cls, v):
+            if v == 0:
+                raise ValueError("the period P must be nonzero")
+            return v
+
+
+class _Poly(_Expansion):
+    HP = _DegreeHP
+
+
+@register
+class Chebyshev(_Poly):
+    """Chebyshev κ(x) = [T_1(x), ..., T_d(x)], T_{n+1} = 2x T_n − T_{n−1} (kind 2: U_n, U_1 = 2x); D = m·d."""
+
+    name, spec_name = "chebyshev", "chebyshev"
+    aliases = ("chebyshev_expansion",)
+
+    class HP(_DegreeHP):
+        kind: Literal[1, 2] = 1
+
+
+@register
+class Jacobi(_Poly):
+    """Jacobi κ(x) = [P_1^{(α,β)}(x), ..., P_d^{(α,β)}(x)], P_1 = (α−β)/2 + (α+β+2)x/2 (three-term); D = m·d."""
+
+    name, spec_name = "jacobi", "jacobi"
+    aliases = ("jacobi_expansion",)
+
+    class HP(_DegreeHP):
+        alpha: float = Field(1.0, gt=-1)
+        beta: float = Field(1.0, gt=-1)
+
+
+@register
+class Hermite(_Poly):
+    """Hermite κ(x) = [He_1(x), ..., He_d(x)], He_n = x He_{n−1} − (n−1) He_{n−2} (probabilists', eq 124); D = m·d.
+
+    ``kind = "physicist"`` gives H_n = 2x H_{n−1} − 2(n−1) H_{n−2} (H_n(x) = 2^{n/2} He_n(√2 x)).
+    """
+
+    name, spec_name = "hermite", "hermite"
+    aliases = ("hermite_expansion",)
+
+    class HP(_DegreeHP):
+        kind: Literal["probabilist", "physicist"] = "probabilist"
+
+
+@register
+class Laguerre(_Poly):
+    """Laguerre κ(x) = [L_1^{(α)}, ..., L_d^{(α)}], L_1 = 1 + α − x, L_n = ((2n−1+α−x)L_{n−1} − (n−1+α)L_{n−2})/n.
+
+    Erratum (catalog §8.8): tinyBIG's L_1 = 1 + α + x has the wrong sign of x; eq (128) drops α. Pinned by test.
+    """
+
+    name, spec_name = "laguerre", "laguerre"
+    aliases = ("laguerre_expansion",)
+
+    class HP(_DegreeHP):
+        alpha: float = Field(1.0, gt=-1)
+
+
+@register
+class Legendre(_Poly):
+    """Legendre κ(x) = [P_1(x), ..., P_d(x)], P_n = ((2n−1) x P_{n−1} − (n−1) P_{n−2})/n (Bonnet); D = m·d."""
+
+    name, spec_name = "legendre", "legendre"
+    aliases = ("legendre_expansion",)
+
+
+@register
+class Gegenbauer(_Poly):
+    """Gegenbauer κ(x) = [C_1^{(α)}, ..., C_d^{(α)}], C_1 = 2αx, C_n = (2x(n−1+α)C_{n−1} − (n+2α−2)C_{n−2})/n."""
+
+    name, spec_name = "gegenbauer", "gegenbauer"
+    aliases = ("gegenbauer_expansion",)
+
+    class HP(_DegreeHP):
+        alpha: float = Field(1.0, gt=-0.5, description="α > −1/2, α ≠ 0 (α = 0 gives the zero sequence)")
+
+        @field_validator("alpha")
+        @classmethod
+        def _nonzero(cls, v):
+            if v == 0:
+                raise ValueError("alpha = 0 makes every C_n^{(0)} zero; use chebyshev for that limit")
+            return v
+
+
+@register
+class Bessel(_Poly):
+    """Bessel κ(x) = [B_1(x), ..., B_d(x)], B_1 = x + 1, B_n = (2n−1) x B_{n−1} + B_{n−2}; D = m·d (κ(0) = 1)."""
+
+    name, spec_name = "bessel", "bessel"
+    aliases = ("bessel_expansion",)
+
+
+@register
+class ReverseBessel(_Poly):
+    """Reverse Bessel κ(x) = [R_1(x), ..., R_d(x)], R_1 = x + 1, R_n = (2n−1) R_{n−1} + x² R_{n−2}; D = m·d.
+
+    Erratum (catalog §8.8): eq (143) prints B for R in the recursion; R is used (pinned by test).
+    """
+
+    name, spec_name = "reverse_bessel", "reverse_bessel"
+    aliases = ("reverse_bessel_expansion",)
+
+
+@register
+class Fibonacci(_Poly):
+    """Fibonacci κ(x) = [F_1(x), ..., F_d(x)], F_0 = 0, F_1 = 1, F_n = x F_{n−1} + F_{n−2}; D = m·d."""
+
+    name, spec_name = "fibonacci", "fibonacci"
+    aliases = ("fibonacci_expansion",)
+
+
+@register
+class Lucas(_Poly):
+    """Lucas κ(x) = [L_1(x), ..., L_d(x)], L_0 = 2, L_1 = x, L_n = x L_{n−1} + L_{n−2}; D = m·d."""
+
+    name, spec_name = "lucas", "lucas"
+    aliases = ("lucas_expansion",)
+
+
+@register
+class BSpline(_Expansion):
+    """B-spline κ(x) = [B_{j,k}(x)] on a uniform grid over [low, high] (Cox–de Boor, KAN); D = m·(grid + order)."""
+
+    name, spec_name = "bspline", "bspline"
+    aliases = ("bspline_expansion",)
+
+    class HP(HP):
+        grid: int = Field(5, ge=1, le=256, description="number of grid intervals (tinyBIG t)")
+        order: int = Field(3, ge=0, le=8, description="spline degree (tinyBIG d)")
+        low: float = -1.0
+        high: float = 1.0
+
+        @model_validator(mode="after")
+        def _range(self):
+            if not self.high > self.low:
+                raise ValueError("need high > low")
+            return self
+
+    def kwargs(self):
+        return {"grid_size": self.hp.grid, "order": self.hp.order, "grid_range": (self.hp.low, self.hp.high)}
+
+
+# ------------------------------------------------------------------------------------------------ trigonometric
+def _trig_family(funcs: tuple[str, str, str], squash: bool) -> type[HP]:
+    class TrigHP(HP):
+        functions: Optional[list[str]] = Field(None, description=f"subset of {list(funcs)} (default: all three)")
+
+        @field_validator("functions")
+        @classmethod
+        def _subset(cls, v):
+            if v is None:
+                return v
+            bad = [f for f in v if f not in funcs]
+            if bad or not v or len(set(v)) != len(v):
+                raise ValueError(f"functions must be distinct names from {list(funcs)}, got {v}")
+            return v
+
+    if squash:
+        class SquashHP(TrigHP):
+            squash: bool = Field(True, description="evaluate at s = sigmoid(x) (tinyBIG's domain squash)")
+
+        return SquashHP
+    return TrigHP
+
+
+class _Trig(_Expansion):
+    FUNCS: ClassVar[tuple[str, str, str]] = ("", "", "")
+
+    def kwargs(self):
+        kw = {"functions": None if self.hp.functions is None else tuple(self.hp.functions)}
+        if "squash" in type(self.hp).model_fields:
+            kw["squash"] = self.hp.squash
+        return kw
+
+
+@register
+class Trigonometric(_Trig):
+    """Trigonometric κ(x) = per attribute [sin x, cos x, tan x] (or the chosen ``functions``); D = m·#functions."""
+
+    name, spec_name = "trigonometric", "trigonometric"
+    aliases = ("trigonometric_expansion",)
+    FUNCS = ("sin", "cos", "tan")
+    HP = _trig_family(FUNCS, False)
+
+
+@register
+class Hyperbolic(_Trig):
+    """Hyperbolic κ(x) = per attribute [sinh x, cosh x, tanh x] (or the chosen ``functions``); D = m·#functions."""
+
+    name, spec_name = "hyperbolic", "hyperbolic"
+    aliases = ("hyperbolic_expansion",)
+    FUNCS = ("sinh", "cosh", "tanh")
+    HP = _trig_family(FUNCS, False)
+
+
+@register
+class ArcTrigonometric(_Trig):
+    """Arc-trigonometric κ(x) = per attribute [asin(0.99s), acos(0.99s), atan s], s = sigmoid(x); D = m·#functions."""
+
+    name, spec_name = "arc_trigonometric", "arc_trigonometric"
+    aliases = ("arc_trigonometric_expansion",)
+    FUNCS = ("asin", "acos", "atan")
+    HP = _trig_family(FUNCS, True)
+
+
+@register
+class ArcHyperbolic(_Trig):
+    """Arc-hyperbolic κ(x) = per attribute [asinh s, acosh(s+1.01), atanh(0.99s)], s = sigmoid(x); D = m·#functions."""
+
+    name, spec_name = "arc_hyperbolic", "arc_hyperbolic"
+    aliases = ("arc_hyperbolic_expansion",)
+    FUNCS = ("asinh", "acosh", "atanh")
+    HP = _trig_family(FUNCS, True)
+
+
+# ------------------------------------------------------------------------------------------------ RBF
+class _RbfHP(HP):
+    num_centres: int = Field(10, ge=1, le=1024, description="centres c = linspace(low, high, num_centres)")
+    low: float = -1.0
+    high: float = 1.0
+    sigma: float = Field(1.0, gt=0, description="width (tinyBIG's epsilon is 1/sigma)")
+    epsilon: Optional[float] = Field(None, gt=0, description="tinyBIG spelling: sigma = 1/epsilon")
+    centres: Optional[list[float]] = Field(None, min_length=1, description="explicit centres (override linspace)")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if not self.high > self.low:
+            raise ValueError("need high > low")
+        if self.epsilon is not None and "sigma" in self.model_fields_set:
+            raise ValueError("give either sigma or epsilon, not both")
+        return self
+
+
+class _Rbf(_Expansion):
+    KIND: ClassVar[str] = ""
+    HP = _RbfHP
+
+    @property
+    def spec(self):
+        return self.table[f"{getattr(self.hp, 'kind', self.KIND)}_rbf"]
+
+    def kwargs(self):
+        hp = self.hp
+        sigma = 1.0 / hp.epsilon if hp.epsilon is not None else hp.sigma
+        centres = None if hp.centres is None else torch.tensor(hp.centres, dtype=torch.float64)
+        return {"num_centres": hp.num_centres, "grid_range": (hp.low, hp.high), "sigma": sigma, "centres": centres}
+
+
+@register
+class Rbf(_Rbf):
+    """RBF κ(x) = per attribute [g((x − c_j)/σ)], g = exp(−u²) (gaussian) or 1/(1 + u²); D = m·#centres."""
+
+    name = "rbf"
+
+    class HP(_RbfHP):
+        kind: Literal["gaussian", "inverse_quadratic"] = "gaussian"
+
+
+@register
+class GaussianRbf(_Rbf):
+    """Gaussian RBF κ(x) = per attribute [exp(−((x − c_j)/σ)²)], c = linspace(low, high, num_centres); D = m·#c."""
+
+    name, KIND = "gaussian_rbf", "gaussian"
+    aliases = ("gaussian_rbf_expansion",)
+
+
+@register
+class InverseQuadraticRbf(_Rbf):
+    """Inverse quadratic RBF κ(x) = per attribute [1/(1 + ((x − c_j)/σ)²)], c = linspace(low, high, #c); D = m·#c."""
+
+    name, KIND = "inverse_quadratic_rbf", "inverse_quadratic"
+    aliases = ("inverse_quadratic_rbf_expansion",)
+
+
+# ------------------------------------------------------------------------------------------------ probabilistic
+_DISTS = ("normal", "cauchy", "chi2", "gamma", "laplace", "exponential")
+_DIST_PARAMS = {"normal": ("loc", "scale"), "cauchy": ("loc", "scale"), "laplace": ("loc", "scale"), "chi2": ("df",),
+                "gamma": ("concentration", "rate"), "exponential": ("rate",)}
+_POSITIVE = {"scale", "df", "concentration", "rate"}
+
+
+def _check_theta(dist: str, theta) -> tuple[float, ...]:
+    names = _DIST_PARAMS[dist]
+    if len(theta) != len(names):
+        raise ValueError(f"{dist} takes parameters ({', '.join(names)}), got {list(theta)}")
+    for n, v in zip(names, theta):
+        if n in _POSITIVE and not v > 0:
+            raise ValueError(f"{dist} parameter {n} must be > 0, got {v}")
+    return tuple(float(v) for v in theta)
+
+
+class _NaiveHP(HP):
+    params: Optional[list[float]] = Field(None, description="θ (default: the family's first member)")
+    squash: bool = Field(True, description="positive laws read 0.99·sigmoid(x)+0.001 (tinyBIG)")
+
+
+class _Naive(_Expansion):
+    DIST: ClassVar[str] = ""
+    HP = _NaiveHP
+
+    @property
+    def dist(self) -> str:
+        return getattr(self.hp, "dist", self.DIST)
+
+    @property
+    def spec(self):
+        return self.table[f"naive_{self.dist}"]
+
+    def kwargs(self):
+        return {"params": None if self.hp.params is None else tuple(self.hp.params), "squash": self.hp.squash}
+
+
+class _NaiveAnyHP(_NaiveHP):
+    dist: Literal[_DISTS] = "normal"  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _theta(self):
+        if self.params is not None:
+            _check_theta(self.dist, self.params)
+        return self
+
+
+@register
+class NaiveProbabilistic(_Naive):
+    """Naive probabilistic κ(x) = log p(x | θ) elementwise (normal, cauchy, chi2, gamma, laplace, exponential); D = m.
+
+    Positive-support laws (chi2, gamma, exponential) read 0.99·sigmoid(x) + 0.001 when ``squash`` (tinyBIG).
+    """
+
+    name = "naive_probabilistic"
+    HP = _NaiveAnyHP
+
+
+def _fixed_theta_hp(dist: str) -> type[HP]:
+    class FixedHP(_NaiveHP):
+        @model_validator(mode="after")
+        def _theta(self):
+            if self.params is not None:
+                _check_theta(dist, self.params)
+            return self
+
+    return FixedHP
+
+
+def _naive_entry(dist: str) -> type:
+    names = ", ".join(_DIST_PARAMS[dist])
+    cls = type(f"Naive_{dist}", (_Naive,), {
+        "__doc__": f"Naive {dist} κ(x) = log p(x | {names}) elementwise (θ = {FE.PROB_FAMILIES[dist][0]} by "
+                   f"default); D = m.",
+        "name": f"naive_{dist}", "DIST": dist, "aliases": (f"naive_{dist}_expansion",), "HP": _fixed_theta_hp(dist),
+        "__module__": __name__})
+    return register(cls)
+
+
+for _d in _DISTS:
+    _naive_entry(_d)
+
+
+class _FamilyHP(HP):
+    params: Optional[list[list[float]]] = Field(None, min_length=1, description="θ_1..θ_K (default: tinyBIG's set)")
+    squash: bool = Field(True, description="positive laws read 0.99·sigmoid(x)+0.001 (tinyBIG)")
+
+
+class _Family(_Expansion):
+    DIST: ClassVar[str] = ""
+
+    @property
+    def spec(self):
+        return self.table[getattr(self.hp, "dist", self.DIST)]
+
+    def kwargs(self):
+        p = self.hp.params
+        return {"params": None if p is None else tuple(tuple(t) for t in p), "squash": self.hp.squash}
+
+
+class _FamilyAnyHP(_FamilyHP):
+    dist: Literal[_DISTS] = "normal"  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _theta(self):
+        for t in self.params or ():
+            _check_theta(self.dist, t)
+        return self
+
+
+@register
+class Probabilistic(_Family):
+    """Probabilistic κ(x) = per attribute [log p(x | θ_1), ..., log p(x | θ_K)] for one family; D = m·K.
+
+    Default θ sets are tinyBIG's (6 members; chi2: 2), listed in ``rpn2c.functional.expansion.PROB_FAMILIES``.
+    """
+
+    name = "probabilistic"
+    HP = _FamilyAnyHP
+
+
+def _family_entry(dist: str) -> type:
+    class FixedHP(_FamilyHP):
+        @model_validator(mode="after")
+        def _theta(self):
+            for t in self.params or ():
+                _check_theta(dist, t)
+            return self
+
+    k = len(FE.PROB_FAMILIES[dist])
+    cls = type(f"Family_{dist}", (_Family,), {
+        "__doc__": f"{dist.capitalize()} family κ(x) = per attribute [log p(x | θ_j)] for tinyBIG's {k} {dist} "
+                   f"parameter sets; D = {k}m.",
+        "name": f"probabilistic_{dist}", "DIST": dist, "aliases": (f"{dist}_expansion",), "HP": FixedHP,
+        "__module__": __name__})
+    return register(cls)
+
+
+for _d in _DISTS:
+    _family_entry(_d)
+
+
+@register
+class HybridProbabilistic(_Expansion):
+    """Hybrid probabilistic κ(x) = per attribute log p(x) for N, Cauchy, χ², Γ, Laplace, Exp (θ fixed); D = 6m."""
+
+    name, spec_name = "hybrid_probabilistic", "hybrid_probabilistic"
+    aliases = ("hybrid_probabilistic_expansion",)
+
+    class HP(HP):
+        squash: bool = Field(True, description="positive laws read 0.99·sigmoid(x)+0.001 (tinyBIG)")
+
+
+# ------------------------------------------------------------------------------------------------ combinatorial
+@register
+class Combinatorial(_Expansion):
+    """Combinatorial κ(x) = [C(x, 1), ..., C(x, d)]: every r-subset tuple of attributes, r = 1..d; D = Σ_r r·C(m, r)."""
+
+    name, spec_name = "combinatorial", "combinatorial"
+    aliases = ("combinatorial_expansion",)
+
+    class HP(HP):
+        d: int = Field(2, ge=1, le=6, description="largest tuple size")
+        with_replacement: bool = False
+
+    def flat_out(self, m):
+        if not self.hp.with_replacement and self.hp.d > m:
+            raise ShapeRuleError(f"{self.name}: tuples of size d = {self.hp.d} need at least {self.hp.d} features, "
+                                 f"got {m}")
+        return super().flat_out(m)
+
+
+@register
+class CombinatorialNormal(_Expansion):
+    """Combinatorial normal κ(x) = [log N(x_S | loc·1, Σ_r) for every r-subset S, r = 1..d]; D = Σ_r C(m, r).
+
+    Σ_r = scale²((1 − rho) I + rho 11ᵀ); tinyBIG's combinatorial_normal_expansion is loc = 0, scale = 1, rho = 0.
+    """
+
+    name, spec_name = "combinatorial_normal", "combinatorial_normal"
+    aliases = ("combinatorial_normal_expansion",)
+
+    class HP(HP):
+        d: int = Field(1, ge=1, le=6, description="largest tuple size")
+        with_replacement: bool = False
+        loc: float = 0.0
+        scale: float = Field(1.0, gt=0)
+        rho: float = Field(0.0, lt=1, description="equicorrelation, −1/(d−1) < rho < 1")
+
+        @model_validator(mode="after")
+        def _rho(self):
+            if self.d > 1 and not self.rho > -1.0 / (self.d - 1):
+                raise ValueError(f"rho must exceed −1/(d−1) = {-1.0 / (self.d - 1):g} for a valid covariance")
+            return self
+
+    def flat_out(self, m):
+        if not self.hp.with_replacement and self.hp.d > m:
+            raise ShapeRuleError(f"{self.name}: tuples of size d = {self.hp.d} need at least {self.hp.d} features, "
+                                 f"got {m}")
+        return super().flat_out(m)
+
+
+# ------------------------------------------------------------------------------------------------ wavelets
+class _WaveletHP(HP):
+    a: float = Field(2.0, gt=0, description="scale base (a > 1 for distinct scales; tinyBIG default 1)")
+    b: float = Field(1.0, ge=0, description="shift step")
+    s: int = Field(1, ge=1, le=16, description="number of scales σ = 0..s−1")
+    t: int = Field(1, ge=1, le=16, description="number of shifts τ = 0..t−1")
+    d: int = Field(1, ge=1, le=4, description="order (d >= 2 is not elementwise)")
+    order2: Literal["kron", "concat"] = Field(
+        "kron", description="order d >= 2: kron = κ1^{⊗d} (paper eq 161), concat = [κ1, ..., κ1^{⊗d}] (tinyBIG)")
+
+
+_MOTHER_HP: dict[str, dict[str, Any]] = {
+    "haar": {},
+    "shannon": {},
+    "meyer": {},
+    "ricker": {"sigma": (float, Field(1.0, gt=0))},
+    "dog": {"sigma_1": (float, Field(1.0, gt=0)), "sigma_2": (float, Field(2.0, gt=0))},
+    "beta": {"alpha": (float, Field(1.0, ge=1)), "beta": (float, Field(1.0, ge=1)),
+             "domain": (Literal["sigmoid", "support"], Field("sigmoid"))},
+}
+_MOTHER_FORMULA = {  # short form (first doc line), full form (further lines)
+    "haar": ("φ = 1 on [0, ½), −1 on [½, 1), 0 else (eq 152)", ""),
+    "shannon": ("φ(τ) = (sin 2πτ − sin πτ)/(πτ) (eq 155)", ""),
+    "meyer": ("φ = Meyer's mother wavelet (eq 157)",
+              "φ(τ) = (sin(2πτ/3) + (4/3)τ cos(4πτ/3))/(πτ − (16π/9)τ³), φ(0) = 2/3 + 4/(3π)."),
+    "ricker": ("φ(τ) ∝ (1 − τ²/σ²) e^{−τ²/(2σ²)} (eq 154)",
+               "φ(τ) = 2/(√(3σ) π^{1/4}) (1 − (τ/σ)²) e^{−τ²/(2σ²)}."),
+    "dog": ("φ(τ) = N(τ|0,σ1) − N(τ|0,σ2) (eq 156)", ""),
+    "beta": ("φ(τ) = Beta(α, β) pdf at u = sigmoid(τ) (eq 153)", "φ(τ) = u^{α−1}(1 − u)^{β−1}/B(α, β)."),
+}
+_MOTHER_ALIASES = {
+    "haar": ("haar", "harr_wavelet", "harr", "harr_wavelet_expansion", "haar_wavelet_expansion"),
+    "shannon": ("shannon", "shannon_wavelet_expansion"),
+    "meyer": ("meyer", "meyer_wavelet_expansion"),
+    "ricker": ("ricker", "mexican_hat_wavelet", "ricker_wavelet_expansion"),
+    "dog": ("dog", "difference_of_gaussians_wavelet", "dog_wavelet_expansion"),
+    "beta": ("beta_wavelet_expansion",),
+}
+_WAVELET_NOTES = {
+    "haar": "tinyBIG spells the class harr_wavelet_expansion; both spellings resolve here.",
+    "ricker": "Erratum (catalog §8.9): eq (154) prints √(3σπ^{1/4}); the normalisation 2/(√(3σ) π^{1/4}) is used.",
+    "beta": "Erratum: tinyBIG applies the sigmoid only when some τ of the batch leaves [0, 1], so one entry depends "
+            "on the others; here u = sigmoid(τ) always (domain = sigmoid) or the density's support (domain = support).",
+    "meyer": "The removable singularities at τ = 0 and |τ| = 3/4 are filled with their limits.",
+}
+
+
+class _Wavelet(_Expansion):
+    """Discrete wavelet expansion (eq 151, 160–161)."""
+
+    MOTHER: ClassVar[str] = ""
+
+    @property
+    def spec(self):
+        return self.table[f"{self.MOTHER}_wavelet"] if self.MOTHER else self.table["wavelet"]
+
+    def kwargs(self):
+        return {k: v for k, v in self.hp.model_dump().items() if v is not None}
+
+
+def _wavelet_entry(mother: str) -> type:
+    hp = create_model(f"{mother.capitalize()}WaveletHP", __base__=_WaveletHP, __module__=__name__,
+                      **_MOTHER_HP[mother])
+    short, full = _MOTHER_FORMULA[mother]
+    doc = f"{mother.capitalize()} wavelet κ(x) = [a^{{−σ/2}} φ(x/a^σ − τb)]_{{σ<s,τ<t}}, D = mst, {short}."
+    note = " ".join(t for t in (full, _WAVELET_NOTES.get(mother)) if t)
+    cls = type(f"{mother.capitalize()}Wavelet", (_Wavelet,), {
+        "__doc__": doc + ("\n\n" + note if note else "") + "\n\nErratum (catalog §8.10): order d >= 2 is the paper's "
+                   "κ1^{⊗d} by default; tinyBIG's concatenated powers are order2 = \"concat\".",
+        "name": f"{mother}_wavelet", "MOTHER": mother, "aliases": _MOTHER_ALIASES[mother], "HP": hp,
+        "__module__": __name__})
+    return register(cls)
+
+
+for _m in _MOTHER_HP:
+    _wavelet_entry(_m)
+
+
+class _AnyWaveletHP(_WaveletHP):
+    mother: Literal[tuple(_MOTHER_HP)] = "ricker"  # type: ignore[valid-type]
+    sigma: Optional[float] = Field(None, gt=0)
+    sigma_1: Optional[float] = Field(None, gt=0)
+    sigma_2: Optional[float] = Field(None, gt=0)
+    alpha: Optional[float] = Field(None, ge=1)
+    beta: Optional[float] = Field(None, ge=1)
+    domain: Optional[Literal["sigmoid", "support"]] = None
+
+    @model_validator(mode="after")
+    def _own(self):
+        own = set(_MOTHER_HP[self.mother])
+        extra = sorted(k for k in ("sigma", "sigma_1", "sigma_2", "alpha", "beta", "domain")
+                       if getattr(self, k) is not None and k not in own)
+        if extra:
+            raise ValueError(f"the {self.mother} wavelet has no hyper-parameter {', '.join(extra)}")
+        return self
+
+
+@register
+class Wavelet(_Wavelet):
+    """Wavelet κ(x) = [a^{−σ/2} φ(x/a^σ − τb)]_{σ<s,τ<t}, mother φ (haar, beta, ricker, shannon, meyer, dog); D = mst.
+
+    Erratum (catalog §8.10): order d >= 2 is the paper's κ1^{⊗d} (D = (mst)^d) by default; tinyBIG's concatenated
+    powers [κ1, κ1^{⊗2}, ...] are ``order2 = "concat"``.
+    """
+
+    name = "wavelet"
+    aliases = ("discrete_wavelet", "discrete_wavelet_expansion")
+    HP = _AnyWaveletHP
+
+
+# ------------------------------------------------------------------------------------------------ composites
+@register
+class Extended(Composite):
+    """Extended κ(x) = [κ_1(x), ..., κ_K(x)] (concatenation of registry κ by name), D = Σ D_k.
+
+    With elementwise parts the result is elementwise, laid out per attribute [κ_1(x_i), ..., κ_K(x_i)] (a column
+    permutation of the block concatenation, absorbed by ψ).
+    """
+
+    name, family = "extended", "expansion"
+    aliases = ("extended_expansion",)
+    concat = True
+    HP = parts_hp(("expansion", "compression"))
+
+
+@register
+class Nested(Composite):
+    """Nested κ(x) = κ_K(... κ_2(κ_1(x))) (composition of registry κ by name), D = D_K(... D_1(m))."""
+
+    name, family = "nested", "expansion"
+    aliases = ("nested_expansion",)
+    concat = False
+    HP = parts_hp(("expansion", "compression"))
+
+
+# ------------------------------------------------------------------------------------------------ geometric
+class PatchGatherModule(nn.Module):
+    """Grid [B, C, *S] -> patches as channels [B, C·p, *S'] (channel-major, tap fastest); out-of-grid taps read 0."""
+
+    def __init__(self, geo: Geometry, spatial: tuple[int, ...], reference: bool):
+        super().__init__()
+        self.geo, self.spatial, self.reference = geo, spatial, reference
+        self.out_spatial = geo.out_spatial(spatial)
+        self.register_buffer("index", geo.patch_index(spatial), persistent=False)
+        self.unfold = (not reference and geo.rank == 2 and geo.taps is None and geo.padding_mode == "zeros")
+
+    def forward(self, x, grid=True):
+        b, c = x.shape[:2]
+        p = self.geo.patch_size
+        if self.unfold:
+            y = F.unfold(F.pad(x, pad_pairs(self.geo)), self.geo.kernel, dilation=self.geo.dilation,
+                         stride=self.geo.stride)
+            return y.reshape(b, c * p, *self.out_spatial)
+        if self.reference:
+            t = literal_patches(x, self.geo, self.spatial)
+        else:
+            t = structure.gather_patches(x.flatten(2), self.index, dim=-1, fill=0.0)  # [B, C, P, p]
+        return t.transpose(-1, -2).reshape(b, c * p, *self.out_spatial)
+
+    def extra_repr(self):
+        return f"kernel={self.geo.kernel}, stride={self.geo.stride}, p={self.geo.patch_size}"
+
+
+class _PatchExpansion(Kappa):
+    """Geometric patch expansion: grid [C, *S] -> [C·p, *S'], every patch's p taps as channels."""
+
+    family = "expansion"
+    grid_only = True
+
+    def geometry(self, rank: int) -> Geometry:
+        hp = self.hp
+        return hp.to_geometry(rank) if hasattr(hp, "to_geometry") else hp.geometry(rank)
+
+    def features_out(self, feat):
+        if len(feat) < 2:
+            raise ShapeRuleError(f"{self.name} gathers patches of a grid; the input has flat features {feat}")
+        geo = self.geometry(len(feat) - 1)
+        return (feat[0] * geo.patch_size, *geo.out_spatial(tuple(feat[1:])))
+
+    def build(self, feat, reference=False):
+        return PatchGatherModule(self.geometry(len(feat) - 1), tuple(feat[1:]), reference)
+
+
+@register
+class PatchExpansion(_PatchExpansion):
+    """Patch expansion κ(x) = [x(patch_q)]_q (im2col; conv-style size, stride, pad, dilation): [C, *S] -> [C·p, *S']."""
+
+    name = "patch_expansion"
+    aliases = ("geometric_expansion",)
+    HP = PatchHP
+
+
+@register
+class CuboidExpansion(_PatchExpansion):
+    """Cuboid patch expansion κ(x) = [x(patch(c))]_c, patch(c) = c + [−p, p'] per axis (eq 63, 67): [C·p, ceil(S/s)]."""
+
+    name = "cuboid_expansion"
+    aliases = ("cuboid_patch_based_geometric_expansion",)
+    HP = CentredCuboidHP
+
+
+@register
+class CylinderExpansion(_PatchExpansion):
+    """Cylinder patch expansion κ(x) = [x(patch(c))]_c, ∇i² + ∇j² ≤ r², ∇k ∈ [−p_d, p'_d] (eq 65): [C·p, ceil(S/s)].
+
+    Erratum (catalog §3.2): tinyBIG's cylinder ignores p_d (only symmetric depth); both bounds are honoured here.
+    """
+
+    name = "cylinder_expansion"
+    aliases = ("cylinder_patch_based_geometric_expansion",)
+    HP = CylinderHP
+
+
+@register
+class SphereExpansion(_PatchExpansion):
+    """Sphere patch expansion κ(x) = [x(patch(c))]_c, ∇i² + ∇j² + ∇k² ≤ r² (eq 65) on a 3-D grid: [C·p, ceil(S/s)]."""
+
+    name = "sphere_expansion"
+    aliases = ("sphere_patch_based_geometric_expansion",)
+    HP = SphereHP
+
