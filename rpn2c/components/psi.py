@@ -1,84 +1,283 @@
-"""Parameter reconciliation ψ: R^l -> R^{n x D} of the compiler's core set."""
+"""Parameter reconciliation ψ: R^l -> R^{n x D} (catalog §2.3, paper §7.2; tinyBIG's 15 reconciliation classes).
+
+Every entry is a thin registry wrapper over one family of :mod:`rpn2c.functional.reconciliation`: the shape rule and
+the parameter count come from its ``param_shapes``, ``matrix()`` from its ``fabricate`` (the literal paper form, used
+by the reference lowering) and ``apply(z)`` from its factored ``apply`` (Kronecker forms by the reshape trick,
+low-rank forms as two thin matmuls, constants by a sum). Frozen random matrices (masking, VeRA, hypernets) are
+persistent buffers drawn from the entry's ``seed`` on the CPU in float64, so a checkpoint restores the function and
+two compilations with the same seed agree on every device (toolkit bug 9). All channels of a head (and all heads
+with equal hyper-parameters) share the frozen matrices, as VeRA shares them across layers; vary ``seed`` to differ.
+A learnable bias is the head's ``bias`` setting, not part of ψ (the toolkit's ``enable_bias``).
+"""
 
 from __future__ import annotations
 
 import math
+from typing import ClassVar, Literal, Optional, Union
 
 import torch
-from pydantic import Field
+from pydantic import Field, field_validator
 from torch import nn
 
 from rpn2c.components.base import PsiModule, Reconciliation
 from rpn2c.components.registry import HP, register
+from rpn2c.functional import reconciliation as R
+
+Std = Union[float, Literal["fan_in"]]
 
 
-def _init_weight(shape, fan_in: int) -> nn.Parameter:
-    """Kaiming-uniform like nn.Linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
-    bound = 1.0 / math.sqrt(max(fan_in, 1))
-    return nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
+def _uniform(shape, fan_in: int) -> torch.Tensor:
+    """U(-1/sqrt(fan_in), 1/sqrt(fan_in)), the nn.Linear initialisation."""
+    bound = 1.0 / math.sqrt(max(int(fan_in), 1))
+    return torch.empty(shape).uniform_(-bound, bound)
 
 
-@register
-class IdentityPsi(Reconciliation):
-    """Identity reconciliation ψ(w) = reshape(w) ∈ R^{n x D}; l = n·D."""
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator(device="cpu").manual_seed(int(seed))
 
-    name, family = "identity", "reconciliation"
+
+class _Psi(PsiModule):
+    """A functional reconciliation family bound to (n, D, hp): learnable tensors are parameters, frozen ones buffers.
+
+    ``names`` maps functional tensor names to attribute names (``W`` is stored as ``weight``, as in ``nn.Linear``).
+    """
+
+    def __init__(self, family: str, n: int, D: int, hp: dict, params: dict[str, torch.Tensor],
+                 buffers: dict[str, torch.Tensor] | None = None, names: dict[str, str] | None = None):
+        super().__init__()
+        self.family, self.n, self.D, self.hp = family, n, D, dict(hp)
+        self.spec = R.RECONCILIATIONS[family]
+        names = names or {}
+        self._attrs: dict[str, str] = {}
+        for key, value in params.items():
+            attr = names.get(key, key)
+            self.register_parameter(attr, nn.Parameter(value))
+            self._attrs[key] = attr
+        for key, value in (buffers or {}).items():
+            attr = names.get(key, key)
+            self.register_buffer(attr, value)  # persistent: saved and restored with the model
+            self._attrs[key] = attr
+        # a parameter-free ψ still follows .to(dtype/device): an empty non-persistent buffer carries both
+        self.register_buffer("anchor", torch.zeros(0), persistent=False)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {key: getattr(self, attr) for key, attr in self._attrs.items()}
+
+    def matrix(self) -> torch.Tensor:
+        if not self.spec.learnable:
+            return self.spec.fabricate(self.tensors(), self.n, self.D, **self.hp, dtype=self.anchor.dtype,
+                                       device=self.anchor.device)
+        return self.spec.fabricate(self.tensors(), self.n, self.D, **self.hp)
+
+    def apply(self, z: torch.Tensor) -> torch.Tensor:
+        return self.spec.apply(z, self.tensors(), self.n, self.D, **self.hp)
+
+    def extra_repr(self) -> str:
+        hp = ", ".join(f"{k}={v}" for k, v in self.hp.items())
+        return f"{self.family}: {self.n} x {self.D}" + (f", {hp}" if hp else "")
+
+
+class _Functional(Reconciliation):
+    """Base of the entries: ``functional`` names the family in ``RECONCILIATIONS``; HP fields of the same names as
+    the family's keyword hyper-parameters are passed through; ``seed`` draws the frozen buffers."""
+
+    family = "reconciliation"
+    functional: ClassVar[str] = ""
+    names: ClassVar[dict[str, str]] = {}
+
+    @property
+    def spec(self) -> R.ReconciliationSpec:
+        return R.RECONCILIATIONS[self.functional]
+
+    def fhp(self) -> dict:
+        """The hyper-parameters the functional family takes."""
+        return {k: getattr(self.hp, k) for k in self.spec.hyperparams if k in type(self.hp).model_fields}
+
+    def check(self, n, D):
+        try:
+            self.spec.param_shapes(n, D, **self.fhp())
+        except ValueError as exc:
+            return f"{self.name}: {exc}"
+        return None
 
     def count(self, n, D):
-        return n * D
+        return self.spec.num_params(n, D, **self.fhp())
+
+    def init(self, shapes: dict[str, tuple[int, ...]], n: int, D: int) -> dict[str, torch.Tensor]:
+        """Initial values of the learnable tensors (global torch RNG, like nn.Linear); default U(±1/sqrt(last dim))."""
+        return {k: _uniform(s, s[-1]) for k, s in shapes.items()}
+
+    def frozen(self, n: int, D: int) -> dict[str, torch.Tensor]:
+        """The frozen tensors, drawn from ``seed`` (float64 on the CPU, then the default dtype)."""
+        if self.spec.make_buffers is None:
+            return {}
+        bufs = self.spec.make_buffers(n, D, **self.fhp(), generator=_generator(self.hp.seed),
+                                      dtype=torch.float64, device="cpu")
+        return {k: v.to(torch.get_default_dtype()) for k, v in bufs.items()}
 
     def build(self, n, D):
-        return _Dense(n, D)
+        fhp = self.fhp()
+        shapes = self.spec.param_shapes(n, D, **fhp)
+        return _Psi(self.functional, n, D, fhp, self.init(shapes, n, D), self.frozen(n, D), self.names)
 
 
-class _Dense(PsiModule):
-    def __init__(self, n, D):
-        super().__init__()
-        self.weight = _init_weight((n, D), D)
+def _seed():
+    return Field(0, ge=0, description="seed of the frozen random matrices (persistent buffers)")
 
-    def matrix(self):
-        return self.weight
 
-    def apply(self, z):
-        return torch.nn.functional.linear(z, self.weight)
+def _positive_std(cls, v):
+    if v != "fan_in" and not v > 0:
+        raise ValueError("std must be > 0 or \"fan_in\"")
+    return v
+
+
+class _BlocksHP(HP):
+    p: Optional[int] = Field(None, ge=1, description="block rows (divides n); default: closest factor of n")
+    q: Optional[int] = Field(None, ge=1, description="block columns (divides D); default: closest factor of D")
+
+
+class _LowRankBlocksHP(_BlocksHP):
+    r: int = Field(2, ge=1, description="rank of the factorised block(s)")
+
+
+# ------------------------------------------------------------------------------------------------ constants (l = 0)
+@register
+class Constant(_Functional):
+    """Constant reconciliation ψ = c·1_{n x D} (no parameters; l = 0).
+
+    The output is c·(Σ_j κ_j)·1_n, computed as a sum, never as a product with the n x D matrix.
+    """
+
+    name, functional = "constant", "constant"
+
+    class HP(HP):
+        c: float = Field(1.0, description="the constant")
 
 
 @register
-class Eye(Reconciliation):
-    """Constant eye reconciliation ψ = I_{n x D} (no parameters): passes κ's output through."""
+class Zero(_Functional):
+    """Zero reconciliation ψ = 0_{n x D} (l = 0): the head outputs its bias (and π) only."""
 
-    name, family = "eye", "reconciliation"
+    name, functional = "zero", "zero"
+
+
+@register
+class One(_Functional):
+    """One reconciliation ψ = 1_{n x D} (l = 0): every output is the sum of κ's outputs."""
+
+    name, functional = "one", "one"
+
+
+@register
+class Eye(_Functional):
+    """Constant eye reconciliation ψ = I_{n x D} = eye(n, D) (l = 0): passes κ's output through.
+
+    n < D keeps the first n features; n > D pads with zeros (the rectangular identity, as torch.eye(n, D)).
+    The default ψ of `compress` layers (paper §9.1.2: "constant eye parameter reconciliation").
+    """
+
+    name, functional = "eye", "constant_eye"
     aliases = ("constant_eye",)
 
-    def count(self, n, D):
-        return 0
 
-    def build(self, n, D):
-        return _Eye(n, D)
+# ------------------------------------------------------------------------------------------------ dense
+@register
+class IdentityPsi(_Functional):
+    """Identity reconciliation ψ(w) = reshape(w) = W ∈ R^{n x D}; l = n·D (a dense weight, stored as `weight`).
 
+    Initialised U(±1/sqrt(D)) like nn.Linear. In a conv head ψ is the C_out x (C_in·p) kernel matrix applied to every
+    patch (erratum 16: eq (171) writes it as I ⊗ w of the transposed shape (p·p_count) x p_count).
+    """
 
-class _Eye(PsiModule):
-    def __init__(self, n, D):
-        super().__init__()
-        self.n, self.D = n, D
-        self.register_buffer("eye", torch.eye(n, D), persistent=False)  # follows .to(dtype/device)
-
-    def matrix(self):
-        return self.eye
-
-    def apply(self, z):
-        if self.n == self.D:
-            return z
-        if self.n < self.D:
-            return z[..., : self.n]
-        return torch.nn.functional.pad(z, (0, self.n - self.D))
+    name, functional = "identity", "identity"
+    names = {"W": "weight"}
 
 
 @register
-class LowRank(Reconciliation):
-    """Low-rank reconciliation (LoRR) ψ(w) = A Bᵀ, A ∈ R^{n x r}, B ∈ R^{D x r}; l = r(n + D)."""
+class Masking(_Functional):
+    """Masking reconciliation ψ(w) = reshape(w) ⊙ M, M ∈ {0,1}^{n x D} fixed; l = n·D.
 
-    name, family = "lorr", "reconciliation"
+    M is drawn once from `seed` with P(M_ij = 1) = p (p is the kept fraction, the toolkit's `rand < p`), or given
+    literally as `mask` (an n x D list of 0/1 rows); either way it is a persistent buffer (toolkit bug 9: its mask
+    was a plain attribute, lost on reload). Masked entries of W stay in the count (the paper's l = nD) and get zero
+    gradient. The toolkit's resampled variant (`fixed_mask = False`) is DropConnect: a random function per call that
+    no reference lowering can reproduce; use dropout processing instead.
+    """
+
+    name, functional = "masking", "masking"
+    names = {"W": "weight"}
+
+    class HP(HP):
+        p: float = Field(0.5, ge=0.0, le=1.0, description="probability that an entry is kept")
+        mask: Optional[list[list[float]]] = Field(None, description="a given n x D 0/1 mask (overrides p, seed)")
+        seed: int = _seed()
+
+        @field_validator("mask")
+        @classmethod
+        def _binary(cls, v):
+            if v is not None:
+                if not v or len({len(row) for row in v}) != 1:
+                    raise ValueError("mask must be a non-empty rectangular list of rows")
+                if any(x not in (0, 1) for row in v for x in row):
+                    raise ValueError("mask entries must be 0 or 1")
+            return v
+
+    def check(self, n, D):
+        mask = self.hp.mask
+        if mask is not None and (len(mask), len(mask[0])) != (n, D):
+            return f"masking: the given mask is {len(mask)} x {len(mask[0])}, ψ is n x D = {n} x {D}"
+        return super().check(n, D)
+
+    def frozen(self, n, D):
+        if self.hp.mask is not None:
+            return {"mask": torch.tensor(self.hp.mask, dtype=torch.get_default_dtype())}
+        return super().frozen(n, D)
+
+
+# ------------------------------------------------------------------------------------------------ padding
+class _PaddingHP(HP):
+    p: int = Field(2, ge=1, description="row repetitions (divides n)")
+    q: Optional[int] = Field(None, ge=1, description="column repetitions (divides D); default p")
+
+
+@register
+class DuplicatedPadding(_Functional):
+    """Duplicated padding ψ(w) = 1_{p x q} ⊗ W, W ∈ R^{(n/p) x (D/q)}; l = nD/(pq).
+
+    Applied as: sum κ's q column blocks, multiply by Wᵀ, repeat the result p times. ⊗ is torch.kron (the toolkit
+    tiles the same block; equal here since 1 ⊗ W is the tiling).
+    """
+
+    name, functional = "duplicated_padding", "duplicated_padding"
+    names = {"W": "weight"}
+    HP = _PaddingHP
+
+    def init(self, shapes, n, D):
+        return {"W": _uniform(shapes["W"], D)}  # the q blocks of κ are summed: fan-in D
+
+
+@register
+class DuplicatedDiagonalPadding(_Functional):
+    """Duplicated diagonal padding ψ(w) = I_{p x q} ⊗ W = blockdiag(W, ..., W), W ∈ R^{(n/p) x (D/q)}; l = nD/(pq).
+
+    min(p, q) copies of W on the block diagonal (torch.eye(p, q) ⊗ W); applied block by block, never as n x D.
+    """
+
+    name, functional = "duplicated_diagonal_padding", "duplicated_diagonal_padding"
+    names = {"W": "weight"}
+    HP = _PaddingHP
+
+
+# ------------------------------------------------------------------------------------------------ low rank
+@register
+class LowRank(_Functional):
+    """Low-rank reconciliation (LoRR) ψ(w) = A Bᵀ, A ∈ R^{n x r}, B ∈ R^{D x r}; l = r(n + D) (eq 162).
+
+    Applied as (z B) Aᵀ. B is stored D x r as in eq (162) (the toolkit stores it r x D; same count).
+    r must not exceed min(n, D): a larger rank only adds parameters.
+    """
+
+    name, functional = "lorr", "lorr"
     aliases = ("low_rank",)
 
     class HP(HP):
@@ -87,61 +286,138 @@ class LowRank(Reconciliation):
     def check(self, n, D):
         if self.hp.r > min(n, D):
             return f"rank r = {self.hp.r} exceeds min(n, D) = {min(n, D)}"
-        return None
+        return super().check(n, D)
 
-    def count(self, n, D):
-        return self.hp.r * (n + D)
-
-    def build(self, n, D):
-        return _LowRank(n, D, self.hp.r)
+    def init(self, shapes, n, D):
+        r = self.hp.r
+        return {"A": _uniform((n, r), r), "B": _uniform((D, r), D)}
 
 
-class _LowRank(PsiModule):
-    def __init__(self, n, D, r):
-        super().__init__()
-        self.A = _init_weight((n, r), r)
-        self.B = _init_weight((D, r), D)
-
-    def matrix(self):
-        return self.A @ self.B.T
-
-    def apply(self, z):
-        return (z @ self.B) @ self.A.T
+# ------------------------------------------------------------------------------------------------ Kronecker
+_KRON_NOTE = ("⊗ is a true Kronecker product (torch.kron), applied by the reshape trick vec(A X Bᵀ) without forming "
+              "n x D; the toolkit computes a reshaped outer product vec(A)vec(B)ᵀ instead (its bug 3).")
 
 
 @register
-class DuplicatedPadding(Reconciliation):
-    """Duplicated padding ψ(w) = 1_{p x q} ⊗ W, W ∈ R^{(n/p) x (D/q)}; l = nD/(pq)."""
+class HM(_Functional):
+    """Hypercomplex multiplication ψ(w) = A ⊗ B, A ∈ R^{p x q}, B ∈ R^{(n/p) x (D/q)}; l = pq + nD/(pq).
 
-    name, family = "duplicated_padding", "reconciliation"
+    {kron}
+    Default p, q: the closest factors of n and D (the toolkit's find_close_factors).
+    """
+
+    name, functional = "hm", "hm"
+    aliases = ("hypercomplex",)
+    HP = _BlocksHP
+
+    def init(self, shapes, n, D):
+        (p, q), (s, t) = shapes["A"], shapes["B"]
+        return {"A": _uniform((p, q), q), "B": _uniform((s, t), t)}
+
+
+@register
+class LPHM(_Functional):
+    """Low-rank parameterised HM ψ(w) = A ⊗ (S T), A ∈ R^{p x q}, S ∈ R^{s x r}, T ∈ R^{r x t}; l = pq + r(s + t).
+
+    s = n/p, t = D/q. {kron}
+    """
+
+    name, functional = "lphm", "lphm"
+    HP = _LowRankBlocksHP
+
+    def init(self, shapes, n, D):
+        (p, q), (s, r), (_, t) = shapes["A"], shapes["S"], shapes["T"]
+        return {"A": _uniform((p, q), q), "S": _uniform((s, r), r), "T": _uniform((r, t), t)}
+
+
+@register
+class DualLPHM(_Functional):
+    """Dual LPHM ψ(w) = (P Q) ⊗ (S T), P ∈ R^{p x r}, Q ∈ R^{r x q}, S ∈ R^{s x r}, T ∈ R^{r x t}; l = r(p+q+s+t).
+
+    s = n/p, t = D/q. {kron}
+    """
+
+    name, functional = "dual_lphm", "dual_lphm"
+    HP = _LowRankBlocksHP
+
+    def init(self, shapes, n, D):
+        (p, r), (_, q), (s, _), (_, t) = shapes["P"], shapes["Q"], shapes["S"], shapes["T"]
+        return {"P": _uniform((p, r), r), "Q": _uniform((r, q), q), "S": _uniform((s, r), r),
+                "T": _uniform((r, t), t)}
+
+
+for _cls in (HM, LPHM, DualLPHM):
+    _cls.__doc__ = _cls.__doc__.replace("{kron}", _KRON_NOTE)
+
+
+# ------------------------------------------------------------------------------------------------ random matrices
+@register
+class RandomMatrixAdaption(_Functional):
+    """Random matrix adaption (VeRA) ψ(w) = Λ1 A Λ2 Bᵀ, Λ1 = diag(λ1 ∈ R^n), Λ2 = diag(λ2 ∈ R^r); l = n + r (eq 164).
+
+    A ∈ R^{n x r}, B ∈ R^{D x r} are frozen N(0, std²) buffers from `seed` (eq 163: std = 1; "fan_in" scales A by
+    1/sqrt(r), B by 1/sqrt(D)). Applied as (((z B) ⊙ λ2) Aᵀ) ⊙ λ1. λ1 = 1/sqrt(3D), λ2 = 1/sqrt(r) initially, so ψ
+    starts with the entry variance of nn.Linear (VeRA's zero start only suits an additive adapter).
+    """
+
+    name, functional = "random_matrix_adaption", "random_matrix_adaption"
+    aliases = ("vera",)
 
     class HP(HP):
-        p: int = Field(2, ge=1)
-        q: int = Field(2, ge=1)
+        r: int = Field(2, ge=1, description="rank of the frozen factors")
+        std: Std = Field(1.0, description="std of the frozen N(0, std²) factors, or \"fan_in\"")
+        seed: int = _seed()
+        _std = field_validator("std")(_positive_std)
 
-    def check(self, n, D):
-        if n % self.hp.p or D % self.hp.q:
-            return f"n = {n} must be divisible by p = {self.hp.p} and D = {D} by q = {self.hp.q}"
-        return None
-
-    def count(self, n, D):
-        return (n // self.hp.p) * (D // self.hp.q)
-
-    def build(self, n, D):
-        return _DupPad(n, D, self.hp.p, self.hp.q)
+    def init(self, shapes, n, D):
+        scale = 1.0 if self.hp.std != "fan_in" else math.sqrt(self.hp.r * D)  # undo a fan-in scaled A Bᵀ
+        return {"lambda1": torch.full((n,), scale / math.sqrt(3 * D)),
+                "lambda2": torch.full((self.hp.r,), 1.0 / math.sqrt(self.hp.r))}
 
 
-class _DupPad(PsiModule):
-    def __init__(self, n, D, p, q):
-        super().__init__()
-        self.p, self.q = p, q
-        self.weight = _init_weight((n // p, D // q), D)
+class _HypernetHP(HP):
+    l: int = Field(64, ge=1, description="number of learnable parameters (the hypernet's input)")
+    d: int = Field(128, ge=1, description="hidden width of the frozen hypernet")
+    std: Std = Field("fan_in", description="std of the frozen N(0, std²) weights, or \"fan_in\" (1/sqrt(fan-in))")
+    seed: int = _seed()
+    _std = field_validator("std")(_positive_std)
 
-    def matrix(self):
-        return torch.kron(torch.ones(self.p, self.q, dtype=self.weight.dtype, device=self.weight.device),
-                          self.weight)
 
-    def apply(self, z):
-        # (1 ⊗ W) z: sum z over its q blocks, multiply by W, repeat the result p times.
-        s = z.unflatten(-1, (self.q, -1)).sum(-2)
-        return (s @ self.weight.T).repeat(*([1] * (z.dim() - 1)), self.p)
+@register
+class Hypernet(_Functional):
+    """Hypernet reconciliation ψ(w) = reshape(σ(w H1) H2), H1 ∈ R^{l x d}, H2 ∈ R^{d x nD} frozen; l free (eq 166).
+
+    σ is the sigmoid; H1, H2 are N(0, std²) buffers from `seed`. Default std = "fan_in" (1/sqrt(l), 1/sqrt(d)): with
+    the paper's N(0, 1) the entries of ψ have std ≈ sqrt(d/4). w starts N(0, 1), so σ(w H1) is not saturated.
+    ψ is formed once per forward (batch independent, O(d·nD)); storage is O(d(l + nD)) (paper §7.2.2).
+    """
+
+    name, functional = "hypernet", "hypernet"
+    HP = _HypernetHP
+
+    def init(self, shapes, n, D):
+        return {"w": torch.randn(shapes["w"])}
+
+
+@register
+class RandomMatrixHypernet(_Functional):
+    """Random-matrix hypernet ψ(w) = reshape((σ((w P) Qᵀ) S) Tᵀ), P ∈ R^{l x r}, Q, S ∈ R^{d x r}, T ∈ R^{nD x r}.
+
+    l is free (the length of w).
+
+    Eq (167): the hypernet's H1 = P Qᵀ and H2 = S Tᵀ are never formed; the frozen low-rank factors are buffers from
+    `seed` (toolkit bug 9: not saved there), storage O(r(l + 2d + nD)). Default std = "fan_in", w starts N(0, 1).
+    """
+
+    name, functional = "random_matrix_hypernet", "random_matrix_hypernet"
+
+    class HP(HP):
+        r: int = Field(2, ge=1, description="rank of the frozen factors")
+        l: int = Field(64, ge=1, description="number of learnable parameters (the hypernet's input)")
+        d: int = Field(128, ge=1, description="hidden width of the frozen hypernet")
+        std: Std = Field("fan_in", description="std of the frozen N(0, std²) weights, or \"fan_in\"")
+        seed: int = _seed()
+        _std = field_validator("std")(_positive_std)
+
+    def init(self, shapes, n, D):
+        return {"w": torch.randn(shapes["w"])}
