@@ -11,30 +11,35 @@ from rpn2c.ir.graph import Graph
 
 
 def check(text: str, file: str = "<string>", *, model: str | None = None, path: str | Path | None = None,
-          root: str | Path | None = None) -> Graph:
-    """Parse and check ``text``: the IR graph with every shape inferred, or a :class:`rpn2c.SpecError`."""
+          root: str | Path | None = None, params: dict | None = None) -> Graph:
+    """Parse and check ``text``: the IR graph with every shape inferred, or a :class:`rpn2c.SpecError`.
+
+    ``params`` overrides the model's parameter defaults, e.g. ``params={"hidden": 64}``.
+    """
     unit, sources = load(text, file, path=Path(path) if path else None, root=Path(root) if root else None)
-    return elaborate(unit, sources, model)
+    return elaborate(unit, sources, model, params)
 
 
-def check_file(path: str | Path, *, model: str | None = None, root: str | Path | None = None) -> Graph:
+def check_file(path: str | Path, *, model: str | None = None, root: str | Path | None = None,
+               params: dict | None = None) -> Graph:
     """Check a spec file; its imports resolve relative to it and must stay inside ``root`` (default: its folder)."""
     p = Path(path)
-    return check(p.read_text(encoding="utf-8"), str(path), model=model, path=p, root=root)
+    return check(p.read_text(encoding="utf-8"), str(path), model=model, path=p, root=root, params=params)
 
 
 def compile(text: str, file: str = "<string>", *, model: str | None = None, reference: bool = False,
             torch_compile: bool | dict = False, path: str | Path | None = None,
-            root: str | Path | None = None):
+            root: str | Path | None = None, params: dict | None = None):
     """Compile spec text into a ``torch.nn.Module``.
 
     ``reference=True`` selects the literal lowering that materialises the paper's matrices (the oracle);
-    ``torch_compile=True`` (or a dict of ``torch.compile`` options) wraps the module with ``torch.compile``.
+    ``torch_compile=True`` (or a dict of ``torch.compile`` options) wraps the module with ``torch.compile``;
+    ``params`` overrides the model's parameter defaults.
     """
     from rpn2c.lower.build import CompiledModel
     from rpn2c.passes.plan import optimize
 
-    graph = optimize(check(text, file, model=model, path=path, root=root))
+    graph = optimize(check(text, file, model=model, path=path, root=root, params=params))
     module = CompiledModel(graph, reference=reference)
     if torch_compile:
         import torch
@@ -45,8 +50,8 @@ def compile(text: str, file: str = "<string>", *, model: str | None = None, refe
 
 
 def compile_file(path: str | Path, *, model: str | None = None, reference: bool = False,
-                 torch_compile: bool | dict = False, root: str | Path | None = None):
+                 torch_compile: bool | dict = False, root: str | Path | None = None, params: dict | None = None):
     """Compile a spec file (imports resolved relative to it, confined to ``root``)."""
     p = Path(path)
     return compile(p.read_text(encoding="utf-8"), str(path), model=model, reference=reference,
-                   torch_compile=torch_compile, path=p, root=root)
+                   torch_compile=torch_compile, path=p, root=root, params=params)

@@ -108,3 +108,17 @@ def test_lenet_parameter_count_is_textbook():
     graph = rpn2c.check(text)
     assert str(graph.node("p2").type) == "image[B, 16, 5, 5]"
     assert graph.param_count == 61706  # LeNet-5: 156 + 2416 + 48120 + 10164 + 850
+
+
+def test_model_parameters_can_be_overridden_from_python():
+    base = rpn2c.check_file("specs/rnn.rpn")
+    wide = rpn2c.check_file("specs/rnn.rpn", params={"hidden": 16, "classes": 3})
+    assert str(wide.node("y").type) == "vector[B, 3]" and str(wide.node("r").type) == "sequence[B, T, 16]"
+    assert wide.param_count < base.param_count and wide.content_hash() != base.content_hash()
+    model = rpn2c.compile_file("specs/rnn.rpn", params={"hidden": 16})
+    assert model(torch.randn(2, 5, 8)).shape == (2, 4)
+    with pytest.raises(rpn2c.SpecError) as info:
+        rpn2c.check_file("specs/rnn.rpn", params={"hiden": 16})
+    assert info.value.diagnostics[0].code == "E0302" and "hidden" in str(info.value)
+    with pytest.raises(rpn2c.SpecError):
+        rpn2c.check_file("specs/rnn.rpn", params={"hidden": object()})

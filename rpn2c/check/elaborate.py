@@ -41,7 +41,7 @@ class Elaborator:
         self.stack: list[tuple[int, str]] = []  # (id(defn), name) being inlined
 
     # ------------------------------------------------------------------------------------------- entry
-    def model(self, name: str | None) -> Graph:
+    def model(self, name: str | None, params: dict[str, Any] | None = None) -> Graph:
         prog = self.root.program
         self._check_definitions(self.root)
         models = [d for d in prog.definitions if d.kind == "model"]
@@ -60,7 +60,15 @@ class Elaborator:
         if defn is None:
             self.diags.raise_if_any()
         scope = Scope()
-        self._bind_params(defn, {}, defn.span, scope)
+        given = {}
+        for key, value in (params or {}).items():
+            if isinstance(value, (bool, int, float, str)) or (
+                    isinstance(value, list) and all(isinstance(v, (bool, int, float, str)) for v in value)):
+                given[key] = (value, defn.span)
+            else:
+                self.diags.error("E0303", f"model parameter '{key}' must be a number, string, bool or list of them, "
+                                          f"got {type(value).__name__}", defn.span)
+        self._bind_params(defn, given, defn.span, scope)
         outputs = self._body(self.root, defn, scope, inputs=None)
         self.diags.raise_if_any()
         inputs = [nid for nid in self.g.nodes if self.g.nodes[nid]["node"].kind == "input"]
@@ -465,6 +473,8 @@ class Elaborator:
         return current
 
 
-def elaborate(root: Unit, sources: dict[str, str], model: str | None = None) -> Graph:
-    """Check a loaded unit and build the IR graph of its model (the last one, or ``model``)."""
-    return Elaborator(root, sources).model(model)
+def elaborate(root: Unit, sources: dict[str, str], model: str | None = None,
+              params: dict[str, Any] | None = None) -> Graph:
+    """Check a loaded unit and build the IR graph of its model (the last one, or ``model``); ``params`` override
+    the model's parameter defaults (``model m(hidden = 32)`` with ``params={"hidden": 64}``)."""
+    return Elaborator(root, sources).model(model, params)
