@@ -108,7 +108,8 @@ class Part:
     component: Kappa
 
     def __str__(self) -> str:
-        args = ", ".join(f"{k} = {v!r}" for k, v in self.component.hp.model_dump().items())
+        """Canonical text with every hyper-parameter (defaults included): parse_part reads it back."""
+        args = ", ".join(f"{k} = {v!r}" for k, v in self.component.hp)
         return f"{self.name}({args})" if args else self.name
 
 
@@ -335,7 +336,8 @@ def parts_hp(families: tuple[str, ...]) -> type[HP]:
         @field_validator("parts")
         @classmethod
         def _resolve(cls, v):
-            return tuple(parse_part(item, families) for item in v)
+            # stored as canonical text (every option spelt out): plain data for the IR, its hash and display
+            return [str(parse_part(item, families)) for item in v]
 
     return PartsHP
 
@@ -357,10 +359,15 @@ class Composite(Kappa):
     """Base of ``extended`` (concatenation) and ``nested`` (composition) κ over registry entries."""
 
     concat: ClassVar[bool] = True
+    part_families: ClassVar[tuple[str, ...]] = ("expansion", "compression")
+
+    def __init__(self, hp):
+        super().__init__(hp)
+        self.parts = [parse_part(text, self.part_families) for text in hp.parts]
 
     @property
     def components(self) -> list[Kappa]:
-        return [p.component for p in self.hp.parts]
+        return [p.component for p in self.parts]
 
     @property
     def elementwise(self) -> bool:  # type: ignore[override]

@@ -721,7 +721,8 @@ class ExtendedCompression(Composite):
 
     name, family = "extended_compression", "compression"
     concat = True
-    HP = parts_hp(("compression", "expansion"))
+    part_families = ("compression", "expansion")
+    HP = parts_hp(part_families)
 
 
 @register
@@ -730,4 +731,5 @@ class NestedCompression(Composite):
 
     name, family = "nested_compression", "compression"
     concat = False
-    HP = parts_hp(("compression", "expansion"))
+    part_families = ("compression", "expansion")
+    HP = parts_hp(part_families)

@@ -180,7 +180,8 @@ def _naive_pool(x, offsets, stride, metric, outside_value=0.0):
 
 
 @settings(max_examples=15, deadline=None)
-@given(st.sampled_from(["cylinder", "sphere", "cuboid"]), st.sampled_from(["max", "min", "mean", "sum", "median", "l1"]),
+@given(st.sampled_from(["cylinder", "sphere", "cuboid"]),
+       st.sampled_from(["max", "min", "mean", "sum", "median", "l1"]),
        st.integers(1, 2), st.integers(1, 3), st.integers(0, 2))
 def test_cylinder_sphere_cuboid_pooling_equal_a_naive_loop(shape, metric, r, stride, seed):
     spatial = (4, 5) if shape != "sphere" else (3, 4, 4)

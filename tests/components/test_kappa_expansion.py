@@ -277,7 +277,8 @@ def test_fourier_and_trigonometric_values():
 def test_rbf_values_and_the_epsilon_spelling():
     x = torch.tensor([[0.2]], dtype=F64)
     c = torch.linspace(-1, 1, 5, dtype=F64)
-    torch.testing.assert_close(apply("gaussian_rbf", x, num_centres=5, sigma=0.5)[0], torch.exp(-((0.2 - c) / 0.5) ** 2))
+    torch.testing.assert_close(apply("gaussian_rbf", x, num_centres=5, sigma=0.5)[0],
+                               torch.exp(-((0.2 - c) / 0.5) ** 2))
     # tinyBIG multiplies by ε (its gaussian is exp(−(ε(x − c))²), not exp(−((x − c)/ε)²) as its notes say)
     torch.testing.assert_close(apply("gaussian_rbf", x, num_centres=5, epsilon=2.0),
                                apply("gaussian_rbf", x, num_centres=5, sigma=0.5))

@@ -136,15 +136,24 @@ def _spec(kappa: str) -> str:
 
 
 def test_inner_kappa_parsed_and_validated():
-    hp = REGISTRY["expansion"]["extended"].schema(parts=['chebyshev(d = 3, kind = 2)', "identity",
-                                                         ("bspline", {"grid": 2}), "nested(parts = ['hermite'])"])
-    assert [p.name for p in hp.parts] == ["chebyshev", "identity", "bspline", "nested"]
-    assert all(isinstance(p, Part) for p in hp.parts)
-    assert hp.parts[0].component.hp.d == 3 and hp.parts[0].component.hp.kind == 2
-    assert hp.parts[2].component.hp.grid == 2
-    assert str(hp.parts[0]) == "chebyshev(d = 3, kind = 2)"
+    entry = REGISTRY["expansion"]["extended"]
+    hp = entry.schema(parts=['chebyshev(d = 3, kind = 2)', "identity", ("bspline", {"grid": 2}),
+                             "nested(parts = ['hermite'])"])
+    # stored as canonical text, every option spelt out (plain data for the IR and its content hash)
+    assert hp.parts[0] == "chebyshev(d = 3, kind = 2)" and hp.parts[1] == "identity"
+    assert hp.parts[2] == "bspline(grid = 2, order = 3, low = -1.0, high = 1.0)"
+    assert hp.parts[3] == "nested(parts = [\"hermite(d = 2, kind = 'probabilist')\"])"
+    assert entry.schema(parts=list(hp.parts)) == hp  # the canonical text reads back to the same schema
+    parts = entry.cls(hp).parts
+    assert all(isinstance(p, Part) for p in parts) and [p.name for p in parts] == ["chebyshev", "identity", "bspline",
+                                                                                    "nested"]
+    assert parts[0].component.hp.d == 3 and parts[0].component.hp.kind == 2 and parts[2].component.hp.grid == 2
     g = rpn2c.check(_spec('extended(parts = ["taylor(d = 2, symmetric = true)", "legendre(d = 2)"])'))
     assert g.param_count == 2 * (3 + 6 + 6) + 2
+    # equal programs have equal hashes, however the defaults are spelt
+    assert rpn2c.check(_spec('nested(parts = ["chebyshev", "fourier"])')).content_hash() == \
+        rpn2c.check(_spec('nested(parts = ["chebyshev(d = 2)", "fourier(N = 5, P = 10.0)"])')).content_hash()
+    assert "object at 0x" not in g.to_json()
 
 
 @pytest.mark.parametrize("parts,needle", [
@@ -166,8 +175,9 @@ def test_bad_inner_kappa_is_a_schema_error(parts, needle):
 
 
 def test_inner_compression_names_resolve_in_compression_composites():
-    hp = REGISTRY["compression"]["nested_compression"].schema(parts=["pca(n_feature = 2)", "identity"])
-    assert hp.parts[0].component.family == "compression" and hp.parts[1].component.family == "compression"
+    entry = REGISTRY["compression"]["nested_compression"]
+    parts = entry.cls(entry.schema(parts=["pca(n_feature = 2)", "identity"])).parts
+    assert parts[0].component.family == "compression" and parts[1].component.family == "compression"
     with pytest.raises(Exception, match="inner κ 'pca'"):
         REGISTRY["compression"]["nested_compression"].schema(parts=["pca"])  # k is required
 
