@@ -45,7 +45,8 @@ RULES: tuple[Rule, ...] = (
     Rule("gather_patches", lambda h, t: t.view == "grid" and not t.grid_kappa and _grid_xi(h) is not None
          and _grid_xi(h).mode == "padding" and not _elementwise(h),
          "non-elementwise κ does not commute with the gather: patches by index, then κ per patch"),
-    Rule("pool", lambda h, t: t.grid_kappa and h.kappa.component.grid_only, "patch compression = native pooling"),
+    Rule("pool", lambda h, t: t.grid_kappa and h.kappa.component.grid_only
+         and h.kappa.component.family == "compression", "patch compression = native pooling"),
     Rule("project_first", lambda h, t: "xi_instance" in h.xi and "xi_attribute_post" not in h.xi,
          "instance ξ commutes with ψ: A(κ ψᵀ) = (Aκ)ψᵀ, so project to n first"),
     Rule("shared_kappa", lambda h, t: h.channels > 1 and _xi_paramless(h),
