@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from rpn2c.errors import Diagnostic, Span, SpecTypeError
+from rpn2c.syntax.format import literal as lit
 
 ERROR_CODE = "E0390"
 
@@ -253,24 +254,6 @@ class _Call:
 
 
 # ================================================================================================ literals
-def lit(v: Any) -> str:
-    """A Python value as a spec literal."""
-    if v is None:
-        return "none"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        text = repr(v)
-        return text if any(c in text for c in ".e") else text + ".0"
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(lit(x) for x in v) + "]"
-    raise TypeError(f"no spec literal for {v!r}")
-
-
 def per_axis(v: Sequence[int] | int) -> str:
     """An int per spatial axis: one number when they agree, else a list."""
     vals = [v] if isinstance(v, int) else list(v)

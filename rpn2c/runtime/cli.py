@@ -101,18 +101,23 @@ def cmd_components(args) -> int:
 
 
 # --------------------------------------------------------------------------------------------------- parser
+def add_spec_command(sub, name: str, help_: str, fn) -> argparse.ArgumentParser:
+    """A sub-command taking a spec file, with the shared ``--model`` and ``--root`` options."""
+    s = sub.add_parser(name, help=help_, description=help_)
+    s.add_argument("spec", help="path to a .rpn file")
+    s.add_argument("--model", help="which model of the file (default: the last one)")
+    s.add_argument("--root", help="project root that imports may not leave (default: the spec's folder)")
+    s.set_defaults(fn=fn)
+    return s
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rpn2c", description="Compiler for RPN 2 model specs (.rpn files).")
     p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def spec_cmd(name, help_, fn):
-        s = sub.add_parser(name, help=help_, description=help_)
-        s.add_argument("spec", help="path to a .rpn file")
-        s.add_argument("--model", help="which model of the file (default: the last one)")
-        s.add_argument("--root", help="project root that imports may not leave (default: the spec's folder)")
-        s.set_defaults(fn=fn)
-        return s
+        return add_spec_command(sub, name, help_, fn)
 
     s = spec_cmd("check", "check a spec: per-layer shapes and parameter counts, or every error found", cmd_check)
     s.add_argument("--format", choices=["table", "json"], default="table")

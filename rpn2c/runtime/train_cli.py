@@ -500,13 +500,10 @@ def cmd_show(args) -> int:
 def register(sub) -> None:
     """Add ``train``, ``eval``, ``predict`` and ``show`` to the ``rpn2c`` sub-command parser."""
 
+    from rpn2c.runtime.cli import add_spec_command
+
     def spec_cmd(name, help_, fn):
-        s = sub.add_parser(name, help=help_, description=help_)
-        s.add_argument("spec", help="path to a .rpn file")
-        s.add_argument("--model", help="which model of the file (default: the last one)")
-        s.add_argument("--root", help="project root that imports may not leave (default: the spec's folder)")
-        s.set_defaults(fn=fn)
-        return s
+        return add_spec_command(sub, name, help_, fn)
 
     from rpn2c.train.config import TrainConfig
 

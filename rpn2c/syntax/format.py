@@ -11,7 +11,7 @@ _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "//": 2}
 def format_expr(e: ast.Expr, parent_prec: int = 0, right: bool = False) -> str:
     """One expression in canonical form: ``k = v`` keyword spacing, minimal parentheses."""
     if isinstance(e, ast.Literal):
-        return _literal(e.value)
+        return literal(e.value)
     if isinstance(e, ast.Name):
         return e.text
     if isinstance(e, ast.Call):
@@ -28,7 +28,8 @@ def format_expr(e: ast.Expr, parent_prec: int = 0, right: bool = False) -> str:
     raise TypeError(f"not an expression: {e!r}")
 
 
-def _literal(v) -> str:
+def literal(v) -> str:
+    """A Python value (none, bool, int, float, str, or a list/tuple of them) as spec source text."""
     if v is None:
         return "none"
     if isinstance(v, bool):
@@ -38,7 +39,11 @@ def _literal(v) -> str:
     if isinstance(v, float):
         text = repr(v)
         return text if any(c in text for c in ".e") else text + ".0"
-    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(literal(x) for x in v) + "]"
+    raise TypeError(f"no spec literal for {v!r}")
 
 
 def _args(args, kwargs) -> str:
@@ -111,7 +116,7 @@ class _Printer:
 
     def program(self, p: ast.Program) -> str:
         for imp in p.imports:
-            self.emit(imp.span.line, 0, f'import {_literal(imp.path)} as {imp.alias}')
+            self.emit(imp.span.line, 0, f'import {literal(imp.path)} as {imp.alias}')
         for d in p.definitions:
             if self.lines:
                 self.lines.append("")
