@@ -32,7 +32,7 @@ import textwrap
 from collections import OrderedDict, defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
@@ -322,7 +322,7 @@ class Context:
     def fresh(self, base: str) -> str:
         return self.builder.fresh(base, base)
 
-    def fail(self, option: str | None, why: str = "") -> NoReturn:  # noqa: F821
+    def fail(self, option: str | None, why: str = "") -> NoReturn:
         raise TorchImportError(self.path, self.cls_name, option, why)
 
     def where(self) -> str:

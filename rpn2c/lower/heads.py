@@ -209,7 +209,6 @@ class LayerModule(nn.Module):
     def _conv(self, hd, x, geo):
         """Padding-mode grid ξ + elementwise κ + ψ as one convolution per head (channels stacked)."""
         h: HeadSpec = hd.spec
-        t: HeadTrace = hd.trace
         kappa = h.kappa.component
         d = kappa.degree()
         cin = x.shape[1]

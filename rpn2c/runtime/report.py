@@ -14,7 +14,7 @@ def describe(node: Node) -> str:
         return str(node.op)
     if node.kind == "recurrent":
         r = node.layer
-        bits = [f"cell={r.cell}", f"ξ=chain(state feedback)", f"H={r.hidden}"]
+        bits = [f"cell={r.cell}", "ξ=chain(state feedback)", f"H={r.hidden}"]
         if r.layers > 1:
             bits.append(f"layers={r.layers}")
         if r.bidirectional:
