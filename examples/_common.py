@@ -79,46 +79,22 @@ class Experiment:
 
 
 def spec_model(spec: str, model: str | None = None, **params) -> Callable[[], nn.Module]:
-    """A factory compiling ``examples/specs/<spec>`` (model ``model``) with hyper-parameters ``params``.
-
-    The spec's model parameters are overridden by rewriting the model header defaults, which the language
-    exposes as ``model name(p = default, ...)``: the text is compiled with the new defaults substituted.
-    """
+    """A factory compiling ``examples/specs/<spec>`` (model ``model``) with its model parameters set to ``params``."""
     path = SPECS / spec
 
     def build() -> nn.Module:
-        text = path.read_text(encoding="utf-8")
-        if params:
-            text = _override_defaults(text, model, params)
-        return rpn2c.compile(text, str(path), model=model, path=path)
+        return rpn2c.compile_file(path, model=model, params=params or None)
 
     return build
 
 
-def _override_defaults(text: str, model: str | None, params: dict) -> str:
-    """Rewrite ``model <name>(a = 1, b = 2)`` so the listed parameters take new default values."""
-    import re
-
-    pattern = re.compile(r"model\s+(\w+)\s*\(([^)]*)\)")
-    done = False
-
-    def repl(m: re.Match) -> str:
-        nonlocal done
-        if model is not None and m.group(1) != model:
-            return m.group(0)
-        items = [p.strip() for p in m.group(2).split(",") if p.strip()]
-        names = [p.split("=")[0].strip() for p in items]
-        unknown = set(params) - set(names)
-        if unknown:
-            raise ValueError(f"model {m.group(1)} has no parameter(s) {sorted(unknown)}")
-        new = [f"{n} = {params[n]!r}".replace("'", '"') if n in params else p for n, p in zip(names, items)]
-        done = True
-        return f"model {m.group(1)}({', '.join(new)})"
-
-    out = pattern.sub(repl, text)
-    if not done:
-        raise ValueError(f"model {model!r} not found")
-    return out
+def dataset_names(p: argparse.ArgumentParser, args: argparse.Namespace, known) -> list[str]:
+    """The comma-separated ``--datasets`` choice, each checked against ``known`` (a usage error otherwise)."""
+    names = [n.strip() for n in args.datasets.split(",") if n.strip()]
+    for name in names:
+        if name not in known:
+            p.error(f"unknown data set {name!r} (choose from {', '.join(known)})")
+    return names
 
 
 def count_params(model: nn.Module) -> int:

@@ -93,9 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     exps = []
-    for name in [n.strip() for n in args.datasets.split(",") if n.strip()]:
-        if name not in SETUPS:
-            p.error(f"unknown data set {name!r} (choose from {', '.join(SETUPS)})")
+    for name in C.dataset_names(p, args, SETUPS):
         exps.append(C.run_experiment(experiment_factory(name), range(args.seeds), args.epochs))
     return C.report("chain_timeseries", argv, args, exps, started)
 

@@ -99,9 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     exps = []
-    for name in [n.strip() for n in args.datasets.split(",") if n.strip()]:
-        if name not in SPLITS:
-            p.error(f"unknown data set {name!r} (choose from {', '.join(SPLITS)})")
+    for name in C.dataset_names(p, args, SPLITS):
         try:
             C.rpn2c.data.load(name, seed=0, root=args.drosophila_root if name == "drosophila" else None)
         except ImportError as err:

@@ -121,6 +121,6 @@ def test_spec_override_rejects_unknown_parameter():
         sys.path.insert(0, str(EXAMPLES))
     import _common
 
-    with pytest.raises(ValueError, match="no parameter"):
+    with pytest.raises(_common.rpn2c.SpecError, match="no parameter"):
         _common.spec_model("cnn_digits.rpn", nope=3)()
     assert _common.count_params(_common.spec_model("cnn_digits.rpn", classes=3)()) == 13_706 - 7 * 65
