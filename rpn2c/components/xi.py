@@ -312,19 +312,25 @@ class _GraphXi(XiModule):
                                          self_loops=hp.self_loops, normalization=hp.norm, device=device,
                                          dtype=dtype)
 
+    def _from_adjacency(self, a):
+        """The literal matrix, given the normalised 1-hop adjacency (multi-hop power or accumulation)."""
+        return structure.multihop_graph(a, self.hp.hops, self.hp.mode == "accumulate", self.hp.include_identity)
+
+    def _propagate(self, zz, src, dst, w, n):
+        """``_from_adjacency(A) @ zz`` on the edge list (never an N x N matrix)."""
+        hp = self.hp
+        return structure.multihop_propagate(zz, src, dst, w, n, hp.hops, hp.mode == "accumulate",
+                                            hp.include_identity, dim=-2)
+
     def matrix(self, q, c, aux, size=None):
         n = size if size is not None else (c.shape[-2] if self.axis == "instance" else c.shape[-1])
-        a = self._adjacency(aux, n, q.dtype, q.device)
-        m = structure.multihop_graph(a, self.hp.hops, self.hp.mode == "accumulate", self.hp.include_identity)
+        m = self._from_adjacency(self._adjacency(aux, n, q.dtype, q.device))
         return m if self.axis == "instance" else m.T
 
     def apply(self, z, q, c, aux):
         zz = z if self.axis == "instance" else z.transpose(-1, -2)
         n = zz.shape[-2]
-        src, dst, w = self.edge_list(aux, n, zz.dtype, zz.device)
-        hp = self.hp
-        y = structure.multihop_propagate(zz, src, dst, w, n, hp.hops, hp.mode == "accumulate",
-                                         hp.include_identity, dim=-2)
+        y = self._propagate(zz, *self.edge_list(aux, n, zz.dtype, zz.device), n)
         return y if self.axis == "instance" else y.transpose(-1, -2)
 
 

@@ -448,15 +448,10 @@ class _PageRankXi(_GraphXi):
     def support(self, aux, n, dtype, device):
         return None
 
-    def matrix(self, q, c, aux, size=None):
-        n = size if size is not None else (c.shape[-2] if self.axis == "instance" else c.shape[-1])
-        m = structure.pagerank_matrix(self._adjacency(aux, n, q.dtype, q.device), self.hp.alpha)
-        return m if self.axis == "instance" else m.T
+    def _from_adjacency(self, a):
+        return structure.pagerank_matrix(a, self.hp.alpha)
 
-    def apply(self, z, q, c, aux):
-        zz = z if self.axis == "instance" else z.transpose(-1, -2)
-        n = zz.shape[-2]
-        src, dst, w = self.edge_list(aux, n, zz.dtype, zz.device)
+    def _propagate(self, zz, src, dst, w, n):
         hp = self.hp
-        y = structure.pagerank_propagate(zz, src, dst, w, n, hp.alpha, hp.iters, hp.tol, dim=-2, method=hp.method)
-        return y if self.axis == "instance" else y.transpose(-1, -2)
+        return structure.pagerank_propagate(zz, src, dst, w, n, hp.alpha, hp.iters, hp.tol, dim=-2,
+                                            method=hp.method)
