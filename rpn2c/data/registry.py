@@ -41,8 +41,8 @@ from .formats import load_ucr
 TEST_FRACTION = 0.2
 
 # pip distribution and rpn2c extra for each optional package
-_PIP = {"sklearn": ("scikit-learn", "data"), "statsmodels": ("statsmodels", "data"),
-        "sktime": ("sktime", "ts"), "graspologic": ("graspologic", None)}
+_PIP = {"sklearn": ("scikit-learn", None), "statsmodels": ("statsmodels", "data"),
+        "sktime": ("sktime", "data"), "graspologic": ("graspologic", None)}
 
 
 def _require(module: str, dataset: str) -> ModuleType:
@@ -143,7 +143,7 @@ def _ucr(name: str) -> Callable[[int, Path | None], Dataset]:
                 return load_ucr(d / f"{archive}_TRAIN.ts", name=name)
         where = f"{root}" if root is not None else "the installed sktime/aeon packages"
         raise ImportError(f"dataset {name!r} reads {archive}_TRAIN.ts / {archive}_TEST.ts, not found in {where}: "
-                          "pip install 'rpn2c[ts]' (or pip install sktime), or pass root=DIR holding the files")
+                          "pip install 'rpn2c[data]' (or pip install sktime), or pass root=DIR holding the files")
 
     return build
 

@@ -678,8 +678,8 @@ class ManifoldCompression(nn.Module):
         try:
             import sklearn.manifold  # noqa: F401
         except ImportError as e:  # pragma: no cover - depends on the environment
-            raise ImportError("ManifoldCompression needs scikit-learn: pip install scikit-learn "
-                              "(or pip install 'rpn2c[data]')") from e
+            raise ImportError("ManifoldCompression needs scikit-learn (a dependency of rpn2c): "
+                              "pip install scikit-learn") from e
         if method not in _MANIFOLDS:
             raise ValueError(f"unknown manifold method {method!r}; known: {_MANIFOLDS}")
         self.k, self.method, self.seed, self.kw = int(k), method, int(seed), dict(kw)
