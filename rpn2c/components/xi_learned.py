@@ -14,15 +14,18 @@ Sub-component hyper-parameters are flat keys: ``r``, ``p``, ``q``, ... for the r
 from __future__ import annotations
 
 import math
+import weakref
 from typing import ClassVar, Literal, Optional, Union
 
 import torch
 import torch.nn.functional as F
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from rpn2c.components.base import Interdependence, ShapeRuleError, XiContext, XiModule
 from rpn2c.components.registry import HP, REGISTRY, ValueRef, lookup, register
+from rpn2c.components.xi import _BilinearXi
 from rpn2c.components.xi_kernels import KERNEL_ENTRIES, NORMS, normalize_matrix
 from rpn2c.functional import reconciliation as recon
 from rpn2c.ir.types import is_known
@@ -597,11 +600,92 @@ def _segment_softmax(v, seg, n):
     return ex / torch.where(den == 0, torch.ones_like(den), den)
 
 
+#: query rows x keys (x batch) per block of a bilinear part's row normaliser (softmax = true parts on edges)
+_LSE_BLOCK = 1 << 22
+
+
+def _mask_term(m, mode, dtype):
+    """A bilinear mask as an additive term: block / keep (bool) -> 0 or −inf, add -> its value (as _additive_mask)."""
+    if mode == "add":
+        return m.to(dtype)
+    blocked = m.bool() if mode == "block" else ~m.bool()
+    return torch.zeros(blocked.shape, dtype=dtype, device=blocked.device).masked_fill(blocked, float("-inf"))
+
+
+def _bilinear_masks(p, aux):
+    """The mask inputs of bilinear part ``p`` as ``(mask [..., Nq | 1, Nc], mode)``, in ``_additive_mask``'s order."""
+    out = []
+    if p.hp.attn_mask is not None:
+        out.append((aux["attn_mask"], p.modes.get("attn_mask", "block")))
+    if p.hp.key_padding is not None:
+        out.append((aux["key_padding"].unsqueeze(-2), p.modes.get("key_padding", "block")))
+    return out
+
+
+def _bilinear_bias(p, aux, rows, cols, dtype):
+    """Additive mask of bilinear part ``p`` at the entries ``(rows, cols)`` (broadcast together), or None."""
+    terms = [_mask_term(cols > rows, "block", dtype)] if p.hp.causal else []
+    for m, mode in _bilinear_masks(p, aux):
+        r = rows if m.shape[-2] != 1 else torch.zeros_like(rows)
+        terms.append(_mask_term(m[..., r, cols], mode, dtype))
+    return sum(terms[1:], terms[0]) if terms else None
+
+
+def _row_lse(qq, kk, scale, bias_fn=None):
+    """``lse[..., j] = log Σ_i exp(scale·qq_j·kk_i + bias_fn(j, i))`` over all keys, by checkpointed blocks of rows.
+
+    The normaliser of a bilinear part's own row softmax; memory O(_LSE_BLOCK), never [Nq, Nc] at once (backward
+    recomputes each block).
+    """
+    nq, nc = qq.shape[-2], kk.shape[-2]
+    lead = math.prod(torch.broadcast_shapes(qq.shape[:-2], kk.shape[:-2]))
+    step = max(1, min(nq, _LSE_BLOCK // max(nc * lead, 1)))
+    cols = torch.arange(nc, device=qq.device)
+
+    def block(qb, keys, start):
+        logits = (qb @ keys.transpose(-1, -2)) * scale
+        rows = torch.arange(start, start + qb.shape[-2], device=qb.device).unsqueeze(-1)
+        bias = None if bias_fn is None else bias_fn(rows, cols, logits.dtype)
+        return torch.logsumexp(logits if bias is None else logits + bias, dim=-1)
+
+    grad = torch.is_grad_enabled() and (qq.requires_grad or kk.requires_grad)
+    out = []
+    for start in range(0, nq, step):
+        qb = qq.narrow(-2, start, min(step, nq - start))
+        out.append(checkpoint(block, qb, kk, start, use_reentrant=False) if grad else block(qb, kk, start))
+    return torch.cat(out, dim=-1)
+
+
+def _bilinear_entries(p, q, c, aux, dst, src):
+    """Entries ``R[dst, src]`` of a bilinear / low_rank_bilinear part in O(E·r): ``s = scale·qq_dst·kk_src`` (+ mask).
+
+    softmax = false: ``s`` (blocked entries 0, as its literal matrix); softmax = true: ``exp(s − lse_dst)``, the
+    part's own softmax over all keys (:func:`_row_lse`).
+    """
+    qq, kk = p._qk(q, c, aux)
+    s = (qq.index_select(-2, dst) * kk.index_select(-2, src)).sum(-1) * p.scale
+    bias = _bilinear_bias(p, aux, dst, src, s.dtype)
+    if not p.hp.softmax:
+        return s if bias is None else torch.where(torch.isneginf(bias), 0.0, s + bias)
+    if bias is not None:
+        s = s + bias
+    lse = _row_lse(qq, kk, p.scale, lambda rows, cols, dtype: _bilinear_bias(p, aux, rows, cols, dtype))
+    return torch.exp(s - lse.index_select(-1, dst))
+
+
+def _pbilinear_softmax_entries(p, q, c, dst, src):
+    """Entries ``softmax_i(scale·v_j W v_iᵀ)[dst, src]`` of a parameterised bilinear part in O(E·M) (:func:`_row_lse`)."""
+    v, k = p._vk(q, c)
+    s = (v.index_select(-2, dst) * k.index_select(-2, src)).sum(-1) * p.scale
+    return torch.exp(s - _row_lse(v, k, p.scale).index_select(-1, dst))
+
+
 class _HybridXi(XiModule):
     def __init__(self, parts, keymaps, hp, axis):
         super().__init__()
         self.parts, self.keymaps, self.hp, self.axis = nn.ModuleList(parts), keymaps, hp, axis
         self.weights = hp.weights
+        self._merge_cache = None  # ((src, dst) weakrefs, key, merged entries) of the last edge list seen
 
     def _aux(self, i, aux):
         return {pk: aux[hk] for pk, hk in self.keymaps[i].items() if hk in aux}
@@ -659,10 +743,8 @@ class _HybridXi(XiModule):
         if sup is None:
             return None
         src, dst, w = sup
-        key = dst * n + src  # merge duplicate entries: A[dst, src] is their sum
-        uniq, inv = torch.unique(key, return_inverse=True)
-        vals = torch.zeros(uniq.numel(), dtype=w.dtype, device=w.device).index_add(0, inv, w)
-        dst, src = uniq // n, uniq % n
+        dst, src, inv = self._merged(src, dst, n)  # merge duplicate entries: A[dst, src] is their sum
+        vals = torch.zeros(dst.numel(), dtype=w.dtype, device=w.device).index_add(0, inv, w)
         for i, p in enumerate(self.parts):
             if i != first:
                 vals = vals * self._entries(p, q, c, self._aux(i, aux), dst, src, n)
@@ -687,9 +769,29 @@ class _HybridXi(XiModule):
         y = zz.new_zeros(shape).index_add(-2, dst, msg)
         return y if self.axis == "instance" else y.transpose(-1, -2)
 
+    def _merged(self, src, dst, n):
+        """``(dst, src, inv)`` of the distinct entries (``torch.unique``), cached while the same unmodified edge
+        tensors come back (a fixed graph's cached edge list is merged once)."""
+        cacheable = not torch.compiler.is_compiling()
+        if cacheable:
+            key = (n, src._version, dst._version, src.device)
+            if self._merge_cache is not None:
+                (rs, rd), old, value = self._merge_cache
+                if old == key and rs() is src and rd() is dst:
+                    return value
+        uniq, inv = torch.unique(dst * n + src, return_inverse=True)
+        value = (uniq // n, uniq % n, inv)
+        if cacheable:
+            self._merge_cache = ((weakref.ref(src), weakref.ref(dst)), key, value)
+        return value
+
     def _entries(self, p, q, c, aux, dst, src, n):
-        """Entries R[dst, src] (row = output) of part ``p``: its ``entries`` method when it has one (factored,
-        O(E·r)), else gathered from its matrix (dense parts: kernels, softmax attention)."""
+        """Entries R[dst, src] (row = output) of part ``p``: O(E·r) for bilinear parts and parts with an ``entries``
+        method (factored), else gathered from its matrix (dense parts: kernels)."""
+        if isinstance(p, _BilinearXi):
+            return _bilinear_entries(p, q, c, aux, dst, src)
+        if isinstance(p, _PBilinearXi) and p.hp.softmax:
+            return _pbilinear_softmax_entries(p, q, c, dst, src)
         if hasattr(p, "entries"):
             e = p.entries(q, c, aux, dst, src)
             if e is not None:

@@ -120,8 +120,7 @@ class _ConstantXi(XiModule):
         dim = -1 if self.axis == "attribute" else -2
         shape = list(z.shape)
         shape[dim] = self._n_out(z.shape[dim])
-        if self.c == 0:
-            return z.new_zeros(shape)
+        # c = 0 included: 0·Σz is zero but stays attached to z (a fresh zeros tensor would cut the gradient path)
         return (self.c * z.sum(dim=dim, keepdim=True)).expand(shape)
 
 

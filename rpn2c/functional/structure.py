@@ -608,20 +608,20 @@ def chain_exponential(
 def shift(x: Tensor, k: int, dim: int = -2) -> Tensor:
     """``y[t] = x[t - k]`` along ``dim`` with zeros shifted in (``k < 0`` shifts the other way).
 
-    ``shift(x, 1, dim)`` is ``chain_matrix(n) @ x`` along ``dim``.
+    ``shift(x, 1, dim)`` is ``chain_matrix(n) @ x`` along ``dim``. ``|k| ≥ n`` gives zeros that stay in ``x``'s
+    autograd graph (an empty slice of ``x`` is concatenated), as the reference ``0 @ x`` does.
     """
     d = dim % x.dim()
     n = x.shape[d]
     if k == 0:
         return x
-    if abs(k) >= n:
-        return torch.zeros_like(x)
+    m = min(abs(k), n)
     zshape = list(x.shape)
-    zshape[d] = abs(k)
+    zshape[d] = m
     z = x.new_zeros(zshape)
     if k > 0:
-        return torch.cat([z, x.narrow(d, 0, n - k)], dim=d)
-    return torch.cat([x.narrow(d, -k, n + k), z], dim=d)
+        return torch.cat([z, x.narrow(d, 0, n - m)], dim=d)
+    return torch.cat([x.narrow(d, m, n - m), z], dim=d)
 
 
 def _chain_step(x: Tensor, dim: int, bidirectional: bool, self_loop: bool, self_scaling: float) -> Tensor:
@@ -672,10 +672,11 @@ def chain_apply(
         if hops < 0:
             raise ValueError("hops must be >= 0")
         if not bidirectional and not self_loop:
-            ks = range(0 if include_identity else 1, min(hops, n - 1) + 1)
-            return sum((shift(x, k, d) for k in ks), torch.zeros_like(x))
+            # an empty sum is a shift by n: zero, yet still attached to x's autograd graph
+            ys = [shift(x, k, d) for k in range(0 if include_identity else 1, min(hops, n - 1) + 1)] or [shift(x, n, d)]
+            return sum(ys[1:], ys[0])
         y = x
-        acc = x if include_identity else torch.zeros_like(x)
+        acc = x if include_identity else shift(x, n, d)
         for _ in range(hops):
             y = _chain_step(y, d, bidirectional, self_loop, self_scaling)
             acc = acc + y
