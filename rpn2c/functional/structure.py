@@ -437,7 +437,7 @@ def padding_matrix(
     """
     dev = offsets.device if device is None else torch.device(device)
     idx = patch_index(extent, offsets.to(dev), stride, pad_before, out_counts, mode).reshape(-1)
-    n, cols = math.prod(int(L) for L in extent), idx.numel()
+    n, cols = math.prod([int(L) for L in extent]), idx.numel()
     dt = _dtype(dtype)
     col = torch.arange(cols, device=dev)
     if sparse:
@@ -469,7 +469,7 @@ def aggregation_matrix(
     """
     dev = offsets.device if device is None else torch.device(device)
     idx = patch_index(extent, offsets.to(dev), stride, pad_before, out_counts, mode)
-    n, (P, p) = math.prod(int(L) for L in extent), idx.shape
+    n, (P, p) = math.prod([int(L) for L in extent]), idx.shape
     dt = _dtype(dtype)
     col = torch.arange(P, device=dev)[:, None].expand(P, p).reshape(-1)
     idx = idx.reshape(-1)
@@ -783,18 +783,27 @@ def chain_exp_apply(
 
 
 def _coalesce(
-    dst: Tensor, src: Tensor, w: Tensor, n: int, reduce: str = "sum"
+    dst: Tensor, src: Tensor, w: Tensor, n: int, reduce: str = "sum", valid: Tensor | None = None
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Merge duplicate (dst, src) entries; returns (dst, src, w, count) sorted by (dst, src)."""
-    key = dst * n + src
-    uniq, inv = torch.unique(key, return_inverse=True)
+    """Merge duplicate (dst, src) entries at a fixed size: ``(dst, src, w, count)`` sorted by ``key = dst·n + src``.
+
+    The first entry of each run of equal keys carries ``reduce`` (sum | amax) over the run's ``valid`` entries and
+    ``count`` = their number; every other entry is a placeholder with ``w = 0``, ``count = 0``. No data-dependent
+    shapes (sort + cumsum + scatter), so it traces under ``torch.compile``.
+    """
+    m = dst.numel()
+    key, perm = torch.sort(dst * n + src, stable=True)
+    ok = torch.ones(m, dtype=torch.bool, device=w.device) if valid is None else valid[perm]
+    ws = w[perm]
+    first = torch.diff(key, prepend=key.new_full((1,), -1)) != 0
+    run = torch.cumsum(first.long(), 0) - 1
     if reduce == "sum":
-        out = torch.zeros(uniq.numel(), dtype=w.dtype, device=w.device).index_add_(0, inv, w)
+        out = w.new_zeros(m).index_add_(0, run, torch.where(ok, ws, 0.0))
     else:
-        out = torch.zeros(uniq.numel(), dtype=w.dtype, device=w.device)
-        out = out.scatter_reduce_(0, inv, w, reduce, include_self=False)
-    cnt = torch.zeros(uniq.numel(), dtype=torch.long, device=w.device).index_add_(0, inv, torch.ones_like(inv))
-    return uniq // n, uniq % n, out, cnt
+        out = w.new_zeros(m).scatter_reduce_(0, run, torch.where(ok, ws, float("-inf")), reduce, include_self=False)
+    cnt = torch.zeros(m, dtype=torch.long, device=w.device).index_add_(0, run, ok.long())[run]
+    cnt = torch.where(first, cnt, 0)
+    return key // n, key % n, torch.where(cnt > 0, out[run], 0.0), cnt
 
 
 def graph_norm_weights(
@@ -826,7 +835,9 @@ def graph_norm_weights(
        exactly PyG ``gcn_norm`` (= ``D^-1/2 (A+I) D^-1/2`` for a symmetric A). Zero degree -> weight 0.
 
     Duplicate directed edges are kept as separate entries (they add up in :func:`graph_propagate` and
-    :func:`graph_adjacency`). Build-time: uses data-dependent shapes.
+    :func:`graph_adjacency`). Under ``torch.compile`` the list has a fixed length with no data-dependent shapes:
+    merged duplicates and replaced self-loops stay as ``w = 0`` placeholders (``A`` is unchanged); eagerly they
+    are dropped.
     """
     dev = edge_index.device if device is None else torch.device(device)
     dt = (edge_weight.dtype if edge_weight is not None else torch.get_default_dtype()) if dtype is None else dtype
@@ -835,27 +846,36 @@ def graph_norm_weights(
     w = torch.ones(src.numel(), dtype=dt, device=dev) if edge_weight is None else edge_weight.to(device=dev, dtype=dt)
     if normalization not in ("none", "row", "column", "symmetric"):
         raise ValueError(f"unknown normalization {normalization!r}")
+    valid = None  # entries that are edges, not merged-away placeholders (None: all)
     if not directed:
-        dst, src, w, _ = _coalesce(dst, src, w, n, "sum")
+        if symmetrize not in ("max", "sum"):
+            raise ValueError(f"symmetrize must be 'max' or 'sum', got {symmetrize!r}")
+        dst, src, w, cnt = _coalesce(dst, src, w, n, "sum")
+        v2 = torch.cat([cnt > 0, cnt > 0])
         d2, s2, w2 = torch.cat([dst, src]), torch.cat([src, dst]), torch.cat([w, w])
         if symmetrize == "sum":
-            dst, src, w, _ = _coalesce(d2, s2, w2, n, "sum")
-        elif symmetrize == "max":
-            dst, src, w, cnt = _coalesce(d2, s2, w2, n, "amax")
+            dst, src, w, cnt = _coalesce(d2, s2, w2, n, "sum", v2)
+        else:
+            dst, src, w, cnt = _coalesce(d2, s2, w2, n, "amax", v2)
             # an entry seen once is max(w, 0) (its transpose is an absent zero); diagonal entries are seen twice
             w = torch.where(cnt == 1, w.clamp_min(0), w)
-        else:
-            raise ValueError(f"symmetrize must be 'max' or 'sum', got {symmetrize!r}")
+        valid = cnt > 0
     if self_loops is None:
         self_loops = normalization == "symmetric"
     if self_loops:
-        is_loop = src == dst
-        has_loop = torch.zeros(n, dtype=torch.bool, device=dev).index_fill_(0, src[is_loop], True)
-        loop_w = torch.zeros(n, dtype=dt, device=dev).index_add_(0, src[is_loop], w[is_loop])
+        # add_remaining_self_loops: loop weight = Σ existing loop weights, or ``fill`` where a node has none
+        on_diag = src == dst
+        is_loop = on_diag if valid is None else on_diag & valid
+        has_loop = torch.zeros(n, dtype=torch.long, device=dev).index_add_(0, src, is_loop.long()) > 0
+        loop_w = torch.zeros(n, dtype=dt, device=dev).index_add_(0, src, torch.where(is_loop, w, 0.0))
         loop_w = torch.where(has_loop, loop_w, torch.full_like(loop_w, fill))
-        keep = ~is_loop
         nodes = torch.arange(n, device=dev)
-        src, dst, w = torch.cat([src[keep], nodes]), torch.cat([dst[keep], nodes]), torch.cat([w[keep], loop_w])
+        keep = ~on_diag if valid is None else valid & ~on_diag
+        valid = torch.cat([keep, torch.ones(n, dtype=torch.bool, device=dev)])
+        src, dst = torch.cat([src, nodes]), torch.cat([dst, nodes])
+        w = torch.cat([torch.where(on_diag, 0.0, w), loop_w])
+    if valid is not None and not torch.compiler.is_compiling():
+        src, dst, w = src[valid], dst[valid], w[valid]  # eager: drop the placeholders (a shorter list)
     if normalization == "row":
         deg = torch.zeros(n, dtype=dt, device=dev).index_add_(0, dst, w)
         inv = deg.pow(-1.0)

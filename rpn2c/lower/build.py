@@ -6,6 +6,8 @@ readable names (``conv1.psi.weight``), ``train()``/``eval()`` reach everything a
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import nn
 
@@ -20,7 +22,11 @@ class _Scope(nn.Module):
 
 
 class CompiledModel(nn.Module):
-    """A compiled RPN 2 spec. ``forward`` takes the model inputs in declaration order (or by name)."""
+    """A compiled RPN 2 spec. ``forward`` takes the model inputs in declaration order (or by name).
+
+    ``forward`` reads only plain Python data precomputed here (never ``self.graph``), so ``torch.compile``
+    traces it as one graph.
+    """
 
     def __init__(self, graph: Graph, reference: bool = False):
         super().__init__()
@@ -38,6 +44,10 @@ class CompiledModel(nn.Module):
             self._steps.append((node.id, node.kind, preds))
         self.outputs = list(graph.outputs)
         self.content_hash = graph.content_hash()
+        self._name = graph.name
+        self._input_checks = {i: _InputCheck.of(t) for i, t in self.input_types.items()}
+        # per output: (swap the first two axes back, drop the implicit sample axis)
+        self._unbatch_flags = [_unbatch_flags(graph.node(o).type) for o in self.outputs]
 
     def _build(self, node: Node, preds: dict[str, str]) -> nn.Module:
         g = self.graph
@@ -65,50 +75,72 @@ class CompiledModel(nn.Module):
                 env[nid] = module(env[preds["x"]], **states)
             else:
                 env[nid] = module(*(env[preds[f"arg{i}"]] for i in range(len(preds))))
-        outs = [self._unbatch(o, env[o]) for o in self.outputs]
+        outs = [_unbatch(env[o], *flags) for o, flags in zip(self.outputs, self._unbatch_flags)]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _bind(self, args, kwargs) -> dict[str, torch.Tensor]:
         names = self.input_names
         if len(args) > len(names):
-            raise TypeError(f"{self.graph.name} takes {len(names)} inputs ({', '.join(names)}), got {len(args)}")
+            raise TypeError(f"{self._name} takes {len(names)} inputs ({', '.join(names)}), got {len(args)}")
         env = dict(zip(names, args))
         for k, v in kwargs.items():
             if k not in names:
-                raise TypeError(f"{self.graph.name} has no input '{k}' (inputs: {', '.join(names)})")
+                raise TypeError(f"{self._name} has no input '{k}' (inputs: {', '.join(names)})")
             env[k] = v
         missing = [n for n in names if n not in env]
         if missing:
-            raise TypeError(f"{self.graph.name} is missing inputs: {', '.join(missing)}")
+            raise TypeError(f"{self._name} is missing inputs: {', '.join(missing)}")
         for name in names:
-            env[name] = _check_input(name, env[name], self.input_types[name])
+            env[name] = self._input_checks[name](name, env[name])
         return env
-
-    def _unbatch(self, nid: str, value: torch.Tensor) -> torch.Tensor:
-        t = self.graph.node(nid).type
-        if t is not None and t.time_major:
-            return value.transpose(0, 1)
-        return value.squeeze(0) if t is not None and not t.batched else value
 
     def extra_repr(self) -> str:
         return f"model={self.graph.name!r}, reference={self.reference}, hash={self.content_hash[:12]}"
 
 
-def _check_input(name: str, value: torch.Tensor, t: TensorType) -> torch.Tensor:
-    """Validate a runtime input against its declared type (known dims must match); add an implicit batch axis."""
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"input '{name}' must be a tensor, got {type(value).__name__}")
-    shape = t.shape if t.batched else t.shape[1:]
-    if t.time_major:
-        shape = (shape[1], shape[0], *shape[2:])
-    if value.dim() != len(shape):
-        raise ValueError(f"input '{name}' must be {t} ({len(shape)} dims), got shape {tuple(value.shape)}")
-    for i, (want, have) in enumerate(zip(shape, value.shape)):
-        if isinstance(want, int) and want != have:
-            raise ValueError(f"input '{name}' must be {t}: dimension {i} is {have}, expected {want}")
-    if t.time_major:
+class _InputCheck(NamedTuple):
+    """A declared input type as plain data: the runtime shape (``None`` = symbolic dim) and boundary flags."""
+
+    text: str
+    shape: tuple[int | None, ...]
+    batched: bool
+    time_major: bool
+
+    @classmethod
+    def of(cls, t: TensorType) -> "_InputCheck":
+        shape = t.shape if t.batched else t.shape[1:]
+        if t.time_major:
+            shape = (shape[1], shape[0], *shape[2:])
+        return cls(str(t), tuple(d if isinstance(d, int) else None for d in shape), t.batched, t.time_major)
+
+    def __call__(self, name: str, value: torch.Tensor) -> torch.Tensor:
+        """Validate a runtime input (known dims must match); add an implicit batch axis."""
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"input '{name}' must be a tensor, got {type(value).__name__}")
+        if value.dim() != len(self.shape):
+            raise ValueError(f"input '{name}' must be {self.text} ({len(self.shape)} dims), "
+                             f"got shape {tuple(value.shape)}")
+        for i, (want, have) in enumerate(zip(self.shape, value.shape)):
+            if want is not None and want != have:
+                raise ValueError(f"input '{name}' must be {self.text}: dimension {i} is {have}, expected {want}")
+        if self.time_major:
+            return value.transpose(0, 1)
+        return value if self.batched else value.unsqueeze(0)
+
+
+def _unbatch_flags(t: TensorType | None) -> tuple[bool, bool]:
+    """(time_major, squeeze) for an output of type ``t``: ``time_major`` outputs swap axes 0 and 1 back,
+    unbatched ones drop the implicit sample axis."""
+    if t is None:
+        return False, False
+    return t.time_major, not t.time_major and not t.batched
+
+
+def _unbatch(value: torch.Tensor, time_major: bool, squeeze: bool) -> torch.Tensor:
+    """An internal (sample-first) output at the model boundary: ``[B, T, ...] -> [T, B, ...]`` or ``[1, ...] -> [...]``."""
+    if time_major:
         return value.transpose(0, 1)
-    return value if t.batched else value.unsqueeze(0)
+    return value.squeeze(0) if squeeze else value
 
 
 def _set_path(root: nn.Module, path: str, module: nn.Module) -> None:
