@@ -37,7 +37,7 @@ def compile(text: str, file: str = "<string>", *, model: str | None = None, refe
     ``params`` overrides the model's parameter defaults.
     """
     from rpn2c.lower.build import CompiledModel
-    from rpn2c.passes.plan import optimize
+    from rpn2c.passes import optimize
 
     graph = optimize(check(text, file, model=model, path=path, root=root, params=params))
     module = CompiledModel(graph, reference=reference)

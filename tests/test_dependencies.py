@@ -11,6 +11,7 @@ import names are mapped to distributions with ``importlib.metadata.packages_dist
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.metadata as md
 import pkgutil
@@ -43,8 +44,13 @@ def _declared() -> dict[str | None, set[str]]:
     return out
 
 
+@functools.cache
+def _import_names() -> dict[str, list[str]]:
+    return md.packages_distributions()  # scans every installed distribution: once per run
+
+
 def _distribution_of(module: str) -> set[str]:
-    return {_norm(d) for d in md.packages_distributions().get(module, ())}
+    return {_norm(d) for d in _import_names().get(module, ())}
 
 
 def _catches_import_error(handler: ast.ExceptHandler) -> bool:

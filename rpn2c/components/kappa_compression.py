@@ -138,6 +138,13 @@ for _metric, _formula in (("max", "max_i x_i"), ("min", "min_i x_i"), ("sum", "Î
 
 
 # ------------------------------------------------------------------------------------------------ geometric pooling
+def native_pooling(geo: Geometry, metric: str) -> bool:
+    """Whether a patch compression is a native pooling kernel: zero padding, rank 1-3, max/min over full boxes
+    (max_pool), or sum/mean over any patch mask (a depthwise convolution)."""
+    return (geo.padding_mode == "zeros" and 1 <= geo.rank <= 3
+            and (metric in ("sum", "mean") or (metric in ("max", "min") and geo.taps is None)))
+
+
 class PatchPoolModule(nn.Module):
     """Grid [B, C, *S] -> [B, C, *S']: Ï† over every patch (eq 90).
 
@@ -158,10 +165,13 @@ class PatchPoolModule(nn.Module):
         self.register_buffer("index", index, persistent=False)
         self.register_buffer("outside", ~valid, persistent=False)
         self.register_buffer("count", valid.sum(-1).clamp(min=1), persistent=False)
-        self.native = (not reference and geo.padding_mode == "zeros" and 1 <= geo.rank <= 3
-                       and (metric in ("sum", "mean") or (metric in ("max", "min") and geo.taps is None)))
-        if self.native and metric in ("sum", "mean"):
+        self.native = False  # set by select_kernels when the optimiser's `pool` rule fired
+        if not reference and native_pooling(geo, metric) and metric in ("sum", "mean"):
             self.register_buffer("mask", geo.kernel_mask().to(torch.get_default_dtype()), persistent=False)
+
+    def select_kernels(self, kernels) -> None:
+        """Native pooling runs only where the optimiser chose it (rule ``pool``); otherwise gather + reduce."""
+        self.native = not self.reference and "pool" in kernels and native_pooling(self.geo, self.metric)
 
     def _mean_ignoring(self, s):
         return s / self.count.to(s.dtype)
@@ -218,6 +228,9 @@ class _PatchPool(Kappa):
         if len(feat) < 2:
             raise ShapeRuleError(f"{self.name} pools over a grid; the input has flat features {feat}")
         return (feat[0], *self.geometry(len(feat) - 1).out_spatial(tuple(feat[1:])))
+
+    def native_pooling(self, rank: int) -> bool:
+        return native_pooling(self.geometry(rank), self.metric)
 
     def build(self, feat, reference=False):
         hp = self.hp

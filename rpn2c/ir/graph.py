@@ -135,7 +135,8 @@ class Node:
     op: Use | None = None
     params: int = 0
     trace: dict = field(default_factory=dict)
-    plan: list[str] = field(default_factory=list)  # kernels chosen by the optimiser (default lowering)
+    plan: list[str] = field(default_factory=list)  # names of the optimiser rules that fired (what runs)
+    decisions: list = field(default_factory=list)  # passes.rule.Decision records, per head and slot
 
     def canonical(self) -> dict:
         out: dict[str, Any] = {"id": self.id, "kind": self.kind, "type": _type(self.type), "params": self.params}
@@ -174,6 +175,7 @@ class Graph:
     inputs: list[str]
     outputs: list[str]
     sources: dict[str, str] = field(default_factory=dict)
+    log: list = field(default_factory=list)  # graph rewrites done by the optimiser (passes.canonical)
 
     def node(self, nid: str) -> Node:
         return self.g.nodes[nid]["node"]
@@ -199,8 +201,15 @@ class Graph:
             "edges": [list(e) for e in edges],
         }
 
-    def to_json(self, indent: int | None = None) -> str:
-        return json.dumps(self.canonical(), sort_keys=True, indent=indent, default=str)
+    def to_json(self, indent: int | None = None, kernels: bool = False) -> str:
+        """The canonical serialisation; ``kernels=True`` adds each node's optimiser decisions (not hashed)."""
+        data = self.canonical()
+        if kernels:
+            for n in data["nodes"]:
+                node = self.node(n["id"])
+                n["kernels"] = list(node.plan)
+                n["decisions"] = [d.to_json() for d in node.decisions]
+        return json.dumps(data, sort_keys=True, indent=indent, default=str)
 
     def content_hash(self) -> str:
         """sha256 of the canonical serialisation (spans excluded): equal programs have equal hashes."""

@@ -15,6 +15,7 @@ from rpn2c.ir.graph import Graph, Node
 from rpn2c.ir.types import TensorType
 from rpn2c.lower.heads import LayerModule
 from rpn2c.lower.recurrent import RecurrentModule
+from rpn2c.passes import kernels
 
 
 class _Scope(nn.Module):
@@ -55,10 +56,11 @@ class CompiledModel(nn.Module):
             x = g.node(preds["x"]).type
             ctx = g.node(preds["context"]).type if "context" in preds else None
             aux = {src: g.node(src).type for role, src in preds.items() if role.startswith("aux:")}
-            return LayerModule(node.layer, node.trace["heads"], x, ctx, aux, node.type, node.plan, self.reference)
+            return LayerModule(node.layer, node.trace["heads"], x, ctx, aux, node.type, kernels(node), self.reference)
         if node.kind == "recurrent":
             x = g.node(preds["x"]).type
-            return RecurrentModule(node.layer, x.features, node.trace["recurrent"], self.reference)
+            return RecurrentModule(node.layer, x.features, node.trace["recurrent"], self.reference,
+                                   fused="fused_recurrent" in kernels(node)[None])
         args = [g.node(preds[f"arg{i}"]).type for i in range(len(preds))]
         comp = node.op.component
         return comp.build(args) if node.op.component.family == "op" else comp.build(args[0])

@@ -1,8 +1,9 @@
 """The layer module: heads, channel and head fusion, remainder and processing, in both lowerings.
 
 ``reference=True`` computes ``A_i κ(Z A_a) ψᵀ`` with every interdependence matrix materialised as the paper
-writes it (the oracle). The default computes the same function with native kernels chosen by the optimiser
-(``node.plan``): convolutions, pooling, shifts, gather/scatter and scaled_dot_product_attention.
+writes it (the oracle). The default computes the same function with the kernels the optimiser chose
+(``node.decisions``, see ``rpn2c/passes/rules``): convolutions, pooling, shifts, gather/scatter and
+scaled_dot_product_attention. A kernel is used only when its rule fired; otherwise the next form of its slot runs.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ _PAD_MODES = {"zeros": "constant", "circular": "circular", "reflect": "reflect",
 
 
 def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, data: TensorType, aux_types,
-                reference: bool) -> None:
+                reference: bool, kernels: frozenset) -> None:
     """Register the head's parts on ``holder`` (the layer itself for single-head layers)."""
-    holder.spec, holder.trace = h, t
+    holder.spec, holder.trace, holder.kernels = h, t, kernels
     c = h.channels
     feat = (t.mz,) if not t.grid_kappa else (data.features, *data.spatial)
     holder.kappa = h.kappa.component.build(feat, reference)
+    if hasattr(holder.kappa, "select_kernels"):  # e.g. native pooling, only where the `pool` rule fired
+        holder.kappa.select_kernels(kernels)
     n = h.out if h.out is not None else t.d
     if not t.grid_kappa:
         psis = [h.psi.component.build(n, t.d // h.groups) for _ in range(c)]
@@ -67,22 +70,28 @@ class LayerModule(nn.Module):
     """One IR ``layer`` node: ``post(fuse_h(fuse_c(A_i κ(Z A_a) ψ_cᵀ + b)) + π(x))``."""
 
     def __init__(self, spec: LayerSpec, traces: list[HeadTrace], x: TensorType, ctx: TensorType | None,
-                 aux_types: dict, out: TensorType, plan: list[str], reference: bool):
+                 aux_types: dict, out: TensorType, kernels: dict, reference: bool):
         super().__init__()
-        self.reference, self.plan = reference, set(plan)
+        self.reference = reference
+        self.layer_kernels = frozenset(kernels.get(None, ())) if not reference else frozenset()
+
+        def head_kernels(name):
+            return frozenset(kernels.get(name, ())) if not reference else frozenset()
+
         self.x_kind, self.out_kind = x.kind, out.kind
         pre_t = x
         self.pre = nn.ModuleList([u.component.build(pre_t) for u in spec.pre])
         data = ctx if ctx is not None else x
         self.has_context = ctx is not None
         if len(spec.heads) == 1:
-            _build_head(self, spec.heads[0], traces[0], x, data, aux_types, reference)
+            _build_head(self, spec.heads[0], traces[0], x, data, aux_types, reference,
+                        head_kernels(spec.heads[0].name))
             self.head_modules = None
         else:
             self.heads = nn.ModuleDict()
             for h, t in zip(spec.heads, traces):
                 holder = nn.Module()
-                _build_head(holder, h, t, x, data, aux_types, reference)
+                _build_head(holder, h, t, x, data, aux_types, reference, head_kernels(h.name))
                 self.heads[h.name] = holder
         self.fusion = spec.fusion.component.build([t.n for t in traces]) if spec.fusion is not None else None
         pi = spec.pi.component
@@ -98,7 +107,7 @@ class LayerModule(nn.Module):
         for p in self.pre:
             x = p(x)
         data = context if context is not None else x
-        if "fused_heads" in self.plan and not self.reference:
+        if "fused_heads" in self.layer_kernels:
             outs = self._fused_heads(x, data, aux)
         else:
             outs = [self._head(hd, x, data, aux) for hd in self._holders()]
@@ -123,7 +132,7 @@ class LayerModule(nn.Module):
         return y.squeeze(1) if vec else y
 
     def _fused_heads(self, x, data, aux):
-        """Identical attention heads (plan ``fused_heads``): values for all heads by one einsum, one SDPA call."""
+        """Identical attention heads (rule ``fused_heads``): values for all heads by one einsum, one SDPA call."""
         holders = self._holders()
         w_v = torch.stack([hd.psi.matrix() for hd in holders])  # [H, n, D]
         values = torch.einsum("bnd,hkd->bhnk", data, w_v)
@@ -152,10 +161,10 @@ class LayerModule(nn.Module):
                     if slot in h.xi:
                         z = _xi(getattr(hd, slot), c, z, q, z0, aux, ref)
                 k = hd.kappa(z)
-                if "shared_kappa" in self.plan and not ref and "xi_instance" not in h.xi:
+                if "shared_kappa" in hd.kernels:
                     shared = k
             psi = _channel(hd.psi, c)
-            if "xi_instance" in h.xi and "xi_attribute_post" not in h.xi and not ref:
+            if "project_first" in hd.kernels:
                 y = _xi(getattr(hd, "xi_instance"), c, _reconcile(h, psi, k, ref), q, z0, aux, ref)
             else:
                 if "xi_instance" in h.xi:
@@ -175,10 +184,10 @@ class LayerModule(nn.Module):
         spatial = tuple(x.shape[2:])
         out_sp = geo.out_spatial(spatial)
         mode = h.xi["xi_attribute"].component.mode
-        if not self.reference and mode == "padding" and h.kappa.component.elementwise:
+        if "conv" in hd.kernels:
             ys = self._conv(hd, x, geo)
         else:
-            z = self._patches(x, geo, mode, spatial, self.reference)  # [B, P, C·p] or [B, P, C]
+            z = self._patches(x, geo, mode, spatial, self.reference, "box_sum" in hd.kernels)  # [B, P, C·p|C]
             k = hd.kappa(z)
             ys = []
             for c in range(h.channels):
@@ -187,7 +196,7 @@ class LayerModule(nn.Module):
             ys = [y.transpose(1, 2).reshape(b, y.shape[-1], *out_sp).contiguous() for y in ys]
         return self._fuse_channels(hd, ys)
 
-    def _patches(self, x, geo, mode, spatial, reference):
+    def _patches(self, x, geo, mode, spatial, reference, box_sum):
         b, cin = x.shape[:2]
         flat = x.reshape(b, cin, -1)
         if reference:
@@ -197,13 +206,15 @@ class LayerModule(nn.Module):
                 return z.permute(0, 2, 1, 3).flatten(2)
             a = aggregation_matrix(geo, spatial, x.dtype, x.device)  # [N, P]
             return (flat @ a).transpose(1, 2)
-        if mode == "aggregation":
+        if mode == "aggregation" and box_sum:
             kernel = geo.kernel_mask(x.device).to(x.dtype).expand(cin, 1, *geo.kernel)
             xp = _pad(x, geo)
             y = _CONV[geo.rank](xp, kernel, stride=geo.stride, dilation=geo.dilation, groups=cin)
             return y.flatten(2).transpose(1, 2)
         index = geo.patch_index(spatial, device=x.device)  # [P, p]
         taps = flat[:, :, index.clamp(min=0)] * (index >= 0)  # [B, C, P, p], zeros outside
+        if mode == "aggregation":
+            return taps.sum(-1).transpose(1, 2)  # [B, P, C]
         return taps.permute(0, 2, 1, 3).flatten(2)
 
     def _conv(self, hd, x, geo):

@@ -27,7 +27,9 @@ from rpn2c.ir.graph import RecurrentSpec
 class RecurrentModule(nn.Module):
     """``h_t = cell(κ(x_t) W_ihᵀ + b_ih, κ_s(h_{t−1}) W_hhᵀ + b_hh, state_{t−1})`` over layers and directions."""
 
-    def __init__(self, spec: RecurrentSpec, features: int, trace: RecurrentTrace, reference: bool):
+    def __init__(self, spec: RecurrentSpec, features: int, trace: RecurrentTrace, reference: bool,
+                 fused: bool = False):
+        """``fused``: the optimiser's ``fused_recurrent`` rule fired (identity κ_state); else a time loop."""
         super().__init__()
         self.spec, self.reference = spec, reference
         self.cell = spec.cell.component
@@ -36,7 +38,7 @@ class RecurrentModule(nn.Module):
             [spec.kappa.component.build((features if i == 0 else h * spec.directions,)) for i in range(spec.layers)])
         self.kappa_state = nn.ModuleList([spec.kappa_state.component.build((h,)) for _ in range(spec.layers)])
         self.identity_kappa = spec.kappa.name == "identity"
-        self.fused = spec.kappa_state.name == "identity"
+        self.fused = fused and spec.kappa_state.name == "identity"
         self._names: list[list[str]] = []
         bound = 1 / math.sqrt(h)
         for i in range(spec.layers):

@@ -33,7 +33,7 @@ class _Usage(Exception):
 
 def _graph(args):
     from rpn2c.api import check_file
-    from rpn2c.passes.plan import optimize
+    from rpn2c.passes import optimize
 
     _read(args.spec)
     return optimize(check_file(args.spec, model=args.model, root=args.root))
@@ -59,8 +59,15 @@ def cmd_graph(args) -> int:
     from rpn2c.runtime.export import to_dot, to_mermaid
 
     graph = _graph(args)
-    text = {"dot": to_dot, "mermaid": to_mermaid, "json": lambda g: g.to_json(indent=2)}[args.format](graph)
+    text = {"dot": to_dot, "mermaid": to_mermaid, "json": lambda g: g.to_json(indent=2, kernels=True)}[args.format](graph)
     _out(text.rstrip("\n"))
+    return EXIT_OK
+
+
+def cmd_explain(args) -> int:
+    from rpn2c.runtime.explain import explain_text
+
+    _out(explain_text(_graph(args), args.format))
     return EXIT_OK
 
 
@@ -123,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--format", choices=["table", "json"], default="table")
     s = spec_cmd("graph", "print the IR graph", cmd_graph)
     s.add_argument("--format", choices=["dot", "mermaid", "json"], default="dot")
+    s = spec_cmd("explain", "show the optimiser's decisions: rules fired per layer, where they are defined, "
+                            "kernels and estimated cost", cmd_explain)
+    s.add_argument("--format", choices=["text", "json"], default="text")
     s = sub.add_parser("fmt", help="print the canonical form of a spec", description="print the canonical form")
     s.add_argument("spec")
     g = s.add_mutually_exclusive_group()

@@ -19,6 +19,8 @@ def to_dot(graph: Graph) -> str:
         label = f"{n.id}|{describe(n)}|{n.type}"
         if n.params:
             label += f"|{n.params:,} params"
+        if n.plan:
+            label += f"|kernels: {', '.join(n.plan)}"
         shape = ", shape=ellipse" if n.kind == "input" else ""
         text = _dot_escape(label).replace("\\|", "|") if shape == "" else _dot_escape(f"{n.id}: {n.type}")
         lines.append(f'  "{_dot_escape(n.id)}" [label="{{{text}}}"{shape}];' if not shape
@@ -45,6 +47,8 @@ def to_mermaid(graph: Graph) -> str:
     lines = ["flowchart TD"]
     for n in graph.nodes():
         label = f"{n.id}<br/>{describe(n)}<br/>{n.type}"
+        if n.plan:
+            label += f"<br/>kernels: {', '.join(n.plan)}"
         if n.kind == "input":
             lines.append(f'  {_mermaid_id(n.id)}(["{_mermaid_text(label)}"])')
         else:

@@ -62,7 +62,7 @@ def _threads(n: int | None):
 def _graph(args):
     """The checked, optimised IR graph of ``args.spec`` and its text (SpecError propagates: exit 1)."""
     from rpn2c.api import check_file
-    from rpn2c.passes.plan import optimize
+    from rpn2c.passes import optimize
 
     text = _read(args.spec)
     return optimize(check_file(args.spec, model=args.model, root=args.root)), text

@@ -1,0 +1,72 @@
+"""Graph-level canonicalisation: dead-code elimination and common-subexpression elimination of operations.
+
+- DCE: a node from which no model output is reachable never runs and owns no parameters.
+- CSE: two parameter-free, deterministic operations of the same kind on the same inputs compute the same value;
+  the later one is replaced by the earlier (its consumers are rewired).
+Both record what they did on ``graph.log`` so ``rpn2c explain`` can show it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import networkx as nx
+
+from rpn2c.ir.graph import Graph
+
+_RANDOM = ("dropout",)  # operations that draw random numbers are never merged
+
+
+@dataclass(frozen=True)
+class GraphRewrite:
+    rule: str
+    node: str
+    detail: str
+    span: object
+
+    def to_json(self) -> dict:
+        return {"rule": self.rule, "node": self.node, "detail": self.detail, "span": str(self.span)}
+
+
+def dead_code(graph: Graph) -> list[GraphRewrite]:
+    """Remove every non-input node that reaches no output."""
+    live = set(graph.outputs)
+    for out in graph.outputs:
+        live |= nx.ancestors(graph.g, out)
+    done = []
+    for nid in sorted(set(graph.g.nodes) - live - set(graph.inputs)):
+        node = graph.node(nid)
+        done.append(GraphRewrite("dead_code", nid, f"'{nid}' reaches no output: removed "
+                                                   f"({node.params:,} parameters)", node.span))
+        graph.g.remove_node(nid)
+    return done
+
+
+def _op_key(graph: Graph, nid: str) -> str | None:
+    node = graph.node(nid)
+    if node.kind != "op" or node.params or any(r in node.op.name for r in _RANDOM):
+        return None
+    preds = sorted(graph.preds(nid).items())
+    return json.dumps([node.op.canonical(), preds], sort_keys=True, default=str)
+
+
+def common_ops(graph: Graph) -> list[GraphRewrite]:
+    """Merge identical parameter-free operations on identical inputs (outputs are never merged away)."""
+    seen: dict[str, str] = {}
+    done = []
+    for node in graph.nodes():
+        key = _op_key(graph, node.id)
+        if key is None:
+            continue
+        if key not in seen or node.id in graph.outputs:
+            seen.setdefault(key, node.id)
+            continue
+        keep = seen[key]
+        if any(graph.g.has_edge(keep, dst) for dst in graph.g.successors(node.id)):
+            continue  # one consumer reading both: the IR has one edge per (producer, consumer) pair
+        for _, dst, data in list(graph.g.out_edges(node.id, data=True)):
+            graph.g.add_edge(keep, dst, **data)
+        graph.g.remove_node(node.id)
+        done.append(GraphRewrite("common_op", node.id, f"'{node.id}' = '{keep}' ({node.op}): merged", node.span))
+    return done

@@ -1,0 +1,33 @@
+"""Layers of attention heads: H identical softmax-bilinear heads as one batched scaled_dot_product_attention."""
+
+from __future__ import annotations
+
+from rpn2c.passes.rule import Rule, Site
+
+
+def _attention_head(h) -> bool:
+    xi = h.xi.get("xi_instance")
+    return (set(h.xi) == {"xi_instance"} and xi.name in ("low_rank_bilinear", "bilinear") and xi.component.hp.softmax
+            and h.kappa.name == "identity" and h.psi.name == "identity" and h.channels == 1 and h.groups == 1
+            and h.bias != "untied")
+
+
+def _same_heads(spec) -> bool:
+    def key(h):
+        return {k: v for k, v in h.canonical().items() if k != "name"}
+
+    return all(key(h) == key(spec.heads[0]) for h in spec.heads[1:])
+
+
+def _fusable(s: Site) -> bool:
+    spec, traces = s.node.layer, s.node.trace["heads"]
+    return (len(spec.heads) > 1 and all(_attention_head(h) for h in spec.heads)
+            and all(t.view == "items" for t in traces) and _same_heads(spec))
+
+
+ATTENTION_RULES: tuple[Rule, ...] = (
+    Rule("fused_heads", "layer", "heads", _fusable,
+         "H identical attention heads: values by one einsum, one batched [B, H, N, r] "
+         "scaled_dot_product_attention instead of H calls",
+         "RPN 2 §6.4 Transformer as multi-head bilinear ξ; torch SDPA", benefit=2),
+)

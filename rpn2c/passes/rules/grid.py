@@ -1,0 +1,81 @@
+"""Grid heads (images, signals, volumes): the patch interdependence ξ fused with κ and ψ into native kernels.
+
+Slot ``grid``: how ``κ(X·A_patch)·ψᵀ`` is computed — one convolution, a box-sum convolution, or a patch gather.
+Slot ``pool``: a patch compression κ (ψ = eye) as native max/avg pooling.
+"""
+
+from __future__ import annotations
+
+from rpn2c.passes.cost import Cost, elements
+from rpn2c.passes.rule import Rule, Site
+
+
+def _grid_xi(s: Site):
+    use = s.head.xi.get("xi_attribute")
+    return None if use is None or getattr(use.component, "kind", "") != "grid" else use.component
+
+
+def _grid_head(s: Site) -> bool:
+    return s.trace.view == "grid" and not s.trace.grid_kappa and _grid_xi(s) is not None
+
+
+def _dims(s: Site):
+    """(C_in, N, P, p, D, n·channels) of a grid head: D is κ's width on one patch (C·p·d when elementwise)."""
+    geo, t = s.trace.geometry, s.trace
+    n_in = elements(*s.data.spatial)
+    p_out = elements(*t.spatial_out) if t.spatial_out else n_in
+    n = (s.head.out or t.d) * s.head.channels
+    return s.data.features, n_in, p_out, geo.patch_size, t.d, n
+
+
+def _conv_cost(s: Site) -> Cost:
+    c, n_in, p_out, p, d, n = _dims(s)
+    # literal: X·A_patch with the [N, P·p] padding matrix per channel, κ, then ψ; conv: ψ on the fly
+    before = c * n_in * p_out * p + p_out * d * n
+    after = p_out * d * n // s.head.groups
+    return Cost(before, after, 8 * (n_in * p_out * p + p_out * d), 8 * (d // p * n_in + p_out * n))
+
+
+def _gather_cost(s: Site) -> Cost:
+    c, n_in, p_out, p, d, n = _dims(s)
+    before = c * n_in * p_out * p + p_out * d * n
+    after = p_out * d * n // s.head.groups
+    return Cost(before, after, 8 * (n_in * p_out * p + p_out * d), 8 * p_out * d)
+
+
+def _box_cost(s: Site) -> Cost:
+    c, n_in, p_out, p, d, n = _dims(s)
+    return Cost(c * n_in * p_out + p_out * d * n, c * p_out * p + p_out * d * n, 8 * n_in * p_out, 8 * c * p_out)
+
+
+def _pool_cost(s: Site) -> Cost:
+    c, n_in = s.data.features, elements(*s.data.spatial)
+    geo = s.trace.geometry or s.head.kappa.component.geometry(len(s.data.spatial))
+    p_out, p = elements(*geo.out_spatial(tuple(s.data.spatial))), geo.patch_size
+    return Cost(c * n_in * p_out * p, c * p_out * p, 8 * (n_in * p_out * p + c * p_out * p), 8 * c * p_out)
+
+
+def _native_pool(s: Site) -> bool:
+    k = s.head.kappa.component
+    return (s.trace.grid_kappa and getattr(k, "grid_only", False) and k.family == "compression"
+            and hasattr(k, "native_pooling") and k.native_pooling(len(s.data.spatial)))
+
+
+GRID_RULES: tuple[Rule, ...] = (
+    Rule("conv", "head", "grid",
+         lambda s: _grid_head(s) and _grid_xi(s).mode == "padding" and s.head.kappa.component.elementwise,
+         "padding-mode grid ξ + elementwise κ + ψ = one convolution over the C·d expanded channels (κ commutes "
+         "with the patch gather; padded cells read κ(0)); ψ reshaped to the conv kernel",
+         "RPN 2 eq (26)-(27), §5.2 grid-based ξ; CNN as a special case (§6.1)", benefit=3, cost=_conv_cost),
+    Rule("box_sum", "head", "grid",
+         lambda s: _grid_head(s) and _grid_xi(s).mode == "aggregation",
+         "aggregation-mode grid ξ sums each patch: a depthwise convolution with the patch mask as kernel",
+         "RPN 2 §5.2 (aggregation mode)", benefit=2, cost=_box_cost),
+    Rule("gather_patches", "head", "grid",
+         lambda s: _grid_head(s) and _grid_xi(s).mode == "padding",
+         "patches by index (out-of-grid taps read 0), then κ per patch and ψ: never the [N, P·p] matrix",
+         "RPN 2 eq (26), §5.2", benefit=1, cost=_gather_cost),
+    Rule("pool", "head", "pool", _native_pool,
+         "a max/min/sum/mean patch compression with zero padding = native pooling (max_pool / depthwise conv)",
+         "RPN 2 §7.2 geometric compression, eq (90)", benefit=2, cost=_pool_cost),
+)

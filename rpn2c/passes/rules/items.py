@@ -1,0 +1,51 @@
+"""Item and vector heads: where ψ is applied relative to the instance ξ, and κ shared across channels.
+
+Slot ``order``: project to n before the instance interdependence (``A(κψᵀ) = (Aκ)ψᵀ``).
+Slot ``share``: one κ_ξ(X) for all channels when ξ has no parameters.
+Slot ``xi``: structured interdependence through its own kernel instead of the literal matrix.
+"""
+
+from __future__ import annotations
+
+from rpn2c.passes.cost import Cost, size
+from rpn2c.passes.rule import Rule, Site
+
+
+def _xi_paramless(s: Site) -> bool:
+    return all(getattr(u.component, "kind", "static") in ("static", "grid") for u in s.head.xi.values())
+
+
+def _items(s: Site) -> bool:
+    return s.trace.view in ("items", "vector") and not s.trace.grid_kappa
+
+
+def _project_first_cost(s: Site) -> Cost:
+    t = s.trace
+    n_q, n_k = size(t.n_out), size(t.nz)
+    d, n = t.d, (s.head.out or t.d)
+    # A [N', N] applied to κ [N, D] then ψ, versus ψ first and A on [N, n]
+    return Cost(n_q * n_k * d + n_q * d * n, n_k * d * n + n_q * n_k * n, 8 * n_q * d, 8 * n_k * n)
+
+
+def _share_cost(s: Site) -> Cost:
+    t, c = s.trace, s.head.channels
+    k = size(t.nz) * t.d
+    return Cost(c * k, k, 8 * c * k, 8 * k)
+
+
+ITEMS_RULES: tuple[Rule, ...] = (
+    Rule("project_first", "head", "order",
+         lambda s: _items(s) and "xi_instance" in s.head.xi and "xi_attribute_post" not in s.head.xi,
+         "instance ξ commutes with ψ: A(κ ψᵀ) = (A κ)ψᵀ, so reconcile to n first (n < D in every expansion)",
+         "RPN 2 eq (26) associativity; GCN's XW-first (Kipf & Welling)", benefit=2, cost=_project_first_cost),
+    Rule("shared_kappa", "head", "share",
+         lambda s: _items(s) and s.head.channels > 1 and _xi_paramless(s) and "xi_instance" not in s.head.xi,
+         "parameter-free ξ before κ: κ_ξ(X) is the same for every channel, computed once",
+         "RPN 2 eq (30) multi-channel heads", benefit=1, cost=_share_cost),
+    Rule("structured_xi", "head", "xi",
+         lambda s: _items(s) and any(getattr(u.component, "kind", "") in ("static", "data")
+                                     for u in s.head.xi.values()),
+         "chain → shifts/scans, graph → gather/index_add on the edge list, bilinear+softmax → "
+         "scaled_dot_product_attention: the interdependence matrix is never built",
+         "RPN 2 §5.3-5.5; other_seeds §sparse-matrix view", benefit=1),
+)

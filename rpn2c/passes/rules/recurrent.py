@@ -1,0 +1,16 @@
+"""Recurrent layers: the gate heads with chain-fed state, as torch's fused kernel or a loop over time steps."""
+
+from __future__ import annotations
+
+from rpn2c.passes.rule import Rule, Site
+
+RECURRENT_RULES: tuple[Rule, ...] = (
+    Rule("fused_recurrent", "recurrent", "recurrence",
+         lambda s: s.node.layer.kappa_state.name == "identity",
+         "identity κ_state: the gate heads and chain feedback are torch's fused RNN/GRU/LSTM kernel (κ on the "
+         "input is applied to the whole sequence first)",
+         "RPN 2 eq (175) chain ξ fed back; torch._VF.rnn_tanh/gru/lstm", benefit=2),
+    Rule("time_loop", "recurrent", "recurrence", lambda s: True,
+         "a loop over time steps: input gates for all steps at once, the state gates per step (any κ_state)",
+         "RPN 2 eq (175) chain ξ fed back", benefit=1),
+)

@@ -1,0 +1,48 @@
+"""``rpn2c explain``: for each node, at its source location, the rules that fired, where each rule is defined,
+the kernel chosen and the estimated cost before and after; then the graph rewrites (dead code, merged ops)."""
+
+from __future__ import annotations
+
+import json
+
+from rpn2c.ir.graph import Graph
+from rpn2c.runtime.report import describe
+
+
+def explain_json(graph: Graph) -> dict:
+    nodes = []
+    for n in graph.nodes():
+        if n.kind not in ("layer", "recurrent"):
+            continue
+        nodes.append({"node": n.id, "at": str(n.span), "recipe": describe(n), "type": str(n.type),
+                      "decisions": [d.to_json() for d in n.decisions]})
+    return {"model": graph.name, "nodes": nodes, "graph_rewrites": [r.to_json() for r in graph.log]}
+
+
+def render_explain(graph: Graph) -> str:
+    lines = [f"model {graph.name}: {len(graph.log)} graph rewrite(s), "
+             f"{sum(len(n.decisions) for n in graph.nodes())} kernel decision(s)"]
+    for r in graph.log:
+        lines.append(f"{r.span}: {r.rule}: {r.detail}")
+    for n in graph.nodes():
+        if n.kind not in ("layer", "recurrent"):
+            continue
+        lines.append("")
+        lines.append(f"{n.span}: {n.id} = {n.layer.kind}  {n.type}  ({describe(n)})")
+        if not n.decisions:
+            plain = n.kind == "layer" and all(not h.xi for h in n.layer.heads)
+            lines.append("  no rule fired: " + ("κ then ψ, no interdependence to fuse" if plain else
+                                                "the generic default lowering runs (patches by index, ξ applied "
+                                                "by the component)"))
+        for d in n.decisions:
+            head = f" [head {d.head}]" if d.head and len(getattr(n.layer, "heads", ())) > 1 else ""
+            lines.append(f"  {d.slot:<10} {d.rule}{head}   defined at {d.location}")
+            lines.append(f"  {'':<10} {d.why}")
+            lines.append(f"  {'':<10} paper: {d.paper}")
+            if d.cost is not None:
+                lines.append(f"  {'':<10} estimated: {d.cost}")
+    return "\n".join(lines)
+
+
+def explain_text(graph: Graph, fmt: str = "text") -> str:
+    return json.dumps(explain_json(graph), indent=2) if fmt == "json" else render_explain(graph)
