@@ -8,6 +8,9 @@ interleaved, medians of ``torch.utils.benchmark`` blocked autorange; ratios are 
 
     python benchmarks/bench_backbones.py                       # CPU, markdown table
     python benchmarks/bench_backbones.py --device cuda --compile --json out.json
+
+Kept for the reference-lowering column and the figures recorded with it; the paired ABBA harness with the issue's
+workloads, peak memory and ``torch.compile`` of both sides is ``python -m benchmarks`` (``benchmarks/harness.py``).
 """
 
 from __future__ import annotations

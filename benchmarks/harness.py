@@ -1,0 +1,378 @@
+"""Paired ABBA timing of compiled specs against hand-written modules, peak memory in subprocesses, reports.
+
+Method: both modules live in one process; each *round* runs A B B A (A = rpn2c, B = hand-written), every slot
+calling the function ``number`` times; the round's ratio is (A1 + A2) / (B1 + B2), which cancels any drift that
+is linear over the round. The result is the median of the per-round ratios and their 25–75% range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable
+
+import torch
+
+from benchmarks import workloads as W
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+# ------------------------------------------------------------------------------------------------ timing core
+def quantile(xs: list[float], q: float) -> float:
+    """Linear-interpolated quantile of ``xs`` (q in [0, 1])."""
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def _slot(fn: Callable, number: int, timer: Callable[[], float], sync: Callable | None) -> float:
+    t0 = timer()
+    for _ in range(number):
+        fn()
+    if sync is not None:
+        sync()
+    return timer() - t0
+
+
+def abba(fn_a: Callable, fn_b: Callable, rounds: int, number: int = 1, timer: Callable[[], float] = time.perf_counter,
+         sync: Callable | None = None) -> list[tuple[float, float]]:
+    """``rounds`` rounds of A B B A; per round the mean seconds per call of A and of B."""
+    out = []
+    for _ in range(rounds):
+        a1 = _slot(fn_a, number, timer, sync)
+        b1 = _slot(fn_b, number, timer, sync)
+        b2 = _slot(fn_b, number, timer, sync)
+        a2 = _slot(fn_a, number, timer, sync)
+        out.append(((a1 + a2) / (2 * number), (b1 + b2) / (2 * number)))
+    return out
+
+
+def summarize(pairs: list[tuple[float, float]]) -> dict:
+    """Paired-median ratio A/B, its 25–75% range over rounds, and the median ms of each side."""
+    ratios = [a / b for a, b in pairs]
+    return {"ratio": statistics.median(ratios), "q25": quantile(ratios, 0.25), "q75": quantile(ratios, 0.75),
+            "spec_ms": statistics.median(a for a, _ in pairs) * 1e3,
+            "hand_ms": statistics.median(b for _, b in pairs) * 1e3, "rounds": len(pairs)}
+
+
+def calibrate(fn: Callable, min_time: float, timer: Callable[[], float] = time.perf_counter,
+              sync: Callable | None = None, limit: int = 10_000) -> int:
+    """Calls per slot so that one slot takes at least ``min_time`` seconds (doubling from 1)."""
+    number = 1
+    while number < limit:
+        if _slot(fn, number, timer, sync) >= min_time:
+            break
+        number *= 2
+    return number
+
+
+def compare(fn_a: Callable, fn_b: Callable, *, rounds: int, min_time: float, warmup: int,
+            sync: Callable | None = None) -> dict:
+    """Warm up both, calibrate on the slower one, then :func:`abba` and :func:`summarize`."""
+    for _ in range(warmup):
+        fn_a()
+        fn_b()
+    number = max(calibrate(fn_a, min_time, sync=sync), calibrate(fn_b, min_time, sync=sync))
+    out = summarize(abba(fn_a, fn_b, rounds, number, sync=sync))
+    out["number"] = number
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ one workload
+def _prepare(pair: W.Pair, device: str, dtype: torch.dtype):
+    spec = pair.spec.to(device=device, dtype=dtype)
+    hand = pair.hand.to(device=device, dtype=dtype)
+    ins = tuple(i.to(device=device, dtype=dtype) if i.is_floating_point() else i.to(device)
+                for i in pair.inputs(False))
+    return spec, hand, ins
+
+
+def step_fns(module, inputs):
+    """(forward without grad, forward + backward) closures for ``module`` on ``inputs``."""
+    params = [p for p in module.parameters() if p.requires_grad]
+
+    def fwd():
+        with torch.no_grad():
+            module(*inputs)
+
+    def fwd_bwd():
+        module(*inputs).float().square().mean().backward()
+        for p in params:
+            p.grad = None
+
+    return fwd, fwd_bwd
+
+
+def time_workload(w: W.Workload, sizes: dict, args) -> dict:
+    """Build, check equality in float64, then time forward and forward+backward (ABBA)."""
+    pair = w.build(sizes)
+    err = W.check_equal(pair, w.tol)
+    dtype, device = DTYPES[args.dtype], args.device
+    spec, hand, ins = _prepare(pair, device, dtype)
+    if args.compile:
+        # every compiled spec shares CompiledModel.forward's code object: without a reset, the recompiles of
+        # earlier workloads use up dynamo's recompile limit and later specs silently run eagerly
+        torch._dynamo.reset()
+        spec = torch.compile(spec, backend=args.backend)
+        hand = torch.compile(hand, backend=args.backend)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else None
+    row = {"workload": w.name, "title": pair.title, "mode": f"compile ({args.backend})" if args.compile else "eager",
+           "check_max_abs_err": err, "note": pair.note}
+    sf, sfb = step_fns(spec, ins)
+    hf, hfb = step_fns(hand, ins)
+    kw = {"rounds": args.rounds, "min_time": args.min_time, "warmup": args.warmup, "sync": sync}
+    for key, fa, fb, train in (("fwd", sf, hf, False), ("fwd_bwd", sfb, hfb, True)):
+        spec.train(train), hand.train(train)
+        try:
+            row[key] = compare(fa, fb, **kw)
+        except Exception as exc:  # e.g. one side fails under torch.compile: keep the other column
+            row[key] = {"error": _short(exc)}
+    return row
+
+
+def _short(exc: BaseException) -> str:
+    return (f"{type(exc).__name__}: {exc}".splitlines() or [""])[0][:300]
+
+
+def build_workload(w: W.Workload, sizes: dict) -> dict:
+    """Milliseconds (median of ``repeats``) for ``rpn2c.check`` and ``rpn2c.compile`` of the workload's spec."""
+    import rpn2c
+
+    text = w.build(sizes)
+    times = {"check": [], "compile": []}
+    for _ in range(sizes["repeats"]):
+        for name, fn in (("check", rpn2c.check), ("compile", rpn2c.compile)):
+            t0 = time.perf_counter()
+            fn(text)
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    return {"workload": w.name, "title": f"build of a {sizes['layers']}-layer spec", "mode": "-",
+            "check_ms": statistics.median(times["check"]), "compile_ms": statistics.median(times["compile"]),
+            "check_ms_all": times["check"], "compile_ms_all": times["compile"], "note": ""}
+
+
+# ------------------------------------------------------------------------------------------------ memory
+def memory_args(w: W.Workload, side: str, args) -> list[str]:
+    """The command line of one peak-memory measurement (``python -m benchmarks.memory WORKLOAD SIDE ...``)."""
+    cmd = [sys.executable, "-m", "benchmarks.memory", w.name, side, "--device", args.device, "--dtype", args.dtype,
+           "--threads", str(args.threads)]
+    if args.quick:
+        cmd.append("--quick")
+    if args.compile:
+        cmd += ["--compile", "--backend", args.backend]
+    for s in args.size or []:
+        cmd += ["--size", s]
+    return cmd
+
+
+def measure_memory(w: W.Workload, args) -> dict:
+    """Peak memory of the spec and the hand-written side, each in its own process; ratio of the increases
+    above the post-build baseline (also the ratio of raw peaks)."""
+    out = {}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for side in ("spec", "hand"):
+        res = subprocess.run(memory_args(w, side, args), capture_output=True, text=True, cwd=root)
+        if res.returncode != 0:
+            return {"error": (res.stderr.strip().splitlines() or ["failed"])[-1]}
+        out[side] = json.loads(res.stdout.strip().splitlines()[-1])
+    s, h = out["spec"], out["hand"]
+    out["ratio"] = s["delta_bytes"] / h["delta_bytes"] if h["delta_bytes"] > 0 else float("nan")
+    out["peak_ratio"] = s["peak_bytes"] / h["peak_bytes"]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ driver
+def available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (None where unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def parse_sizes(items: list[str] | None) -> dict:
+    """``["batch=4", "T=32"]`` -> ``{"batch": 4, "T": 32}``."""
+    out = {}
+    for item in items or []:
+        k, _, v = item.partition("=")
+        if not _ or not k:
+            raise argparse.ArgumentTypeError(f"--size wants KEY=VALUE, got {item!r}")
+        out[k] = int(v)
+    return out
+
+
+def selected(args) -> list[W.Workload]:
+    names = [n for item in (args.workload or []) for n in item.split(",") if n]
+    if not names:
+        return [w for w in W.WORKLOADS.values() if w.in_quick or not args.quick]
+    unknown = [n for n in names if n not in W.WORKLOADS]
+    if unknown:
+        raise SystemExit(f"unknown workload(s) {unknown}; known: {', '.join(W.WORKLOADS)}")
+    return [W.WORKLOADS[n] for n in names]
+
+
+def run(args, report: Callable[[dict], None] = lambda row: None) -> list[dict]:
+    """Every selected workload: a row dict each (``report`` is called as each finishes)."""
+    torch.set_num_threads(args.threads)
+    overrides = parse_sizes(args.size)
+    rows = []
+    for w in selected(args):
+        sizes = W.sizes_for(w, args.quick, overrides)
+        row = {"workload": w.name, "title": w.description, "mode": "-", "note": "", "sizes": sizes}
+        try:
+            if w.kind == "build":
+                row.update(build_workload(w, sizes))
+            else:
+                need, have = (w.needs_bytes(sizes) if w.needs_bytes else 0), available_bytes()
+                if args.device == "cpu" and have is not None and need > have:
+                    row["skipped"] = f"needs about {need / 2**30:.1f} GiB, {have / 2**30:.1f} GiB available"
+                else:
+                    row.update(time_workload(w, sizes, args))
+                    if not args.no_memory:
+                        row["memory"] = measure_memory(w, args)
+        except Exception as exc:  # one broken workload must not stop the others
+            row["error"] = _short(exc)
+        gc.collect()
+        rows.append(row)
+        report(row)
+    return rows
+
+
+def machine(args) -> dict:
+    m = {"python": platform.python_version(), "torch": torch.__version__, "device": args.device,
+         "dtype": args.dtype, "threads": torch.get_num_threads(),
+         "processor": platform.processor() or platform.machine(),
+         "cpus": os.cpu_count(), "quick": bool(args.quick)}
+    if args.device.startswith("cuda"):
+        m["gpu"] = torch.cuda.get_device_name()
+    try:
+        m["load_avg"] = os.getloadavg()[0]
+    except OSError:
+        pass
+    return m
+
+
+def _r(x: dict | None) -> str:
+    return "—" if not x else "error" if "error" in x else f"{x['ratio']:.2f}"
+
+
+def _spread(x: dict | None) -> str:
+    return "—" if not x or "error" in x else f"{x['q25']:.2f}–{x['q75']:.2f}"
+
+
+def _ms(x: dict | None) -> str:
+    return "—" if not x or "error" in x else f"{x['spec_ms']:.2f} / {x['hand_ms']:.2f}"
+
+
+def markdown(rows: list[dict]) -> str:
+    """The results table (ratios are rpn2c / hand-written; lower is better) and the build-time table."""
+    out = ["| workload | fwd ratio | fwd spread | fwd+bwd ratio | fwd+bwd spread | fwd+bwd ms (rpn2c / hand) "
+           "| peak-memory ratio | mode |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+    builds = []
+    for r in rows:
+        if "check_ms" in r:
+            builds.append(r)
+            continue
+        if "error" in r or "skipped" in r:
+            out.append(f"| {r['title']} | {'skipped: ' + r['skipped'] if 'skipped' in r else 'error: ' + r['error']} "
+                       "| | | | | | |")
+            continue
+        mem = r.get("memory") or {}
+        mem_s = f"{mem['ratio']:.2f}" if "ratio" in mem else ("error" if "error" in mem else "—")
+        fb = r["fwd_bwd"]
+        out.append(f"| {r['title']} | {_r(r['fwd'])} | {_spread(r['fwd'])} | {_r(fb)} | {_spread(fb)} "
+                   f"| {_ms(fb)} | {mem_s} | {r['mode']} |")
+    if builds:
+        out += ["", "| build | rpn2c.check ms | rpn2c.compile ms |", "|---|---:|---:|"]
+        for r in builds:
+            if "error" in r:
+                out.append(f"| {r['title']} | error: {r['error']} | |")
+            else:
+                out.append(f"| {r['title']} | {r['check_ms']:.1f} | {r['compile_ms']:.1f} |")
+    notes = [f"- {r['workload']}: {r['note']}" for r in rows if r.get("note")]
+    notes += [f"- {r['workload']} ({r['mode']}) {k}: {r[k]['error']}" for r in rows for k in ("fwd", "fwd_bwd")
+              if isinstance(r.get(k), dict) and "error" in r[k]]
+    notes += [f"- {r['workload']} memory: {r['memory']['error']}" for r in rows
+              if isinstance(r.get("memory"), dict) and "error" in r["memory"]]
+    return "\n".join(out + ([""] + notes if notes else []))
+
+
+def line(row: dict) -> str:
+    """One plain-text progress line for ``row``."""
+    if "error" in row:
+        return f"{row['workload']}: error: {row['error']}"
+    if "skipped" in row:
+        return f"{row['workload']}: skipped: {row['skipped']}"
+    if "check_ms" in row:
+        return f"{row['workload']}: check {row['check_ms']:.1f} ms, compile {row['compile_ms']:.1f} ms"
+    mem = row.get("memory")
+    mem_s = "" if mem is None else f", memory {mem['ratio']:.2f}" if "ratio" in mem else ", memory error"
+    return (f"{row['workload']}: fwd {_r(row['fwd'])} [{_spread(row['fwd'])}], fwd+bwd {_r(row['fwd_bwd'])} "
+            f"[{_spread(row['fwd_bwd'])}]{mem_s} ({row['mode']})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks",
+                                 description="rpn2c specs against hand-written torch/PyG modules (paired ABBA ratios)")
+    ap.add_argument("--workload", action="append", metavar="NAME",
+                    help=f"repeatable or comma-separated; default all ({', '.join(W.WORKLOADS)})")
+    ap.add_argument("--compile", action="store_true", help="torch.compile both sides")
+    ap.add_argument("--backend", default="inductor", help="torch.compile backend (with --compile)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--quick", action="store_true", help="much smaller sizes: a smoke run")
+    ap.add_argument("--json", metavar="FILE", help="write machine info and every row as JSON")
+    ap.add_argument("--markdown", action="store_true", help="print the markdown tables at the end")
+    ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
+    ap.add_argument("--rounds", type=int, default=None, help="ABBA rounds per measurement (default 15; quick 4)")
+    ap.add_argument("--min-time", type=float, default=None,
+                    help="seconds per timed slot (default 0.05; quick 0.002)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed calls of each side first")
+    ap.add_argument("--size", action="append", metavar="KEY=VALUE",
+                    help="override a size key (batch, T, H, d, nodes, edges, ...) in every workload that has it")
+    ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    ap.add_argument("--list", action="store_true", help="list the workloads and exit")
+    return ap
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    if args.rounds is None:
+        args.rounds = 4 if args.quick else 15
+    if args.min_time is None:
+        args.min_time = 0.002 if args.quick else 0.05
+    parse_sizes(args.size)
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.list:
+        for w in W.WORKLOADS.values():
+            sys.stdout.write(f"{w.name:12s} {w.description}\n")
+        return 0
+    rows = run(args, report=lambda r: sys.stdout.write(line(r) + "\n"))
+    info = machine(args)
+    if args.markdown:
+        sys.stdout.write("\n" + markdown(rows) + "\n\n" + json.dumps(info) + "\n")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": info, "rows": rows}, f, indent=2, default=str)
+    return 1 if any("error" in r for r in rows) else 0
+
+
+__all__ = ["abba", "summarize", "calibrate", "compare", "quantile", "run", "markdown", "main", "parse_args",
+           "build_parser"]
