@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -20,6 +19,7 @@ from rpn2c.components.registry import REGISTRY, SLOT_FAMILIES, FAMILIES, ValueRe
 from rpn2c.check.values import INVALID, Scope, evaluate
 from rpn2c.errors import Diagnostics, Span, did_you_mean
 from rpn2c.ir.graph import HeadSpec, LayerSpec, Use
+from rpn2c.ir.trace import HeadTrace
 from rpn2c.ir.types import TensorType, grid, is_known, items, vector
 from rpn2c.syntax import ast
 
@@ -225,23 +225,6 @@ def _build_head(name, hs: dict[str, ast.Setting], compress, scope, diags, span) 
 
 
 # ------------------------------------------------------------------------------------------------ shape rule
-@dataclass
-class HeadTrace:
-    view: str  # vector | items | grid
-    m: int  # features of the data path (after pre)
-    n_items: Any  # items of the data path (None for vector)
-    mz: int = 0  # features entering κ
-    nz: Any = None  # items entering κ
-    d: int = 0  # κ output width (after attribute-post ξ)
-    dk: int = 0  # κ output width itself (what an attribute-post ξ acts on)
-    n: int = 0  # head output width (after channel fusion)
-    n_out: Any = None  # output items
-    spatial_out: tuple = ()
-    geometry: Any = None
-    grid_kappa: bool = False  # κ acts on grid features (pooling / elementwise over channels)
-    params: int = 0
-
-
 def _need_int(v, what, span) -> int:
     if not is_known(v):
         raise LayerShapeError(f"{what} must be a known integer, got '{v}'", span)

@@ -7,27 +7,18 @@ with G the cell's gate count, ``D_l`` = κ's width on the layer input (F for l =
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rpn2c.check.heads import LayerShapeError, _default, _int_setting, resolve_use
 from rpn2c.check.values import INVALID, Scope, evaluate
 from rpn2c.components.base import ShapeRuleError
 from rpn2c.components.registry import ValueRef
 from rpn2c.errors import Diagnostics, Span, did_you_mean
 from rpn2c.ir.graph import RecurrentSpec
+from rpn2c.ir.trace import RecurrentTrace
 from rpn2c.ir.types import TensorType, items, is_known
 
 RECURRENT_KEYS = ("cell", "out", "layers", "bidirectional", "bias", "dropout", "state", "cell_state", "kappa",
                   "kappa_state")
 STATE_KEYS = ("state", "cell_state")
-
-
-@dataclass
-class RecurrentTrace:
-    """Per-layer widths: κ output on each layer input, κ_state output on H."""
-
-    d_in: list[int]
-    d_state: int
 
 
 def build_recurrent(settings, scope: Scope, diags: Diagnostics, span: Span):

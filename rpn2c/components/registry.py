@@ -18,6 +18,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from rpn2c.ir.types import ValueRef  # noqa: F401  (hyper-parameters may name dataflow values)
+
 FAMILIES = {
     "expansion": "data expansion κ (D >= m)",
     "compression": "data compression κ (D <= m)",
@@ -52,16 +54,6 @@ class HP(BaseModel):
     """Base of every hyper-parameter schema: unknown keys are errors, values are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
-
-
-@dataclass(frozen=True)
-class ValueRef:
-    """A hyper-parameter that names a dataflow value (an edge list, a mask): resolved to an IR edge."""
-
-    name: str
-
-    def __str__(self) -> str:
-        return self.name
 
 
 class Component:

@@ -14,9 +14,8 @@ from typing import Any
 
 import networkx as nx
 
-from rpn2c.components.registry import Component, ValueRef
 from rpn2c.errors import UNKNOWN_SPAN, Span
-from rpn2c.ir.types import TensorType
+from rpn2c.ir.types import TensorType, ValueRef
 
 IR_VERSION = 1
 
@@ -25,7 +24,7 @@ IR_VERSION = 1
 class Use:
     """A component placed in a slot, with its validated hyper-parameters and where it was written."""
 
-    component: Component
+    component: Any  # a registry entry (rpn2c.components.registry.Component), validated hyper-parameters
     span: Span = UNKNOWN_SPAN
 
     @property

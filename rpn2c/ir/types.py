@@ -123,3 +123,13 @@ def dim_mul(a: Dim, b: Dim) -> Dim:
 
 def is_known(d: Dim) -> bool:
     return isinstance(d, int)
+
+
+@dataclass(frozen=True)
+class ValueRef:
+    """A hyper-parameter that names a dataflow value (an edge list, a mask): resolved to an IR edge."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name

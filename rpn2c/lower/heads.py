@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rpn2c.check.heads import HeadTrace
+from rpn2c.ir.trace import HeadTrace
 from rpn2c.components.base import XiContext
 from rpn2c.components.xi import aggregation_matrix, padding_matrix
 from rpn2c.lower.attention import fused_attention

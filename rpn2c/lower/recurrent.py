@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rpn2c.check.recurrent import RecurrentTrace
+from rpn2c.ir.trace import RecurrentTrace
 from rpn2c.ir.graph import RecurrentSpec
 
 

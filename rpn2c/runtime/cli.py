@@ -9,26 +9,8 @@ from pathlib import Path
 
 from rpn2c.errors import SpecError
 
-EXIT_OK, EXIT_SPEC, EXIT_USAGE = 0, 1, 2
-
-
-def _out(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
-
-
-def _err(text: str) -> None:
-    sys.stderr.write(text + "\n")
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _Usage(f"cannot read {path}: {exc}") from None
-
-
-class _Usage(Exception):
-    pass
+from rpn2c.runtime.common import (EXIT_OK, EXIT_SPEC, EXIT_USAGE, _err, _out, _read, _Usage,  # noqa: F401
+                                  add_spec_command)
 
 
 def _graph(args):
@@ -108,16 +90,6 @@ def cmd_components(args) -> int:
 
 
 # --------------------------------------------------------------------------------------------------- parser
-def add_spec_command(sub, name: str, help_: str, fn) -> argparse.ArgumentParser:
-    """A sub-command taking a spec file, with the shared ``--model`` and ``--root`` options."""
-    s = sub.add_parser(name, help=help_, description=help_)
-    s.add_argument("spec", help="path to a .rpn file")
-    s.add_argument("--model", help="which model of the file (default: the last one)")
-    s.add_argument("--root", help="project root that imports may not leave (default: the spec's folder)")
-    s.set_defaults(fn=fn)
-    return s
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rpn2c", description="Compiler for RPN 2 model specs (.rpn files).")
     p.add_argument("--version", action="version", version=_version())

@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from rpn2c.runtime.cli import EXIT_OK, EXIT_SPEC, _err, _out, _read, _Usage
+from rpn2c.runtime.common import EXIT_OK, EXIT_SPEC, _err, _out, _read, _Usage
 
 EXIT_INTERRUPTED = 130
 
@@ -500,7 +500,7 @@ def cmd_show(args) -> int:
 def register(sub) -> None:
     """Add ``train``, ``eval``, ``predict`` and ``show`` to the ``rpn2c`` sub-command parser."""
 
-    from rpn2c.runtime.cli import add_spec_command
+    from rpn2c.runtime.common import add_spec_command
 
     def spec_cmd(name, help_, fn):
         return add_spec_command(sub, name, help_, fn)
