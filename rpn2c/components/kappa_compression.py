@@ -182,14 +182,16 @@ class PatchPoolModule(nn.Module):
         mean_ignore = metric == "mean" and self.ignore
         if self.native:
             pads = pad_pairs(geo)
+            padded = any(pads)  # F.pad copies even when every pad is zero
             pool = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[geo.rank - 1]
             if metric == "max":
-                return pool(F.pad(x, pads, value=self.fill), geo.kernel, geo.stride, 0, geo.dilation)
+                return pool(F.pad(x, pads, value=self.fill) if padded else x, geo.kernel, geo.stride, 0, geo.dilation)
             if metric == "min":
-                return -pool(F.pad(-x, pads, value=-self.fill), geo.kernel, geo.stride, 0, geo.dilation)
+                return -pool(F.pad(-x, pads, value=-self.fill) if padded else -x, geo.kernel, geo.stride, 0,
+                             geo.dilation)
             conv = (F.conv1d, F.conv2d, F.conv3d)[geo.rank - 1]
             w = self.mask.to(x.dtype).expand(c, 1, *geo.kernel)
-            y = conv(F.pad(x, pads), w, stride=geo.stride, dilation=geo.dilation, groups=c)
+            y = conv(F.pad(x, pads) if padded else x, w, stride=geo.stride, dilation=geo.dilation, groups=c)
             if metric == "mean":
                 y = y / self.count.to(x.dtype).reshape(self.out_spatial) if self.ignore else y / geo.patch_size
             return y

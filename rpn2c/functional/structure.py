@@ -927,14 +927,16 @@ def graph_propagate(x: Tensor, src: Tensor, dst: Tensor, w: Tensor | None, n: in
     unit weights. No sparse tensors and no host synchronisation: captures with ``torch.compile(fullgraph=True)``.
     """
     d = dim % x.dim()
-    msg = x.index_select(d, src)
+    # items first and everything else flattened into rows: [N, K] (a view when the leading axes have size 1), so
+    # the gather and the scatter move whole contiguous rows (index_add along an inner axis is ~3x slower on CPU)
+    xt = x.movedim(d, 0)
+    rest = xt.shape[1:]
+    flat = xt.reshape(xt.shape[0], -1)
+    msg = flat.index_select(0, src)
     if w is not None:
-        shape = [1] * x.dim()
-        shape[d] = -1
-        msg = msg * w.to(x.dtype).reshape(shape)
-    out_shape = list(x.shape)
-    out_shape[d] = n
-    return x.new_zeros(out_shape).index_add(d, dst, msg)
+        msg = msg * w.to(x.dtype).unsqueeze(1)
+    out = flat.new_zeros(n, flat.shape[1]).scatter_add_(0, dst.unsqueeze(1).expand_as(msg), msg)
+    return out.reshape(n, *rest).movedim(0, d)
 
 
 def multihop_graph(A: Tensor, hops: int, accumulate: bool = False, include_identity: bool = True) -> Tensor:

@@ -125,7 +125,7 @@ class LayerModule(nn.Module):
             return hd.kappa(data, grid=True)
         if t.view == "grid":
             return self._grid_head(hd, data)
-        vec = t.view == "vector"
+        vec = t.view == "vector" and bool(hd.spec.xi)  # without ξ a vector head needs no item axis
         q = x.unsqueeze(1) if vec else x
         z0 = data.unsqueeze(1) if vec else data
         y = self._items_head(hd, q, z0, aux)
@@ -171,6 +171,9 @@ class LayerModule(nn.Module):
                     k = _xi(getattr(hd, "xi_instance"), c, k, q, z0, aux, ref)
                 if "xi_attribute_post" in h.xi:
                     k = _xi(getattr(hd, "xi_attribute_post"), c, k, q, z0, aux, ref)
+                if "linear" in hd.kernels:  # ψ and the bias in one addmm
+                    ys.append(F.linear(k, psi.weight, hd.bias))
+                    continue
                 y = _reconcile(h, psi, k, ref)
             ys.append(self._add_bias(hd, y))
         return self._fuse_channels(hd, ys)
@@ -218,38 +221,51 @@ class LayerModule(nn.Module):
         return taps.permute(0, 2, 1, 3).flatten(2)
 
     def _conv(self, hd, x, geo):
-        """Padding-mode grid ξ + elementwise κ + ψ as one convolution per head (channels stacked)."""
+        """Padding-mode grid ξ + elementwise κ + ψ as one convolution per head (channels stacked).
+
+        Zero padding goes to the convolution itself when κ(0) = 0 is not needed (identity κ, symmetric pads);
+        a tied bias is the convolution's bias; a single channel needs no concatenation.
+        """
         h: HeadSpec = hd.spec
         kappa = h.kappa.component
         d = kappa.degree()
         cin = x.shape[1]
-        xp = _pad(x, geo)
-        if kappa.name != "identity":
-            xp = hd.kappa(xp, grid=True)  # [B, C·d, ...]; padded cells read κ(0)
+        native_pad = (kappa.name == "identity" and geo.padding_mode == "zeros"
+                      and tuple(geo.pad_before) == tuple(geo.pad_after))
+        if native_pad:
+            xp, padding = x, tuple(geo.pad_before)
+        else:
+            xp, padding = _pad(x, geo), 0
+            if kappa.name != "identity":
+                xp = hd.kappa(xp, grid=True)  # [B, C·d, ...]; padded cells read κ(0)
         p, g = geo.patch_size, h.groups
         cg = cin // g  # input channels per group
         weights = []
         for c in range(h.channels):
             w = _channel(hd.psi, c).matrix()  # [n, (C/g)·p·d]
             n = w.shape[0]
-            w = w.reshape(n, cg, p, d).permute(0, 1, 3, 2).reshape(n, cg * d, p)
+            if d > 1:
+                w = w.reshape(n, cg, p, d).transpose(2, 3)
+            w = w.reshape(n, cg * d, p)
             if geo.taps is not None:
                 full = w.new_zeros(n, cg * d, math.prod(geo.kernel))
                 pos = torch.tensor([_flat(tp, geo.kernel) for tp in geo.tap_positions()], device=w.device)
                 w = full.index_copy(-1, pos, w)
             weights.append(w.reshape(n, cg * d, *geo.kernel))
         conv = _CONV[geo.rank]
+        tied = hd.bias is not None and h.bias == "tied"
         if g == 1:
-            y = conv(xp, torch.cat(weights), stride=geo.stride, dilation=geo.dilation)
-            ys = list(y.chunk(h.channels, dim=1))
+            weight = weights[0] if len(weights) == 1 else torch.cat(weights)
+            bias = None
+            if tied:
+                bias = hd.bias if len(weights) == 1 else hd.bias.repeat(len(weights))
+            y = conv(xp, weight, bias, stride=geo.stride, padding=padding, dilation=geo.dilation)
+            ys = [y] if h.channels == 1 else list(y.chunk(h.channels, dim=1))
         else:  # grouped: one convolution per channel keeps each channel's output blocks contiguous
-            ys = [conv(xp, w, stride=geo.stride, dilation=geo.dilation, groups=g) for w in weights]
-        if hd.bias is not None:
-            if h.bias == "tied":
-                shape = (1, -1) + (1,) * geo.rank
-                ys = [y + hd.bias.reshape(shape) for y in ys]
-            else:
-                ys = [y + hd.bias.transpose(0, 1).reshape(1, -1, *y.shape[2:]) for y in ys]
+            ys = [conv(xp, w, hd.bias if tied else None, stride=geo.stride, padding=padding, dilation=geo.dilation,
+                       groups=g) for w in weights]
+        if hd.bias is not None and not tied:
+            ys = [y + hd.bias.transpose(0, 1).reshape(1, -1, *y.shape[2:]) for y in ys]
         return ys
 
 

@@ -102,6 +102,7 @@ TARGETS = {
     "project_first": SEQ + "  y = head(x) { xi_instance = chain(hops = 2)  kappa = chebyshev(d = 3)  out = 2 }",
     "shared_kappa": SEQ + "  y = head(x) { xi_attribute = chain()  kappa = chebyshev(d = 2)  channels = 3"
                           "  out = 2 }",
+    "linear": SEQ + "  y = head(x) { kappa = chebyshev(d = 2)  out = 3 }",
     "structured_xi": SEQ + '  y = head(x) { xi_instance = chain(direction = "bidirectional")  out = 4 }',
     "fused_heads": SEQ + "  y = head(x) { heads = 3  xi_instance = low_rank_bilinear(rank = 2, causal = true)"
                          "  out = 4  fusion = concat_linear(out = 4) }",
@@ -162,7 +163,7 @@ def test_kernels_run_exactly_where_their_rule_fired():
     x = torch.randn(2, 1, 8, 8, dtype=torch.float64)
     model, graph = _build(text)
     assert {n.id: n.plan for n in graph.nodes() if n.plan} == {"c1": ["conv"], "c2": ["conv"], "p1": ["pool"],
-                                                               "p2": ["pool"]}
+                                                               "p2": ["pool"], "h": ["linear"], "y": ["linear"]}
     seen = _ops(model, x)
     assert "convolution" in seen and "max_pool2d_with_indices" in seen
     plain, _ = _build(text, disable={"conv", "pool"})
@@ -192,7 +193,7 @@ def test_explain_locates_every_decision(capsys):
     assert main(["explain", str(spec), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     rules = {(n["node"], d["rule"]) for n in data["nodes"] for d in n["decisions"]}
-    assert rules == {("c1", "conv"), ("c2", "conv"), ("p1", "pool"), ("p2", "pool")}
+    assert rules == {("c1", "conv"), ("c2", "conv"), ("p1", "pool"), ("p2", "pool"), ("h", "linear"), ("y", "linear")}
     c1 = next(n for n in data["nodes"] if n["node"] == "c1")
     assert c1["at"] == f"{spec}:16:8"
     conv = c1["decisions"][0]

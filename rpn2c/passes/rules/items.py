@@ -2,6 +2,7 @@
 
 Slot ``order``: project to n before the instance interdependence (``A(κψᵀ) = (Aκ)ψᵀ``).
 Slot ``share``: one κ_ξ(X) for all channels when ξ has no parameters.
+Slot ``psi``: an identity ψ with its bias as one linear kernel.
 Slot ``xi``: structured interdependence through its own kernel instead of the literal matrix.
 """
 
@@ -42,6 +43,11 @@ ITEMS_RULES: tuple[Rule, ...] = (
          lambda s: _items(s) and s.head.channels > 1 and _xi_paramless(s) and "xi_instance" not in s.head.xi,
          "parameter-free ξ before κ: κ_ξ(X) is the same for every channel, computed once",
          "RPN 2 eq (30) multi-channel heads", benefit=1, cost=_share_cost),
+    Rule("linear", "head", "psi",
+         lambda s: (_items(s) and s.head.psi.name == "identity" and s.head.groups == 1
+                    and s.head.bias in ("tied", "none") and "xi_instance" not in s.head.xi),
+         "identity ψ (a dense weight) with a tied bias: ψ applied and the bias added by one F.linear (addmm)",
+         "RPN 2 eq (26) with identity reconciliation: the perceptron", benefit=1),
     Rule("structured_xi", "head", "xi",
          lambda s: _items(s) and any(getattr(u.component, "kind", "") in ("static", "data")
                                      for u in s.head.xi.values()),
