@@ -190,7 +190,7 @@ class LayerModule(nn.Module):
         if "conv" in hd.kernels:
             ys = self._conv(hd, x, geo)
         else:
-            z = self._patches(x, geo, mode, spatial, self.reference, "box_sum" in hd.kernels)  # [B, P, C·p|C]
+            z = self._patches(x, geo, mode, spatial, self.reference, hd.kernels)  # [B, P, C·p|C]
             k = hd.kappa(z)
             ys = []
             for c in range(h.channels):
@@ -199,7 +199,7 @@ class LayerModule(nn.Module):
             ys = [y.transpose(1, 2).reshape(b, y.shape[-1], *out_sp).contiguous() for y in ys]
         return self._fuse_channels(hd, ys)
 
-    def _patches(self, x, geo, mode, spatial, reference, box_sum):
+    def _patches(self, x, geo, mode, spatial, reference, kernels=frozenset()):
         b, cin = x.shape[:2]
         flat = x.reshape(b, cin, -1)
         if reference:
@@ -209,7 +209,9 @@ class LayerModule(nn.Module):
                 return z.permute(0, 2, 1, 3).flatten(2)
             a = aggregation_matrix(geo, spatial, x.dtype, x.device)  # [N, P]
             return (flat @ a).transpose(1, 2)
-        if mode == "aggregation" and box_sum:
+        if mode == "padding" and "unfold_patches" in kernels:
+            return _unfold(x, geo)
+        if mode == "aggregation" and "box_sum" in kernels:
             kernel = geo.kernel_mask(x.device).to(x.dtype).expand(cin, 1, *geo.kernel)
             xp = _pad(x, geo)
             y = _CONV[geo.rank](xp, kernel, stride=geo.stride, dilation=geo.dilation, groups=cin)
@@ -267,6 +269,24 @@ class LayerModule(nn.Module):
         if hd.bias is not None and not tied:
             ys = [y + hd.bias.transpose(0, 1).reshape(1, -1, *y.shape[2:]) for y in ys]
         return ys
+
+
+def _unfold(x, geo):
+    """Padding-mode patches of a 1-D or 2-D grid by im2col (``F.unfold``): ``[B, P, C·p]``, channel-major taps.
+
+    The grid is padded first (any padding mode), so the windows are those of the patch geometry; a tap subset
+    (cylinder/sphere) keeps only its kernel-box positions.
+    """
+    b, c = x.shape[:2]
+    xp = _pad(x, geo)
+    kernel, stride, dilation = geo.kernel, geo.stride, geo.dilation
+    if geo.rank == 1:
+        xp, kernel, stride, dilation = xp.unsqueeze(2), (1, *kernel), (1, *stride), (1, *dilation)
+    cols = F.unfold(xp, kernel, dilation=dilation, stride=stride)  # [B, C·box, P]
+    if geo.taps is not None:
+        pos = torch.tensor([_flat(tp, geo.kernel) for tp in geo.tap_positions()], device=x.device)
+        cols = cols.unflatten(1, (c, -1)).index_select(2, pos).flatten(1, 2)
+    return cols.transpose(1, 2)
 
 
 def _reconcile(h: HeadSpec, psi, k, reference):

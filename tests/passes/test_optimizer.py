@@ -96,8 +96,10 @@ SEQ = "  input x: sequence[B, 5, 4]\n"
 TARGETS = {
     "conv": IMG + "  y = head(x) { xi_attribute = grid_patch(size = 3, pad = 1)  kappa = chebyshev(d = 2)  out = 3 }",
     "box_sum": IMG + '  y = head(x) { xi_attribute = grid_patch(size = 3, pad = 1, mode = "aggregation")  out = 3 }',
-    "gather_patches": IMG + "  y = head(x) { xi_attribute = grid_patch(size = 3, pad = 1)  kappa = taylor(d = 2)"
+    "unfold_patches": IMG + "  y = head(x) { xi_attribute = grid_patch(size = 3, pad = 1)  kappa = taylor(d = 2)"
                             "  out = 2 }",
+    "gather_patches": "  input x: volume[B, 1, 3, 4, 4]\n  y = head(x) { xi_attribute = grid_patch(size = 2)"
+                      "  kappa = taylor(d = 2)  out = 2 }",
     "pool": IMG + "  y = compress(x) { kappa = patch_mean(size = 2) }",
     "project_first": SEQ + "  y = head(x) { xi_instance = chain(hops = 2)  kappa = chebyshev(d = 3)  out = 2 }",
     "shared_kappa": SEQ + "  y = head(x) { xi_attribute = chain()  kappa = chebyshev(d = 2)  channels = 3"
@@ -121,7 +123,7 @@ def test_every_rule_has_a_target_program():
 @pytest.mark.parametrize("rule", sorted(TARGETS))
 def test_each_rule_fires_on_its_target_and_keeps_the_function(rule):
     text = "model target {\n" + TARGETS[rule] + "\n  return y\n}\n"
-    shape = (2, 2, 6, 6) if "image" in text else (2, 5, 4)
+    shape = (2, 2, 6, 6) if "image" in text else (2, 1, 3, 4, 4) if "volume" in text else (2, 5, 4)
     fired = _differential(text, make_inputs({"x": shape}, 3))
     assert rule in fired
 

@@ -1,6 +1,7 @@
 """Grid heads (images, signals, volumes): the patch interdependence ξ fused with κ and ψ into native kernels.
 
-Slot ``grid``: how ``κ(X·A_patch)·ψᵀ`` is computed — one convolution, a box-sum convolution, or a patch gather.
+Slot ``grid``: how ``κ(X·A_patch)·ψᵀ`` is computed — one convolution, a box-sum convolution, im2col, or a patch
+gather (any rank).
 Slot ``pool``: a patch compression κ (ψ = eye) as native max/avg pooling.
 """
 
@@ -71,6 +72,11 @@ GRID_RULES: tuple[Rule, ...] = (
          lambda s: _grid_head(s) and _grid_xi(s).mode == "aggregation",
          "aggregation-mode grid ξ sums each patch: a depthwise convolution with the patch mask as kernel",
          "RPN 2 §5.2 (aggregation mode)", benefit=2, cost=_box_cost),
+    Rule("unfold_patches", "head", "grid",
+         lambda s: _grid_head(s) and _grid_xi(s).mode == "padding" and s.trace.geometry.rank <= 2,
+         "patches of a 1-D/2-D grid by im2col (F.unfold after padding), then κ per patch and ψ: a strided copy "
+         "whose backward is col2im, not an index scatter",
+         "RPN 2 eq (26), §5.2; im2col", benefit=2, cost=_gather_cost),
     Rule("gather_patches", "head", "grid",
          lambda s: _grid_head(s) and _grid_xi(s).mode == "padding",
          "patches by index (out-of-grid taps read 0), then κ per patch and ψ: never the [N, P·p] matrix",
