@@ -265,6 +265,7 @@ class Graph(Interdependence):
 
     name, family = "graph", "interdependence"
     HP = _GraphHP
+    shareable = True  # the normalised edge list depends only on the named inputs: computed once per forward
 
     def build(self, ctx):
         return _GraphXi(self.hp, ctx.axis)
@@ -275,13 +276,25 @@ class _GraphXi(XiModule):
         super().__init__()
         self.hp, self.axis = hp, axis
         self._cache = None  # (key, (src, dst, w)) of the last graph seen
+        self.share_key = None  # set by the lowering when the optimiser's shared_xi rule merged this ξ with others
 
     def edge_list(self, aux, n, dtype, device):
         """(src, dst, w) with self-loops and normalisation applied: A[dst, src] = w. O(E).
 
-        Cached while the same edge (and weight) tensors come back unmodified — a fixed training graph is
-        normalised once, not on every forward. Not cached for weights that need gradients or while compiling.
+        Shared within one forward by every ξ the optimiser found identical (``shared_xi``: same settings, same
+        edge inputs), also under ``torch.compile``. Cached across calls while the same edge (and weight) tensors
+        come back unmodified — a fixed training graph is normalised once. Not cached across calls for weights
+        that need gradients or while compiling.
         """
+        memo = aux.get("_memo") if self.share_key is not None else None
+        if memo is not None:
+            key = (self.share_key, n, dtype, device)
+            if key not in memo:
+                memo[key] = self._edge_list(aux, n, dtype, device)
+            return memo[key]
+        return self._edge_list(aux, n, dtype, device)
+
+    def _edge_list(self, aux, n, dtype, device):
         hp = self.hp
         edges, weight = aux["edges"], aux.get("weight")
         cacheable = not torch.compiler.is_compiling() and (weight is None or not weight.requires_grad)

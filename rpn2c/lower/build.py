@@ -46,6 +46,7 @@ class CompiledModel(nn.Module):
         self.outputs = list(graph.outputs)
         self.content_hash = graph.content_hash()
         self._name = graph.name
+        self._shared = any(n.trace.get("xi_share") for n in graph.nodes() if n.kind == "layer") and not reference
         self._input_checks = {i: _InputCheck.of(t) for i, t in self.input_types.items()}
         # per output: (swap the first two axes back, drop the implicit sample axis)
         self._unbatch_flags = [_unbatch_flags(graph.node(o).type) for o in self.outputs]
@@ -56,7 +57,8 @@ class CompiledModel(nn.Module):
             x = g.node(preds["x"]).type
             ctx = g.node(preds["context"]).type if "context" in preds else None
             aux = {src: g.node(src).type for role, src in preds.items() if role.startswith("aux:")}
-            return LayerModule(node.layer, node.trace["heads"], x, ctx, aux, node.type, kernels(node), self.reference)
+            return LayerModule(node.layer, node.trace["heads"], x, ctx, aux, node.type, kernels(node), self.reference,
+                               node.trace.get("xi_share"))
         if node.kind == "recurrent":
             x = g.node(preds["x"]).type
             return RecurrentModule(node.layer, x.features, node.trace["recurrent"], self.reference,
@@ -67,10 +69,13 @@ class CompiledModel(nn.Module):
 
     def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor):
         env = self._bind(args, kwargs)
+        memo: dict = {}  # values shared by several layers within this call (rule shared_xi)
         for nid, kind, preds in self._steps:
             module = _get_path(self, nid)
             if kind == "layer":
                 aux = {role[4:]: env[src] for role, src in preds.items() if role.startswith("aux:")}
+                if self._shared:
+                    aux["_memo"] = memo
                 env[nid] = module(env[preds["x"]], env.get(preds.get("context", "")), aux)
             elif kind == "recurrent":
                 states = {role[4:]: env[src] for role, src in preds.items() if role.startswith("aux:")}

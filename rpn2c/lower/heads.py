@@ -26,7 +26,7 @@ _PAD_MODES = {"zeros": "constant", "circular": "circular", "reflect": "reflect",
 
 
 def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, data: TensorType, aux_types,
-                reference: bool, kernels: frozenset) -> None:
+                reference: bool, kernels: frozenset, shares: dict | None = None) -> None:
     """Register the head's parts on ``holder`` (the layer itself for single-head layers)."""
     holder.spec, holder.trace, holder.kernels = h, t, kernels
     c = h.channels
@@ -50,6 +50,8 @@ def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, dat
         mods = [comp.build(ctx) for _ in range(c if comp.count(ctx) else 1)]
         for m in mods:
             m.axis = axis
+            if shares and f"{h.name}:{slot}" in shares and hasattr(m, "share_key"):
+                m.share_key = shares[f"{h.name}:{slot}"]  # rule shared_xi: one computation per forward
         holder.add_module(slot, mods[0] if len(mods) == 1 else nn.ModuleList(mods))
     if h.bias == "tied":
         holder.bias = nn.Parameter(torch.zeros(n))
@@ -70,10 +72,12 @@ class LayerModule(nn.Module):
     """One IR ``layer`` node: ``post(fuse_h(fuse_c(A_i κ(Z A_a) ψ_cᵀ + b)) + π(x))``."""
 
     def __init__(self, spec: LayerSpec, traces: list[HeadTrace], x: TensorType, ctx: TensorType | None,
-                 aux_types: dict, out: TensorType, kernels: dict, reference: bool):
+                 aux_types: dict, out: TensorType, kernels: dict, reference: bool, shares: dict | None = None):
         super().__init__()
         self.reference = reference
         self.layer_kernels = frozenset(kernels.get(None, ())) if not reference else frozenset()
+
+        shares = shares if not reference else None
 
         def head_kernels(name):
             return frozenset(kernels.get(name, ())) if not reference else frozenset()
@@ -85,13 +89,13 @@ class LayerModule(nn.Module):
         self.has_context = ctx is not None
         if len(spec.heads) == 1:
             _build_head(self, spec.heads[0], traces[0], x, data, aux_types, reference,
-                        head_kernels(spec.heads[0].name))
+                        head_kernels(spec.heads[0].name), shares)
             self.head_modules = None
         else:
             self.heads = nn.ModuleDict()
             for h, t in zip(spec.heads, traces):
                 holder = nn.Module()
-                _build_head(holder, h, t, x, data, aux_types, reference, head_kernels(h.name))
+                _build_head(holder, h, t, x, data, aux_types, reference, head_kernels(h.name), shares)
                 self.heads[h.name] = holder
         self.fusion = spec.fusion.component.build([t.n for t in traces]) if spec.fusion is not None else None
         pi = spec.pi.component

@@ -3,6 +3,8 @@
 - DCE: a node from which no model output is reachable never runs and owns no parameters.
 - CSE: two parameter-free, deterministic operations of the same kind on the same inputs compute the same value;
   the later one is replaced by the earlier (its consumers are rewired).
+- shared interdependence: identical parameter-free ξ reading the same named inputs (the edge list of two GCN
+  layers) are computed once per forward; heads record a share key the lowering hands to their ξ modules.
 Both record what they did on ``graph.log`` so ``rpn2c explain`` can show it.
 """
 
@@ -69,4 +71,45 @@ def common_ops(graph: Graph) -> list[GraphRewrite]:
             graph.g.add_edge(keep, dst, **data)
         graph.g.remove_node(node.id)
         done.append(GraphRewrite("common_op", node.id, f"'{node.id}' = '{keep}' ({node.op}): merged", node.span))
+    return done
+
+
+def _xi_share_key(graph: Graph, node, head, slot, use) -> str | None:
+    comp = use.component
+    if not getattr(comp, "shareable", False):
+        return None
+    preds = graph.preds(node.id)
+    inputs = sorted((k, preds.get(f"aux:{k}", "")) for k, _ in comp.value_refs())
+    return json.dumps([use.canonical(), slot.startswith("xi_attribute"), inputs], sort_keys=True, default=str)
+
+
+def shared_interdependence(graph: Graph) -> list[GraphRewrite]:
+    """Give identical shareable ξ across heads and layers one share key (``node.trace['xi_share']``)."""
+    first: dict[str, str] = {}
+    done = []
+    for node in graph.nodes():
+        if node.kind != "layer":
+            continue
+        shares = {}
+        for h in node.layer.heads:
+            for slot, use in h.xi.items():
+                key = _xi_share_key(graph, node, h, slot, use)
+                if key is None:
+                    continue
+                if key not in first:
+                    first[key] = f"{node.id}.{h.name}.{slot}"
+                    continue
+                shares[f"{h.name}:{slot}"] = first[key]
+                done.append(GraphRewrite("shared_xi", node.id, f"{slot} = {use} of '{node.id}' is the one of "
+                                                               f"'{first[key].split('.')[0]}': computed once",
+                                         use.span))
+        node.trace["xi_share"] = shares
+    # the first occurrence of a shared ξ needs the key too
+    used = {v for n in graph.nodes() if n.kind == "layer" for v in n.trace.get("xi_share", {}).values()}
+    for node in graph.nodes():
+        if node.kind == "layer":
+            for h in node.layer.heads:
+                for slot in h.xi:
+                    if f"{node.id}.{h.name}.{slot}" in used:
+                        node.trace["xi_share"][f"{h.name}:{slot}"] = f"{node.id}.{h.name}.{slot}"
     return done

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from rpn2c.ir.graph import Graph
-from rpn2c.passes.canonical import common_ops, dead_code
+from rpn2c.passes.canonical import common_ops, dead_code, shared_interdependence
 from rpn2c.passes.rule import Decision, Rule, Site
 from rpn2c.passes.rules import RULES
 
-GRAPH_RULES = ("dead_code", "common_op")
+GRAPH_RULES = ("dead_code", "common_op", "shared_xi")
 
 
 def rule_names() -> list[str]:
@@ -46,6 +46,11 @@ def optimize(graph: Graph, disable: Iterable[str] = ()) -> Graph:
         log += dead_code(graph)
     if "common_op" not in disable:
         log += common_ops(graph)
+    if "shared_xi" not in disable:
+        log = [r for r in log if r.rule != "shared_xi"] + shared_interdependence(graph)
+    else:
+        for node in graph.nodes():
+            node.trace.pop("xi_share", None)
     graph.log = log
     enabled = [r for r in RULES if r.name not in disable]
     for node in graph.nodes():

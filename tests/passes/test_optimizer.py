@@ -111,6 +111,9 @@ TARGETS = {
     "fused_recurrent": SEQ + "  y = recurrent(x) { cell = lstm  out = 3  layers = 2 }",
     "time_loop": SEQ + "  y = recurrent(x) { cell = gru  out = 3  kappa_state = chebyshev(d = 2) }",
     "dead_code": SEQ + "  z = head(x) { out = 7 }\n  y = head(x) { out = 2 }",
+    "shared_xi": "  input x: nodes[N, 3]\n  input edges: edges[2, E]\n"
+                 "  a = head(x) { xi_instance = graph(edges = edges, norm = \"symmetric\")  out = 4  post = [relu] }\n"
+                 "  y = head(a) { xi_instance = graph(edges = edges, norm = \"symmetric\")  out = 2 }",
     "common_op": IMG + "  a = flatten(x)\n  b = flatten(x)\n  c = relu(b)\n  s = add(a, c)\n"
                      "  y = head(s) { out = 2 }",
 }
@@ -124,7 +127,8 @@ def test_every_rule_has_a_target_program():
 def test_each_rule_fires_on_its_target_and_keeps_the_function(rule):
     text = "model target {\n" + TARGETS[rule] + "\n  return y\n}\n"
     shape = (2, 2, 6, 6) if "image" in text else (2, 1, 3, 4, 4) if "volume" in text else (2, 5, 4)
-    fired = _differential(text, make_inputs({"x": shape}, 3))
+    shapes = {"x": (5, 3), "edges": ("edges", 5, 9)} if "edges" in text else {"x": shape}
+    fired = _differential(text, make_inputs(shapes, 3))
     assert rule in fired
 
 
@@ -215,3 +219,20 @@ def test_check_kernel_column_is_the_explain_record(capsys):
     assert record and all(table[k] == v for k, v in record.items())
     main(["graph", str(spec), "--format", "dot"])
     assert "kernels: fused_heads" in capsys.readouterr().out
+
+
+def test_two_gcn_layers_normalise_their_shared_edges_once_per_call():
+    """CSE of interdependence: the edge normalisation runs once per forward, also where nothing is cached."""
+    from unittest import mock
+
+    from rpn2c.functional import structure
+
+    text = (ROOT / "specs" / "gcn.rpn").read_text(encoding="utf-8")
+    graph = optimize(rpn2c.check(text))
+    assert [r.rule for r in graph.log] == ["shared_xi"]
+    x, edges = torch.randn(34, 34, dtype=torch.float64), torch.randint(0, 34, (2, 60))
+    for disable, calls in (((), 1), (("shared_xi",), 2)):
+        model, _ = _build(text, disable=disable)
+        with mock.patch.object(structure, "graph_norm_weights", wraps=structure.graph_norm_weights) as norm:
+            model(x, edges.clone())
+        assert norm.call_count == calls, disable

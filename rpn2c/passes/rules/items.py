@@ -51,7 +51,7 @@ ITEMS_RULES: tuple[Rule, ...] = (
     Rule("structured_xi", "head", "xi",
          lambda s: _items(s) and any(getattr(u.component, "kind", "") in ("static", "data")
                                      for u in s.head.xi.values()),
-         "chain → shifts/scans, graph → gather/index_add on the edge list, bilinear+softmax → "
+         "chain → shifts/scans, graph → gather/scatter_add on the edge list, bilinear+softmax → "
          "scaled_dot_product_attention: the interdependence matrix is never built",
          "RPN 2 §5.3-5.5; other_seeds §sparse-matrix view", benefit=1),
 )
