@@ -180,3 +180,22 @@ def test_inductor_fullgraph_matches_eager(name):
     path, model = BACKBONES[name]
     graph, eager, compiled = _spec_pair(path, model, {"fullgraph": True, "backend": "inductor"})
     _assert_matches_eager(eager, compiled, random_inputs(graph), rtol=1e-9, atol=1e-9)
+
+
+def test_compiled_lstm_trains_on_cpu_with_inductor():
+    """torch <= 2.13 cannot differentiate oneDNN's LSTM kernel under AOTAutograd (pytorch/pytorch#158007): a
+    compiled LSTM on CPU takes the time loop, and its outputs and gradients equal the eager fused kernel."""
+    torch._dynamo.reset()
+    inner = torch.nn.LSTM(4, 5, batch_first=True)
+    spec = rpn2c.from_torch(inner, (torch.randn(2, 3, 4),))
+    eager = rpn2c.compile(spec.text)
+    eager.load_state_dict(spec.state_dict)
+    compiled = rpn2c.compile(spec.text, torch_compile={"fullgraph": True})
+    compiled._orig_mod.load_state_dict(spec.state_dict)
+    x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0))
+    y, y_ref = compiled(x), eager(x)
+    assert_close(y, y_ref, rtol=1e-5, atol=1e-6)
+    y.square().sum().backward()
+    y_ref.square().sum().backward()
+    for (name, p), q in zip(compiled._orig_mod.named_parameters(), eager.parameters()):
+        assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)

@@ -55,21 +55,29 @@ class RecurrentModule(nn.Module):
     def _weights(self, layer: int, direction: int) -> list[torch.Tensor]:
         return [getattr(self, n) for n in self._names[layer * self.spec.directions + direction]]
 
+    def _fused_now(self, x) -> bool:
+        """The fused kernel, except an LSTM on CPU being compiled: AOTAutograd's backward of oneDNN's
+        mkldnn_rnn_layer fails in torch <= 2.13 (pytorch/pytorch#158007), so that case takes the time loop."""
+        if not self.fused:
+            return False
+        return not (self.cell.states == 2 and x.device.type == "cpu" and torch.compiler.is_compiling())
+
     def forward(self, x, state=None, cell_state=None):
         spec = self.spec
+        fused = self._fused_now(x)
         b = x.shape[0]
         n_states = spec.layers * spec.directions
         zeros = x.new_zeros(n_states, b, spec.hidden)
         h0 = state.transpose(0, 1) if state is not None else zeros  # [S, B, H] (inputs are sample-first inside)
         c0 = cell_state.transpose(0, 1) if cell_state is not None else zeros
-        if not self.reference and self.fused and self.identity_kappa:
+        if not self.reference and fused and self.identity_kappa:
             return self._kernel(x, h0, c0, spec.layers, 0)
         out = x
         for i in range(spec.layers):
             if i > 0 and spec.dropout > 0:
                 out = F.dropout(out, spec.dropout, self.training)
             inp = self.kappa[i](out)
-            if not self.reference and self.fused:
+            if not self.reference and fused:
                 out = self._kernel(inp, h0, c0, 1, i)
                 continue
             outs = []
