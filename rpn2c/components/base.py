@@ -70,9 +70,8 @@ class _Elementwise(nn.Module):
     def forward(self, x: torch.Tensor, grid: bool = False) -> torch.Tensor:
         if self.identity:
             return x
-        if grid:
-            y = self.kappa.basis(x.movedim(1, -1))
-            return y.flatten(-2).movedim(-1, 1)
+        if grid:  # [B, C, *S, d] -> [B, C, d, *S] -> [B, C·d, *S], contiguous (a convolution's layout)
+            return self.kappa.basis(x).movedim(-1, 2).flatten(1, 2)
         return self.kappa.basis(x).flatten(-2)
 
     def extra_repr(self) -> str:
