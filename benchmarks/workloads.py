@@ -270,9 +270,6 @@ class TaylorPatch(nn.Module):
         return self.lin(z)  # [B, L, out]
 
 
-# The direct form `head(x) { kappa = taylor(d = 2) xi_attribute = grid_patch(size = 3, pad = 1) ... }` checks but
-# does not compile (rpn2c/passes/rules/grid.py asks a non-elementwise κ for its degree: "width() is only defined
-# for elementwise transformations"), so the patches are made explicit: patch_expansion, one item per position.
 TAYLOR_SPEC = """
 model taylor(cin = 4, cout = 16, size = 16) {
   input x: image[B, cin, size, size]
@@ -297,7 +294,7 @@ def taylor(s):
     return Pair(spec, _Call(hand, as_image),
                 lambda small: (torch.randn(2 if small else b, s["cin"], n, n, generator=_gen()),),
                 f"taylor d=2 on 3x3 patches ({s['cin']}->{s['cout']}, {n}x{n}, B={b})",
-                "grid head: patches by index (rule gather_patches), κ per patch, ψ")
+                "grid head: patches by im2col (rule unfold_patches), κ per patch, ψ")
 
 
 # ------------------------------------------------------------------------------------------------ 5. GCN
