@@ -71,7 +71,7 @@ class _Elementwise(nn.Module):
         if self.identity:
             return x
         if grid:  # [B, C, *S, d] -> [B, C, d, *S] -> [B, C·d, *S], contiguous (a convolution's layout)
-            return self.kappa.basis(x).movedim(-1, 2).flatten(1, 2)
+            return self.kappa.basis(x).movedim(-1, 2).flatten(1, 2).contiguous()  # C = 1 flattens to a view
         return self.kappa.basis(x).flatten(-2)
 
     def extra_repr(self) -> str:

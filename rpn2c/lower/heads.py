@@ -257,7 +257,7 @@ class LayerModule(nn.Module):
                 full = w.new_zeros(n, cg * d, math.prod(geo.kernel))
                 pos = torch.tensor([_flat(tp, geo.kernel) for tp in geo.tap_positions()], device=w.device)
                 w = full.index_copy(-1, pos, w)
-            weights.append(w.reshape(n, cg * d, *geo.kernel))
+            weights.append(w.reshape(n, cg * d, *geo.kernel).contiguous())  # size-1 axes can leave a strided view
         conv = _CONV[geo.rank]
         tied = hd.bias is not None and h.bias == "tied"
         if g == 1:

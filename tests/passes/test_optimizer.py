@@ -236,3 +236,11 @@ def test_two_gcn_layers_normalise_their_shared_edges_once_per_call():
         with mock.patch.object(structure, "graph_norm_weights", wraps=structure.graph_norm_weights) as norm:
             model(x, edges.clone())
         assert norm.call_count == calls, disable
+
+
+def test_single_channel_expanded_conv_trains_in_float64():
+    """Found by the large profile: with C = n = 1 the expanded input and the conv weight were strided views, and
+    float64's slow_conv2d refuses a non-contiguous weight gradient."""
+    text = ("model m {\n  input x: image[B, 1, 4, 4]\n  s = head(x) { xi_attribute = grid_patch(size = 3, pad = 1)"
+            "  kappa = chebyshev(d = 2)  out = 1 }\n  f = flatten(s)\n  y = head(f) { out = 3 }\n  return y\n}\n")
+    assert "conv" in _differential(text, make_inputs({"x": (2, 1, 4, 4)}, 0))
