@@ -50,6 +50,16 @@ class CompiledModel(nn.Module):
         self._input_checks = {i: _InputCheck.of(t) for i, t in self.input_types.items()}
         # per output: (swap the first two axes back, drop the implicit sample axis)
         self._unbatch_flags = [_unbatch_flags(graph.node(o).type) for o in self.outputs]
+        self.emit()
+
+    def emit(self, inline: bool = True) -> None:
+        """Generate the straight-line program (``self.program_source`` shows it). ``inline=False`` calls every
+        layer module instead of inlining its torch calls, so hooks registered on layer modules (FSDP's
+        parameter gathering, user forward hooks) run."""
+        from rpn2c.lower.emit import emit
+
+        self._inline = inline
+        self._program, self.program_source = emit(self, self.graph, inline=inline)
 
     def _build(self, node: Node, preds: dict[str, str]) -> nn.Module:
         g = self.graph
@@ -69,21 +79,10 @@ class CompiledModel(nn.Module):
 
     def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor):
         env = self._bind(args, kwargs)
-        memo: dict = {}  # values shared by several layers within this call (rule shared_xi)
-        for nid, kind, preds in self._steps:
-            module = _get_path(self, nid)
-            if kind == "layer":
-                aux = {role[4:]: env[src] for role, src in preds.items() if role.startswith("aux:")}
-                if self._shared:
-                    aux["_memo"] = memo
-                env[nid] = module(env[preds["x"]], env.get(preds.get("context", "")), aux)
-            elif kind == "recurrent":
-                states = {role[4:]: env[src] for role, src in preds.items() if role.startswith("aux:")}
-                env[nid] = module(env[preds["x"]], **states)
-            else:
-                env[nid] = module(*(env[preds[f"arg{i}"]] for i in range(len(preds))))
-        outs = [_unbatch(env[o], *flags) for o, flags in zip(self.outputs, self._unbatch_flags)]
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        outs = self._program(self, *(env[n] for n in self.input_names))
+        if len(self.outputs) == 1:
+            return _unbatch(outs, *self._unbatch_flags[0])
+        return tuple(_unbatch(o, *flags) for o, flags in zip(outs, self._unbatch_flags))
 
     def _bind(self, args, kwargs) -> dict[str, torch.Tensor]:
         names = self.input_names
@@ -158,10 +157,3 @@ def _set_path(root: nn.Module, path: str, module: nn.Module) -> None:
             cur.add_module(p, _Scope())
         cur = getattr(cur, p)
     cur.add_module(parts[-1], module)
-
-
-def _get_path(root: nn.Module, path: str) -> nn.Module:
-    cur = root
-    for p in path.split("."):
-        cur = getattr(cur, p)
-    return cur

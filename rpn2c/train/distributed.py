@@ -96,6 +96,8 @@ def wrap(model: nn.Module, strategy: str, device: torch.device) -> nn.Module:
 
         from rpn2c.lower.heads import LayerModule
 
+        if hasattr(model, "emit"):
+            model.emit(inline=False)  # FSDP gathers each layer's parameters in that layer's forward pre-hook
         for module in [m for m in model.modules() if isinstance(m, LayerModule)]:
             fully_shard(module)
         fully_shard(model)

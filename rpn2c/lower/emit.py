@@ -1,0 +1,116 @@
+"""Straight-line emission: a compiled model's dataflow as one generated function (a ``torch.fx`` graph).
+
+The interpreter in ``CompiledModel`` walked its node list, looked each module up by path and dispatched through
+``LayerModule.forward`` on every call. Here the walk happens once: each IR node becomes fx nodes, and the layers
+whose decisions map one-to-one to torch calls are emitted as those calls on the layer's own parameters
+(``get_attr("c1.psi.weight")``), so ``state_dict`` names do not change:
+
+- a ``conv`` head (identity κ and ψ, one channel, zero padding, full kernel box): ``conv{1,2,3}d`` with the
+  kernel a reshape of ψ and the bias in the call;
+- a ``linear`` head without ξ (identity κ and ψ, one channel): ``F.linear``;
+- a ``pool`` compression with no padding: ``max_pool{1,2,3}d``;
+- activations in ``post``: the activation function itself.
+
+Everything else is a call of the node's module, exactly what the interpreter did; the emitted code therefore
+computes the same function, which the differential tests check on every program. Inlined layers bypass their
+module's ``__call__`` and so its hooks: ``inline=False`` keeps every layer a module call (FSDP needs that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch.nn.functional as F
+from torch import fx
+from torch import nn
+
+_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_MAXPOOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+
+
+def emit(model: nn.Module, graph, inline: bool = True) -> tuple[Callable, str]:
+    """The generated program of ``model`` (a ``CompiledModel``) and its source: ``program(model, *inputs)``
+    takes the bound, validated inputs and returns the outputs before un-batching. It reads every parameter and
+    sub-module from ``model`` at call time, so moving, converting, loading or sharding the model needs nothing
+    else."""
+    g = fx.Graph()
+    env = {name: g.placeholder(name) for name in model.input_names}
+    memo = g.call_function(dict) if model._shared else None
+    for nid, kind, preds in model._steps:
+        module = model.get_submodule(nid)
+        if kind == "layer":
+            x = env[preds["x"]]
+            aux = {role[4:]: env[src] for role, src in preds.items() if role.startswith("aux:")}
+            plain = inline and "context" not in preds and not aux
+            y = _emit_layer(g, nid, module, graph.node(nid), x) if plain else None
+            if y is None:
+                if memo is not None:
+                    aux["_memo"] = memo
+                ctx = env[preds["context"]] if "context" in preds else None
+                y = g.call_module(nid, (x, ctx, aux))
+        elif kind == "recurrent":
+            states = {role[4:]: env[src] for role, src in preds.items() if role.startswith("aux:")}
+            y = g.call_module(nid, (env[preds["x"]],), states)
+        else:
+            y = g.call_module(nid, tuple(env[preds[f"arg{i}"]] for i in range(len(preds))))
+        env[nid] = y
+    outs = [env[o] for o in model.outputs]
+    g.output(outs[0] if len(outs) == 1 else tuple(outs))
+    g.lint()
+    code = g.python_code(root_module="self")
+    scope = dict(code.globals)
+    exec(compile(code.src, f"<rpn2c program {model._name}>", "exec"), scope)  # noqa: S102 - code we generated
+    return scope["forward"], code.src
+
+
+def _single_plain_head(module, node) -> bool:
+    spec = node.layer
+    return (len(spec.heads) == 1 and not spec.pre and spec.pi.name == "zero" and spec.fusion is None
+            and spec.heads[0].channels == 1 and getattr(module, "head_modules", 0) is None)
+
+
+def _emit_layer(g: fx.Graph, nid: str, module, node, x):
+    if not _single_plain_head(module, node):
+        return None
+    h, t = node.layer.heads[0], node.trace["heads"][0]
+    kernels = module.kernels
+    y = None
+    if "conv" in kernels:
+        y = _emit_conv(g, nid, module, h, t, x)
+    elif "linear" in kernels and not h.xi and h.kappa.name == "identity" and h.psi.name == "identity":
+        bias = g.get_attr(f"{nid}.bias") if module.bias is not None else None
+        y = g.call_function(F.linear, (x, g.get_attr(f"{nid}.psi.weight"), bias))
+    elif "pool" in kernels:
+        y = _emit_pool(g, module, x)
+    if y is None:
+        return None
+    for i, post in enumerate(module.post):
+        fn = getattr(post, "fn", None)
+        y = g.call_function(fn, (y,)) if type(post).__name__ == "_Apply" and fn is not None \
+            else g.call_module(f"{nid}.post.{i}", (y,))
+    return y
+
+
+def _emit_conv(g, nid, module, h, t, x):
+    geo = t.geometry
+    if (h.kappa.name != "identity" or h.psi.name != "identity" or geo.taps is not None
+            or geo.padding_mode != "zeros" or tuple(geo.pad_before) != tuple(geo.pad_after)
+            or h.bias == "untied"):
+        return None
+    n, groups = module.psi.weight.shape[0], h.groups
+    cin = module.psi.weight.shape[1] * groups // geo.patch_size
+    weight = g.call_method("reshape", (g.get_attr(f"{nid}.psi.weight"), (n, cin // groups, *geo.kernel)))
+    bias = g.get_attr(f"{nid}.bias") if module.bias is not None else None
+    return g.call_function(_CONV[geo.rank], (x, weight, bias),
+                           {"stride": tuple(geo.stride), "padding": tuple(geo.pad_before),
+                            "dilation": tuple(geo.dilation), "groups": groups})
+
+
+def _emit_pool(g, module, x):
+    pool = module.kappa
+    geo = getattr(pool, "geo", None)
+    if geo is None or not getattr(pool, "native", False) or pool.metric != "max" or any(geo.pad_before) \
+            or any(geo.pad_after):
+        return None
+    return g.call_function(_MAXPOOL[geo.rank], (x, tuple(geo.kernel), tuple(geo.stride), 0, tuple(geo.dilation)))
+
