@@ -6,7 +6,9 @@ operation thrown in:
   patch compressions (max / mean / median), then flatten and a vector head;
 - sequences: item heads with chain or attention interdependence (one or several identical heads), recurrent
   layers (with or without a state expansion), then pooling over items and a vector head;
-- graphs: graph-interdependence heads on an edge list.
+- graphs: graph-interdependence heads on an edge list;
+- vectors: heads and multi-head layers with random κ, ψ (dense, low-rank, masked, VeRA), π, channel counts and
+  channel / head fusions.
 """
 
 from __future__ import annotations
@@ -94,10 +96,55 @@ def _graph_program(draw):
     return lines, {"x": (n, f), "edges": ("edges", n, e)}
 
 
+PSI = ["identity", "lorr(r = 2)", "masking(p = 0.5)", "vera(r = 2)"]
+CHANNEL_FUSION = ["mean", "sum", "max", "concat", "weighted"]
+POST = ["", "  post = [relu]", "  post = [tanh]", "  post = [layer_norm]"]
+
+
+@st.composite
+def _head_body(draw, width, out):
+    """Settings of one vector head reading ``width`` features (κ, ψ, out, channels): (text, output width)."""
+    kappa = draw(st.sampled_from(["identity", "chebyshev(d = 2)"] + (["taylor(d = 2)"] if width <= 4 else [])))
+    psi = draw(st.sampled_from(PSI))
+    ch = draw(st.integers(1, 3))
+    fusion = draw(st.sampled_from(CHANNEL_FUSION)) if ch > 1 else "mean"
+    body = f"kappa = {kappa}  psi = {psi}  out = {out}  channels = {ch}  channel_fusion = {fusion}"
+    return body, out * ch if fusion == "concat" else out
+
+
+@st.composite
+def _vector_program(draw):
+    """Tabular data: heads and multi-head layers with random κ, ψ, π, channels, fusions and processing."""
+    f = draw(st.sampled_from([3, 4, 6]))
+    lines = [f"  input x: vector[B, {f}]"]
+    cur, width = "x", f
+    for i in range(draw(st.integers(1, 3))):
+        out = draw(st.sampled_from([2, 3, 4]))
+        if draw(st.booleans()):
+            body, new_width = draw(_head_body(width, out))
+            heads = f"{{ {body}"
+        else:
+            bodies = [draw(_head_body(width, out)) for _ in range(draw(st.integers(2, 3)))]
+            widths = [w for _, w in bodies]
+            fusion = draw(st.sampled_from(["concat", "mean", "sum", f"concat_linear(out = {out})"]))
+            if fusion in ("mean", "sum") and len(set(widths)) > 1:
+                fusion = "concat"
+            new_width = sum(widths) if fusion == "concat" else out if fusion.startswith("concat_") else widths[0]
+            parts = " ".join(f"head h{j} {{ {b} }}" for j, (b, _) in enumerate(bodies))
+            heads = f"{{ {parts}  fusion = {fusion}"
+        pis = ["zero", "linear"] + (["identity"] if new_width == width else [])
+        pi = draw(st.sampled_from(pis))
+        kind = "head" if heads.startswith("{ kappa") else "layer"
+        lines.append(f"  s{i} = {kind}({cur}) {heads}  pi = {pi}{draw(st.sampled_from(POST))} }}")
+        cur, width = f"s{i}", new_width
+    lines.append(f"  y = head({cur}) {{ out = 2 }}")
+    return lines, {"x": (3, f)}
+
+
 @st.composite
 def programs(draw):
     """(spec text, input shapes, seed)."""
-    lines, shapes = draw(st.one_of(_image_program(), _sequence_program(), _graph_program()))
+    lines, shapes = draw(st.one_of(_image_program(), _sequence_program(), _graph_program(), _vector_program()))
     text = "model random {\n" + "\n".join(lines) + "\n  return y\n}\n"
     return text, shapes, draw(st.integers(0, 2**16))
 
