@@ -26,8 +26,13 @@ def rule_names() -> list[str]:
 def _choose(rules: Iterable[Rule], site: Site, head: str | None) -> list[Decision]:
     best: dict[str, Rule] = {}
     for r in rules:
-        if r.guard(site) and (r.slot not in best or r.benefit > best[r.slot].benefit):
-            best[r.slot] = r
+        if not r.guard(site) or (r.slot in best and r.benefit <= best[r.slot].benefit):
+            continue
+        if r.profitable and r.cost is not None:
+            c = r.cost(site)
+            if c.flops_after > c.flops_before:
+                continue
+        best[r.slot] = r
     out = []
     for r in sorted(best.values(), key=lambda r: RULES.index(r)):
         cost = r.cost(site) if r.cost is not None else None

@@ -3,7 +3,8 @@
 Rules are grouped by the *slot* they decide (how a grid head is computed, where ψ is applied, how the heads of a
 layer run ...). Within a slot the rules are alternatives: the driver keeps, among those whose guard holds, the one
 with the highest static ``benefit`` (MLIR's pattern benefit); the literal lowering is the implicit benefit-0
-fallback. A rule records where it is defined, so ``rpn2c explain`` can point a reader at it.
+fallback. A rule marked ``profitable`` also needs its cost estimate to say it does not add work (a choice that
+depends on sizes, such as the order of ψ and an instance ξ). A rule records where it is defined, so ``rpn2c explain`` can point a reader at it.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Rule:
     paper: str  # where the identity comes from (RPN 2 paper equation / section, or the kernel's documentation)
     benefit: int = 1
     cost: Callable[[Site], Cost] | None = None  # estimated (before, after) for one sample
+    profitable: bool = False  # fire only where the cost model estimates no more FLOPs after than before
     location: str = field(default="", compare=False)
 
     def __post_init__(self):

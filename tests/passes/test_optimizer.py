@@ -244,3 +244,17 @@ def test_single_channel_expanded_conv_trains_in_float64():
     text = ("model m {\n  input x: image[B, 1, 4, 4]\n  s = head(x) { xi_attribute = grid_patch(size = 3, pad = 1)"
             "  kappa = chebyshev(d = 2)  out = 1 }\n  f = flatten(s)\n  y = head(f) { out = 3 }\n  return y\n}\n")
     assert "conv" in _differential(text, make_inputs({"x": (2, 1, 4, 4)}, 0))
+
+
+def test_project_first_fires_only_where_the_cost_model_says_it_saves_work():
+    """A(κψᵀ) = (Aκ)ψᵀ: reconciling first pays when n ≤ D; widening (n > D) keeps ξ on κ's output."""
+    def plan(out):
+        text = (f"model m {{\n  input x: sequence[B, 6, 4]\n  y = head(x) {{ xi_instance = chain(hops = 2)  "
+                f"out = {out} }}\n  return y\n}}\n")
+        node = optimize(rpn2c.check(text)).node("y")
+        return node.plan, text
+
+    narrow, text = plan(3)
+    wide, wide_text = plan(16)
+    assert "project_first" in narrow and "project_first" not in wide
+    assert "project_first" not in _differential(wide_text, make_inputs({"x": (2, 6, 4)}, 1))

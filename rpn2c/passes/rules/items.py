@@ -37,8 +37,10 @@ def _share_cost(s: Site) -> Cost:
 ITEMS_RULES: tuple[Rule, ...] = (
     Rule("project_first", "head", "order",
          lambda s: _items(s) and "xi_instance" in s.head.xi and "xi_attribute_post" not in s.head.xi,
-         "instance ξ commutes with ψ: A(κ ψᵀ) = (A κ)ψᵀ, so reconcile to n first (n < D in every expansion)",
-         "RPN 2 eq (26) associativity; GCN's XW-first (Kipf & Welling)", benefit=2, cost=_project_first_cost),
+         "instance ξ commutes with ψ: A(κ ψᵀ) = (A κ)ψᵀ, so reconcile to n first where n ≤ D (the cost "
+         "model: ξ then moves n instead of D features per item)",
+         "RPN 2 eq (26) associativity; GCN's XW-first (Kipf & Welling)", benefit=2, cost=_project_first_cost,
+         profitable=True),
     Rule("shared_kappa", "head", "share",
          lambda s: _items(s) and s.head.channels > 1 and _xi_paramless(s) and "xi_instance" not in s.head.xi,
          "parameter-free ξ before κ: κ_ξ(X) is the same for every channel, computed once",
