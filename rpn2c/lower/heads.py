@@ -16,8 +16,8 @@ from torch import nn
 
 from rpn2c.ir.trace import HeadTrace
 from rpn2c.components.base import XiContext
-from rpn2c.components.xi import aggregation_matrix, padding_matrix
 from rpn2c.lower.attention import fused_attention
+from rpn2c.lower.reference import LITERAL
 from rpn2c.ir.graph import HeadSpec, LayerSpec
 from rpn2c.ir.types import TensorType
 
@@ -204,15 +204,10 @@ class LayerModule(nn.Module):
         return self._fuse_channels(hd, ys)
 
     def _patches(self, x, geo, mode, spatial, reference, kernels=frozenset()):
+        if reference:
+            return LITERAL["patches"](x, geo, mode, spatial)
         b, cin = x.shape[:2]
         flat = x.reshape(b, cin, -1)
-        if reference:
-            if mode == "padding":
-                a = padding_matrix(geo, spatial, x.dtype, x.device)  # [N, P·p]
-                z = (flat @ a).unflatten(-1, (-1, geo.patch_size))  # [B, C, P, p]
-                return z.permute(0, 2, 1, 3).flatten(2)
-            a = aggregation_matrix(geo, spatial, x.dtype, x.device)  # [N, P]
-            return (flat @ a).transpose(1, 2)
         if mode == "padding" and "unfold_patches" in kernels:
             return _unfold(x, geo)
         if mode == "aggregation" and "box_sum" in kernels:
@@ -296,14 +291,15 @@ def _unfold(x, geo):
 def _reconcile(h: HeadSpec, psi, k, reference):
     """``k ψᵀ``; with ``groups = g`` ψ is block-diagonal: group j's outputs read only feature block j.
 
-    The reference lowering materialises the block-diagonal ``[n, D]`` matrix; the default contracts per group.
+    The reference lowering materialises ψ (``lower/reference.py``); the default applies it factored and
+    contracts per group.
     """
     g = h.groups
-    if g == 1:
-        return k @ psi.matrix().transpose(-1, -2) if reference else psi.apply(k)
-    w = psi.matrix().unflatten(0, (g, -1))  # [g, n/g, D/g]
     if reference:
-        return k @ torch.block_diag(*w.unbind(0)).transpose(-1, -2)
+        return LITERAL["reconciliation"](psi, k, g)
+    if g == 1:
+        return psi.apply(k)
+    w = psi.matrix().unflatten(0, (g, -1))  # [g, n/g, D/g]
     y = torch.einsum("...gd,gnd->...gn", k.unflatten(-1, (g, -1)), w)
     return y.flatten(-2)
 
@@ -334,6 +330,5 @@ def _pad(x, geo):
 def _xi(mod, c, z, q, data, aux, reference):
     m = _channel(mod, c)
     if reference:
-        a = m.matrix(q, data, aux, z.shape[-1] if m.axis == "attribute" else z.shape[-2])
-        return z @ a if m.axis == "attribute" else a @ z
+        return LITERAL["interdependence"](m, z, q, data, aux)
     return m.apply(z, q, data, aux)
