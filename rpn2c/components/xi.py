@@ -433,6 +433,7 @@ class _BilinearXi(XiModule):
         self.b_k = nn.Parameter(torch.zeros(r)) if hp.bias and not self.full else None
         self.scale = hp.scale if hp.scale is not None else 1 / math.sqrt(r)
         self.modes = {k: t.mask_mode for k, t in aux_types.items()}
+        self.is_causal_kernel = False  # set by the lowering where the optimiser's causal_sdpa rule fired
 
     def _qk(self, q, c, aux):
         if self.hp.keys is not None:
@@ -477,7 +478,9 @@ class _BilinearXi(XiModule):
         if not self.hp.softmax:
             return self.matrix(q, c, aux) @ z
         qq, kk = self._qk(q, c, aux)
-        mask = self._additive_mask(aux, q.shape[-2], c.shape[-2], q.dtype, q.device)
         if qq.shape[-1] != kk.shape[-1]:  # pragma: no cover - shapes are checked statically
             raise RuntimeError("query/key width mismatch")
+        if self.is_causal_kernel:  # the causal mask alone: SDPA's own (top-left aligned = triu(1) blocked)
+            return F.scaled_dot_product_attention(qq, kk, z, is_causal=True, scale=self.scale)
+        mask = self._additive_mask(aux, q.shape[-2], c.shape[-2], q.dtype, q.device)
         return F.scaled_dot_product_attention(qq, kk, z, attn_mask=mask, scale=self.scale)

@@ -1,4 +1,5 @@
-"""Layers of attention heads: H identical softmax-bilinear heads as one batched scaled_dot_product_attention."""
+"""Attention heads: a lone causal mask as SDPA's is_causal; H identical softmax-bilinear heads as one batched
+scaled_dot_product_attention."""
 
 from __future__ import annotations
 
@@ -25,7 +26,19 @@ def _fusable(s: Site) -> bool:
             and all(t.view == "items" for t in traces) and _same_heads(spec))
 
 
+def _causal_only(s: Site) -> bool:
+    xi = s.head.xi.get("xi_instance")
+    if xi is None or xi.name not in ("low_rank_bilinear", "bilinear"):
+        return False
+    hp = xi.component.hp
+    return hp.softmax and hp.causal and hp.attn_mask is None and hp.key_padding is None and len(s.head.xi) == 1
+
+
 ATTENTION_RULES: tuple[Rule, ...] = (
+    Rule("causal_sdpa", "head", "mask", _causal_only,
+         "a causal mask and no other: scaled_dot_product_attention(is_causal=True), the kernel skips the blocked "
+         "half instead of adding a materialised -inf mask",
+         "RPN 2 §6.4; torch SDPA is_causal (top-left aligned: item t sees items <= t)", benefit=1),
     Rule("fused_heads", "layer", "heads", _fusable,
          "H identical attention heads: values by one einsum, one batched [B, H, N, r] "
          "scaled_dot_product_attention instead of H calls",
