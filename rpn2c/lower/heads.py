@@ -55,6 +55,10 @@ def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, dat
             if shares and f"{h.name}:{slot}" in shares and hasattr(m, "share_key"):
                 m.share_key = shares[f"{h.name}:{slot}"]  # rule shared_xi: one computation per forward
         holder.add_module(slot, mods[0] if len(mods) == 1 else nn.ModuleList(mods))
+    geo = t.geometry
+    if geo is not None and geo.taps is not None:  # kernel-box positions of a patch's taps, built once
+        pos = torch.tensor([_flat(tp, geo.kernel) for tp in geo.tap_positions()], dtype=torch.long)
+        holder.register_buffer("tap_pos", pos, persistent=False)
     if h.bias == "tied":
         holder.bias = nn.Parameter(torch.zeros(n))
     elif h.bias == "untied":
@@ -196,7 +200,8 @@ class LayerModule(nn.Module):
         if "conv" in hd.kernels:
             ys = self._conv(hd, x, geo)
         else:
-            z = self._patches(x, geo, mode, spatial, self.reference, hd.kernels)  # [B, P, C·p|C]
+            z = self._patches(x, geo, mode, spatial, self.reference, hd.kernels,
+                              getattr(hd, "tap_pos", None))  # [B, P, C·p|C]
             k = hd.kappa(z)
             ys = []
             for c in range(h.channels):
@@ -205,13 +210,13 @@ class LayerModule(nn.Module):
             ys = [y.transpose(1, 2).reshape(b, y.shape[-1], *out_sp).contiguous() for y in ys]
         return self._fuse_channels(hd, ys)
 
-    def _patches(self, x, geo, mode, spatial, reference, kernels=frozenset()):
+    def _patches(self, x, geo, mode, spatial, reference, kernels=frozenset(), tap_pos=None):
         if reference:
             return LITERAL["patches"](x, geo, mode, spatial)
         b, cin = x.shape[:2]
         flat = x.reshape(b, cin, -1)
         if mode == "padding" and "unfold_patches" in kernels:
-            return _unfold(x, geo)
+            return _unfold(x, geo, tap_pos)
         if mode == "aggregation" and "box_sum" in kernels:
             kernel = geo.kernel_mask(x.device).to(x.dtype).expand(cin, 1, *geo.kernel)
             xp = _pad(x, geo)
@@ -252,8 +257,7 @@ class LayerModule(nn.Module):
             w = w.reshape(n, cg * d, p)
             if geo.taps is not None:
                 full = w.new_zeros(n, cg * d, math.prod(geo.kernel))
-                pos = torch.tensor([_flat(tp, geo.kernel) for tp in geo.tap_positions()], device=w.device)
-                w = full.index_copy(-1, pos, w)
+                w = full.index_copy(-1, hd.tap_pos, w)
             weights.append(w.reshape(n, cg * d, *geo.kernel).contiguous())  # size-1 axes can leave a strided view
         conv = _CONV[geo.rank]
         tied = hd.bias is not None and h.bias == "tied"
@@ -272,7 +276,7 @@ class LayerModule(nn.Module):
         return ys
 
 
-def _unfold(x, geo):
+def _unfold(x, geo, tap_pos=None):
     """Padding-mode patches of a 1-D or 2-D grid by im2col (``F.unfold``): ``[B, P, C·p]``, channel-major taps.
 
     The grid is padded first (any padding mode), so the windows are those of the patch geometry; a tap subset
@@ -284,9 +288,8 @@ def _unfold(x, geo):
     if geo.rank == 1:
         xp, kernel, stride, dilation = xp.unsqueeze(2), (1, *kernel), (1, *stride), (1, *dilation)
     cols = F.unfold(xp, kernel, dilation=dilation, stride=stride)  # [B, C·box, P]
-    if geo.taps is not None:
-        pos = torch.tensor([_flat(tp, geo.kernel) for tp in geo.tap_positions()], device=x.device)
-        cols = cols.unflatten(1, (c, -1)).index_select(2, pos).flatten(1, 2)
+    if tap_pos is not None:  # kernel-box positions of the taps (a buffer built with the head)
+        cols = cols.unflatten(1, (c, -1)).index_select(2, tap_pos).flatten(1, 2)
     return cols.transpose(1, 2)
 
 

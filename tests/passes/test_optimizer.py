@@ -259,3 +259,12 @@ def test_project_first_fires_only_where_the_cost_model_says_it_saves_work():
     wide, wide_text = plan(16)
     assert "project_first" in narrow and "project_first" not in wide
     assert "project_first" not in _differential(wide_text, make_inputs({"x": (2, 6, 4)}, 1))
+
+
+def test_unfold_keeps_only_the_taps_of_a_cylinder_patch():
+    """im2col reads the whole kernel box; a cylinder patch keeps its taps (a buffer built once per head)."""
+    text = ("model m {\n  input x: image[B, 2, 6, 6]\n  y = head(x) { xi_attribute = cylinder_patch(radius = 1, "
+            "depth = 0)  kappa = taylor(d = 2)  out = 3 }\n  return y\n}\n")
+    assert "unfold_patches" in _differential(text, make_inputs({"x": (2, 2, 6, 6)}, 5))
+    model, _ = _build(text)
+    assert model.y.tap_pos.tolist() == [1, 3, 4, 5, 7]  # the plus-shaped taps of a radius-1 disc in a 3x3 box
