@@ -56,7 +56,6 @@ def emit(model: nn.Module, graph, inline: bool = True) -> tuple[Callable, str]:
         env[nid] = y
     outs = [env[o] for o in model.outputs]
     g.output(outs[0] if len(outs) == 1 else tuple(outs))
-    g.lint()
     code = g.python_code(root_module="self")
     scope = dict(code.globals)
     exec(compile(code.src, f"<rpn2c program {model._name}>", "exec"), scope)  # noqa: S102 - code we generated

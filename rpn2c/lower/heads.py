@@ -90,7 +90,8 @@ class LayerModule(nn.Module):
 
         self.x_kind, self.out_kind = x.kind, out.kind
         pre_t = x
-        self.pre = nn.ModuleList([u.component.build(pre_t) for u in spec.pre])
+        # empty processing lists stay plain tuples: a module each would cost build time for nothing
+        self.pre = nn.ModuleList([u.component.build(pre_t) for u in spec.pre]) if spec.pre else ()
         data = ctx if ctx is not None else x
         self.has_context = ctx is not None
         if len(spec.heads) == 1:
@@ -106,7 +107,7 @@ class LayerModule(nn.Module):
         self.fusion = spec.fusion.component.build([t.n for t in traces]) if spec.fusion is not None else None
         pi = spec.pi.component
         self.pi = pi.build(x.features, out.features) if pi.name != "zero" else None
-        self.post = nn.ModuleList([u.component.build(out) for u in spec.post])
+        self.post = nn.ModuleList([u.component.build(out) for u in spec.post]) if spec.post else ()
 
     def _holders(self):
         return [self] if not hasattr(self, "heads") else list(self.heads.values())
