@@ -7,7 +7,7 @@ Two kinds of builder live here:
   shifts / cumulative sums along an item axis, edge lists with normalised weights and gather/scatter
   propagation. These never build an ``n x n`` or ``N x P*p`` matrix.
 
-Binding conventions (``/work/shared/reference/semantics.md``):
+Binding conventions (``docs/semantics.md``):
 
 * Instance matrices are stored **row = output item**: ``Y = A @ X``.
 * Grids are flattened row-major over the spatial axes (last axis fastest): ``idx = i*w*d + j*d + k``.
