@@ -81,12 +81,12 @@ class LayerModule(nn.Module):
                  aux_types: dict, out: TensorType, kernels: dict, reference: bool, shares: dict | None = None):
         super().__init__()
         self.reference = reference
-        self.layer_kernels = frozenset(kernels.get(None, ())) if not reference else frozenset()
-
-        shares = shares if not reference else None
+        if reference:  # the oracle never runs an optimiser decision
+            kernels, shares = {}, None
+        self.layer_kernels = frozenset(kernels.get(None, ()))
 
         def head_kernels(name):
-            return frozenset(kernels.get(name, ())) if not reference else frozenset()
+            return frozenset(kernels.get(name, ()))
 
         self.x_kind, self.out_kind = x.kind, out.kind
         pre_t = x

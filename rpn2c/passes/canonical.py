@@ -85,31 +85,24 @@ def _xi_share_key(graph: Graph, node, head, slot, use) -> str | None:
 
 def shared_interdependence(graph: Graph) -> list[GraphRewrite]:
     """Give identical shareable ξ across heads and layers one share key (``node.trace['xi_share']``)."""
-    first: dict[str, str] = {}
-    done = []
-    for node in graph.nodes():
-        if node.kind != "layer":
-            continue
-        shares = {}
-        for h in node.layer.heads:
-            for slot, use in h.xi.items():
-                key = _xi_share_key(graph, node, h, slot, use)
-                if key is None:
-                    continue
-                if key not in first:
-                    first[key] = f"{node.id}.{h.name}.{slot}"
-                    continue
-                shares[f"{h.name}:{slot}"] = first[key]
-                done.append(GraphRewrite("shared_xi", node.id, f"{slot} = {use} of '{node.id}' is the one of "
-                                                               f"'{first[key].split('.')[0]}': computed once",
-                                         use.span))
-        node.trace["xi_share"] = shares
-    # the first occurrence of a shared ξ needs the key too
-    used = {v for n in graph.nodes() if n.kind == "layer" for v in n.trace.get("xi_share", {}).values()}
+    groups: dict[str, list] = {}
     for node in graph.nodes():
         if node.kind == "layer":
+            node.trace["xi_share"] = {}
             for h in node.layer.heads:
-                for slot in h.xi:
-                    if f"{node.id}.{h.name}.{slot}" in used:
-                        node.trace["xi_share"][f"{h.name}:{slot}"] = f"{node.id}.{h.name}.{slot}"
+                for slot, use in h.xi.items():
+                    key = _xi_share_key(graph, node, h, slot, use)
+                    if key is not None:
+                        groups.setdefault(key, []).append((node, h, slot, use))
+    done = []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        first = members[0][0]
+        share = f"{first.id}.{members[0][1].name}.{members[0][2]}"
+        for k, (node, h, slot, use) in enumerate(members):
+            node.trace["xi_share"][f"{h.name}:{slot}"] = share
+            if k:
+                done.append(GraphRewrite("shared_xi", node.id, f"{slot} = {use} of '{node.id}' is the one of "
+                                                               f"'{first.id}': computed once", use.span))
     return done

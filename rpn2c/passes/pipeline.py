@@ -46,7 +46,7 @@ def optimize(graph: Graph, disable: Iterable[str] = ()) -> Graph:
     unknown = disable - set(rule_names())
     if unknown:
         raise ValueError(f"unknown optimiser rules {sorted(unknown)}; known: {rule_names()}")
-    log = list(getattr(graph, "log", []))
+    log = list(graph.log)
     if "dead_code" not in disable:
         log += dead_code(graph)
     if "common_op" not in disable:

@@ -29,19 +29,22 @@ def _dims(s: Site):
     return s.data.features, n_in, p_out, geo.patch_size, t.d, n
 
 
-def _conv_cost(s: Site) -> Cost:
+def _patch_cost(s: Site, conv: bool) -> Cost:
+    """Literal: X·A_patch with the [N, P·p] padding matrix per channel, κ, then ψ. Kernel: ψ on the patches
+    only, reading the κ-expanded grid (conv) or the materialised patches (im2col / gather)."""
     c, n_in, p_out, p, d, n = _dims(s)
-    # literal: X·A_patch with the [N, P·p] padding matrix per channel, κ, then ψ; conv: ψ on the fly
     before = c * n_in * p_out * p + p_out * d * n
     after = p_out * d * n // s.head.groups
-    return Cost(before, after, 8 * (n_in * p_out * p + p_out * d), 8 * (d // p * n_in + p_out * n))
+    moved = d // p * n_in + p_out * n if conv else p_out * d
+    return Cost(before, after, 8 * (n_in * p_out * p + p_out * d), 8 * moved)
+
+
+def _conv_cost(s: Site) -> Cost:
+    return _patch_cost(s, conv=True)
 
 
 def _gather_cost(s: Site) -> Cost:
-    c, n_in, p_out, p, d, n = _dims(s)
-    before = c * n_in * p_out * p + p_out * d * n
-    after = p_out * d * n // s.head.groups
-    return Cost(before, after, 8 * (n_in * p_out * p + p_out * d), 8 * p_out * d)
+    return _patch_cost(s, conv=False)
 
 
 def _box_cost(s: Site) -> Cost:
