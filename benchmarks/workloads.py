@@ -84,6 +84,14 @@ def _randomize_bn(module: nn.Module, g: torch.Generator) -> None:
                 m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.1)
 
 
+def _converted(module: nn.Module, args: tuple, kwargs: dict | None = None) -> nn.Module:
+    """``rpn2c.from_torch`` of ``module``, compiled, with the module's weights loaded."""
+    ts = rpn2c.from_torch(module, args, kwargs)
+    spec = rpn2c.compile(ts.text)
+    spec.load_state_dict(ts.state_dict)
+    return spec
+
+
 class _Call(nn.Module):
     """Wraps a module whose forward needs fixed keyword arguments or returns a tuple."""
 
@@ -103,9 +111,7 @@ def lenet(s):
     hand = nn.Sequential(nn.Conv2d(3, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
                          nn.MaxPool2d(2), nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84),
                          nn.ReLU(), nn.Linear(84, 10))
-    ts = rpn2c.from_torch(hand, (torch.randn(2, 3, 32, 32),))
-    spec = rpn2c.compile(ts.text)
-    spec.load_state_dict(ts.state_dict)
+    spec = _converted(hand, (torch.randn(2, 3, 32, 32),))
     b = s["batch"]
     return Pair(spec, hand, lambda small: (torch.randn(2 if small else b, 3, 32, 32, generator=_gen()),),
                 f"lenet (32x32x3, B={b})")
@@ -366,9 +372,7 @@ def _seq(small, b, t, f):
 def lstm(s):
     torch.manual_seed(0)
     inner = nn.LSTM(s["H"], s["H"], batch_first=True)
-    ts = rpn2c.from_torch(inner, (torch.randn(2, 4, s["H"]),))
-    spec = rpn2c.compile(ts.text)
-    spec.load_state_dict(ts.state_dict)
+    spec = _converted(inner, (torch.randn(2, 4, s["H"]),))
     hand = _Call(inner, lambda m, x: m(x)[0])
     b, t = s["batch"], s["T"]
     return Pair(spec, hand, lambda small: (_seq(small, b, t, s["H"]),),
@@ -381,9 +385,7 @@ def lstm(s):
 def transformer(s):
     torch.manual_seed(0)
     hand = nn.TransformerEncoderLayer(s["d"], s["heads"], s["ffn"], dropout=0.0, batch_first=True)
-    ts = rpn2c.from_torch(hand, (torch.randn(2, 4, s["d"]),))
-    spec = rpn2c.compile(ts.text)
-    spec.load_state_dict(ts.state_dict)
+    spec = _converted(hand, (torch.randn(2, 4, s["d"]),))
     b, t = s["batch"], s["T"]
     return Pair(spec, hand, lambda small: (_seq(small, b, t, s["d"]),),
                 f"transformer layer (T={t}, d={s['d']}, heads {s['heads']}, B={b})",
@@ -440,9 +442,7 @@ def graph_attn(s):
         return ~a
 
     x, m = torch.randn(2, 4, d), mask(4, _gen(2))
-    ts = rpn2c.from_torch(mha, (x, x, x), {"attn_mask": m, "need_weights": False})
-    spec = rpn2c.compile(ts.text)
-    spec.load_state_dict(ts.state_dict)
+    spec = _converted(mha, (x, x, x), {"attn_mask": m, "need_weights": False})
     hand = _Call(mha, lambda m_, q, k, v, am: m_(q, k, v, attn_mask=am, need_weights=False)[0])
     b, t = s["batch"], s["T"]
 

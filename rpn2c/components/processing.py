@@ -18,10 +18,12 @@ class _Activation(Processing):
     fn = staticmethod(torch.relu)
 
     def build(self, t):
-        return _Apply(self.fn, self.name)
+        return Apply(self.fn, self.name)
 
 
-class _Apply(nn.Module):
+class Apply(nn.Module):
+    """An activation as a module: ``forward(x) = fn(x)`` (the lowering may call ``fn`` directly)."""
+
     def __init__(self, fn, label):
         super().__init__()
         self.fn, self.label = fn, label

@@ -24,6 +24,9 @@ import torch.nn.functional as F
 from torch import fx
 from torch import nn
 
+from rpn2c.components.processing import Apply
+from rpn2c.lower.heads import conv_padding
+
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _MAXPOOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 
@@ -84,25 +87,22 @@ def _emit_layer(g: fx.Graph, nid: str, module, node, x):
     if y is None:
         return None
     for i, post in enumerate(module.post):
-        fn = getattr(post, "fn", None)
-        y = g.call_function(fn, (y,)) if type(post).__name__ == "_Apply" and fn is not None \
-            else g.call_module(f"{nid}.post.{i}", (y,))
+        y = g.call_function(post.fn, (y,)) if isinstance(post, Apply) else g.call_module(f"{nid}.post.{i}", (y,))
     return y
 
 
 def _emit_conv(g, nid, module, h, t, x):
     geo = t.geometry
-    if (h.kappa.name != "identity" or h.psi.name != "identity" or geo.taps is not None
-            or geo.padding_mode != "zeros" or tuple(geo.pad_before) != tuple(geo.pad_after)
-            or h.bias == "untied"):
+    padding = conv_padding(h.kappa.name, geo)
+    if padding is None or h.psi.name != "identity" or geo.taps is not None or h.bias == "untied":
         return None
-    n, groups = module.psi.weight.shape[0], h.groups
-    cin = module.psi.weight.shape[1] * groups // geo.patch_size
-    weight = g.call_method("reshape", (g.get_attr(f"{nid}.psi.weight"), (n, cin // groups, *geo.kernel)))
+    n, per_group = module.psi.weight.shape  # [n, (C/g)·p]
+    weight = g.call_method("reshape", (g.get_attr(f"{nid}.psi.weight"), (n, per_group // geo.patch_size,
+                                                                           *geo.kernel)))
     bias = g.get_attr(f"{nid}.bias") if module.bias is not None else None
     return g.call_function(_CONV[geo.rank], (x, weight, bias),
-                           {"stride": tuple(geo.stride), "padding": tuple(geo.pad_before),
-                            "dilation": tuple(geo.dilation), "groups": groups})
+                           {"stride": tuple(geo.stride), "padding": padding, "dilation": tuple(geo.dilation),
+                            "groups": h.groups})
 
 
 def _emit_pool(g, module, x):

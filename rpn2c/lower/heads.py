@@ -239,10 +239,9 @@ class LayerModule(nn.Module):
         kappa = h.kappa.component
         d = kappa.degree()
         cin = x.shape[1]
-        native_pad = (kappa.name == "identity" and geo.padding_mode == "zeros"
-                      and tuple(geo.pad_before) == tuple(geo.pad_after))
-        if native_pad:
-            xp, padding = x, tuple(geo.pad_before)
+        padding = conv_padding(kappa.name, geo)
+        if padding is not None:
+            xp = x
         else:
             xp, padding = _pad(x, geo), 0
             if kappa.name != "identity":
@@ -275,6 +274,14 @@ class LayerModule(nn.Module):
         if hd.bias is not None and not tied:
             ys = [y + hd.bias.transpose(0, 1).reshape(1, -1, *y.shape[2:]) for y in ys]
         return ys
+
+
+def conv_padding(kappa_name: str, geo) -> tuple[int, ...] | None:
+    """The padding a convolution can apply itself: symmetric zero padding read by an identity κ (any other κ
+    must see κ(0) in the padded cells, so the grid is padded explicitly); None otherwise."""
+    if kappa_name == "identity" and geo.padding_mode == "zeros" and tuple(geo.pad_before) == tuple(geo.pad_after):
+        return tuple(geo.pad_before)
+    return None
 
 
 def _unfold(x, geo, tap_pos=None):
