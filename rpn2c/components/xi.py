@@ -266,9 +266,14 @@ class Graph(Interdependence):
     name, family = "graph", "interdependence"
     HP = _GraphHP
     shareable = True  # the normalised edge list depends only on the named inputs: computed once per forward
+    graph_operator = True  # propagation can run as one SpMM on the built adjacency (rule graph_spmm)
 
     def build(self, ctx):
         return _GraphXi(self.hp, ctx.axis)
+
+
+class _EdgeList(tuple):
+    """A cached normalised edge list ``(src, dst, w)``; carries its SpMM operator once one is built."""
 
 
 class _GraphXi(XiModule):
@@ -277,6 +282,7 @@ class _GraphXi(XiModule):
         self.hp, self.axis = hp, axis
         self._cache = None  # (key, (src, dst, w)) of the last graph seen
         self.share_key = None  # set by the lowering when the optimiser's shared_xi rule merged this ξ with others
+        self.sparse_kernel = False  # set by the lowering where the optimiser's graph_spmm rule fired
 
     def edge_list(self, aux, n, dtype, device):
         """(src, dst, w) with self-loops and normalisation applied: A[dst, src] = w. O(E).
@@ -309,6 +315,7 @@ class _GraphXi(XiModule):
         value = structure.graph_norm_weights(edges, n, weight, self_loops=hp.self_loops, normalization=hp.norm,
                                              directed=hp.directed, device=device, dtype=dtype)
         if cacheable:
+            value = _EdgeList(value)
             refs = (weakref.ref(edges), None if weight is None else weakref.ref(weight))
             self._cache = ((refs, key), value)
         return value
@@ -329,21 +336,37 @@ class _GraphXi(XiModule):
         """The literal matrix, given the normalised 1-hop adjacency (multi-hop power or accumulation)."""
         return structure.multihop_graph(a, self.hp.hops, self.hp.mode == "accumulate", self.hp.include_identity)
 
-    def _propagate(self, zz, src, dst, w, n):
-        """``_from_adjacency(A) @ zz`` on the edge list (never an N x N matrix)."""
+    def _propagate(self, zz, src, dst, w, n, operator=None):
+        """``_from_adjacency(A) @ zz`` on the edge list or its SpMM operator (never a dense multi-hop matrix)."""
         hp = self.hp
         return structure.multihop_propagate(zz, src, dst, w, n, hp.hops, hp.mode == "accumulate",
-                                            hp.include_identity, dim=-2)
+                                            hp.include_identity, dim=-2, operator=operator)
 
     def matrix(self, q, c, aux, size=None):
         n = size if size is not None else (c.shape[-2] if self.axis == "instance" else c.shape[-1])
         m = self._from_adjacency(self._adjacency(aux, n, q.dtype, q.device))
         return m if self.axis == "instance" else m.T
 
+    def operator(self, edges, n):
+        """``A`` as one SpMM/GEMM operand (rule ``graph_spmm``), built once per normalised edge list and shared by
+        every ξ that shares the list; ``None`` where the gather/scatter form runs: the rule did not fire, while
+        compiling (sparse layouts do not trace), for edge weights that need gradients (the list is then not
+        cached), or for dtypes without a sparse kernel."""
+        if not self.sparse_kernel or not isinstance(edges, _EdgeList):
+            return None
+        op = edges.__dict__.get("operator")
+        if op is None:
+            src, dst, w = edges
+            if w.dtype not in (torch.float32, torch.float64):
+                return None
+            op = edges.operator = structure.graph_operator(src, dst, w, n)
+        return op
+
     def apply(self, z, q, c, aux):
         zz = z if self.axis == "instance" else z.transpose(-1, -2)
         n = zz.shape[-2]
-        y = self._propagate(zz, *self.edge_list(aux, n, zz.dtype, zz.device), n)
+        edges = self.edge_list(aux, n, zz.dtype, zz.device)
+        y = self._propagate(zz, *edges, n, operator=self.operator(edges, n))
         return y if self.axis == "instance" else y.transpose(-1, -2)
 
 

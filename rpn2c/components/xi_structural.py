@@ -438,6 +438,7 @@ class PageRank(Interdependence):
     name, family = "pagerank", "interdependence"
     aliases = ("pagerank_graph",)
     HP = _PageRankHP
+    graph_operator = True  # the power steps can run as SpMMs on the built adjacency (rule graph_spmm)
 
     def build(self, ctx):
         return _PageRankXi(self.hp, ctx.axis)
@@ -450,7 +451,7 @@ class _PageRankXi(_GraphXi):
     def _from_adjacency(self, a):
         return structure.pagerank_matrix(a, self.hp.alpha)
 
-    def _propagate(self, zz, src, dst, w, n):
+    def _propagate(self, zz, src, dst, w, n, operator=None):
         hp = self.hp
         return structure.pagerank_propagate(zz, src, dst, w, n, hp.alpha, hp.iters, hp.tol, dim=-2,
-                                            method=hp.method)
+                                            method=hp.method, operator=operator)

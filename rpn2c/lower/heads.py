@@ -52,6 +52,8 @@ def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, dat
             m.axis = axis
             if "causal_sdpa" in kernels and hasattr(m, "is_causal_kernel"):
                 m.is_causal_kernel = True  # rule causal_sdpa: SDPA's is_causal, no materialised mask
+            if "graph_spmm" in kernels and hasattr(m, "sparse_kernel"):
+                m.sparse_kernel = True  # rule graph_spmm: the adjacency as one CSR/dense operand
             if shares and f"{h.name}:{slot}" in shares and hasattr(m, "share_key"):
                 m.share_key = shares[f"{h.name}:{slot}"]  # rule shared_xi: one computation per forward
         holder.add_module(slot, mods[0] if len(mods) == 1 else nn.ModuleList(mods))

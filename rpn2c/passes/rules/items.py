@@ -4,11 +4,12 @@ Slot ``order``: project to n before the instance interdependence (``A(κψᵀ) =
 Slot ``share``: one κ_ξ(X) for all channels when ξ has no parameters.
 Slot ``psi``: an identity ψ with its bias as one linear kernel.
 Slot ``xi``: structured interdependence through its own kernel instead of the literal matrix.
+Slot ``graph``: a graph ξ's propagation as one SpMM (CSR, or dense GEMM for dense graphs) instead of gather/scatter.
 """
 
 from __future__ import annotations
 
-from rpn2c.passes.cost import Cost, size
+from rpn2c.passes.cost import HINTS, Cost, size
 from rpn2c.passes.rule import Rule, Site
 
 
@@ -34,6 +35,18 @@ def _share_cost(s: Site) -> Cost:
     return Cost(c * k, k, 8 * c * k, 8 * k)
 
 
+def _graph_xi(s: Site) -> bool:
+    return _items(s) and any(getattr(u.component, "graph_operator", False) for u in s.head.xi.values())
+
+
+def _spmm_cost(s: Site) -> Cost:
+    """Gather/scatter materialises the [E, K] messages twice (index_select, scatter_add); SpMM streams them."""
+    t = s.trace
+    n_items = size(t.nz)
+    e, k = n_items * HINTS["edges_per_item"], (s.head.out or t.d)
+    return Cost(e * k, e * k, 8 * 2 * e * k, 8 * n_items * k)
+
+
 ITEMS_RULES: tuple[Rule, ...] = (
     Rule("project_first", "head", "order",
          lambda s: _items(s) and "xi_instance" in s.head.xi and "xi_attribute_post" not in s.head.xi,
@@ -56,4 +69,9 @@ ITEMS_RULES: tuple[Rule, ...] = (
          "chain → shifts/scans, graph → gather/scatter_add on the edge list, bilinear+softmax → "
          "scaled_dot_product_attention: the interdependence matrix is never built",
          "RPN 2 §5.3-5.5; other_seeds §sparse-matrix view", benefit=1),
+    Rule("graph_spmm", "head", "graph", _graph_xi,
+         "a graph ξ's normalised adjacency built once per graph as a CSR matrix (dense when n² ≤ 16·nnz) and "
+         "applied by one SpMM per hop: no [E, K] message tensors; gather/scatter_add remains the form under "
+         "torch.compile and for edge weights that need gradients",
+         "RPN 2 eq (81)-(84); other_seeds §sparse-matrix view (ξ as a sparse matrix)", benefit=1, cost=_spmm_cost),
 )
