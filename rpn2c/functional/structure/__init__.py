@@ -1,0 +1,116 @@
+"""Structural interdependence: grid patches, chains and graphs (RPN 2 paper §5.2).
+
+One module per structure: ``patches`` (grid patch shapes, packing, index tables, conv geometry), ``chain``,
+``graph`` (with PageRank); this package re-exports their public functions.
+
+Two kinds of builder live here:
+
+* **literal** builders that materialise the paper's matrices (reference lowering, plots, tests);
+* **descriptor** builders and appliers for the optimised lowering: patch index tables, conv geometry,
+  shifts / cumulative sums along an item axis, edge lists with normalised weights and gather/scatter
+  propagation. These never build an ``n x n`` or ``N x P*p`` matrix.
+
+Binding conventions (``docs/semantics.md``):
+
+* Instance matrices are stored **row = output item**: ``Y = A @ X``.
+* Grids are flattened row-major over the spatial axes (last axis fastest): ``idx = i*w*d + j*d + k``.
+* Patch offsets are listed in lexicographic order (first axis outermost), the row-major flatten order of a
+  conv kernel.
+* A patch window ``q`` (one index per axis) reads grid positions ``q*stride - pad_before + offset``. With
+  centre-relative offsets (``cuboid_offsets`` etc.) and ``pad_before = 0`` this is the paper's centred patch at
+  centre ``q*stride``; with start-relative offsets ``a*dilation`` and ``pad_before = p`` it is ``conv``'s
+  window. The default patch count per axis is ``ceil(L / stride)`` (the toolkit rule that reproduces the paper's
+  parameter counts, catalog §3.4 / §6.3).
+
+Builders take ``device`` / ``dtype`` keyword arguments (``dtype`` defaults to ``torch.get_default_dtype()``,
+``device`` to the device of the tensor arguments, else the default device). Build-time functions may use
+data-dependent shapes (boolean selection); the per-forward appliers (``gather_patches``, ``chain_apply``,
+``graph_propagate``, ``multihop_propagate``, ``pagerank_propagate``) do not synchronise with the host and
+capture with ``torch.compile(fullgraph=True)``.
+"""
+
+from __future__ import annotations
+
+from rpn2c.functional.structure._common import (  # noqa: F401
+    IntOrTuple,
+    PaddingMode,
+    SparseFormat,
+)
+from rpn2c.functional.structure.patches import (  # noqa: F401
+    cuboid_offsets,
+    cylinder_offsets,
+    sphere_offsets,
+    kernel_mask,
+    PACKING_TABLE,
+    packing_strategies,
+    packing_stride,
+    out_extent,
+    centre_counts,
+    patch_index,
+    gather_patches,
+    padding_matrix,
+    aggregation_matrix,
+)
+from rpn2c.functional.structure.chain import (  # noqa: F401
+    chain_matrix,
+    chain_edges,
+    multihop_chain,
+    chain_inverse_approx,
+    chain_exponential,
+    shift,
+    chain_apply,
+    chain_spectral_apply,
+    chain_inverse_apply,
+    chain_exp_apply,
+)
+from rpn2c.functional.structure.graph import (  # noqa: F401
+    graph_norm_weights,
+    graph_adjacency,
+    graph_operator,
+    graph_propagate,
+    multihop_graph,
+    multihop_propagate,
+    pagerank_matrix,
+    pagerank_iterations,
+    pagerank_propagate,
+    DENSE_MAX,
+    DENSE_RATIO,
+)
+
+__all__ = [
+    # grid patches
+    "cuboid_offsets",
+    "cylinder_offsets",
+    "sphere_offsets",
+    "kernel_mask",
+    "PACKING_TABLE",
+    "packing_strategies",
+    "packing_stride",
+    "out_extent",
+    "centre_counts",
+    "patch_index",
+    "gather_patches",
+    "padding_matrix",
+    "aggregation_matrix",
+    # chain
+    "chain_matrix",
+    "chain_edges",
+    "multihop_chain",
+    "chain_inverse_approx",
+    "chain_exponential",
+    "shift",
+    "chain_apply",
+    "chain_spectral_apply",
+    "chain_inverse_apply",
+    "chain_exp_apply",
+    # graph
+    "graph_norm_weights",
+    "graph_adjacency",
+    "graph_operator",
+    "graph_propagate",
+    "multihop_graph",
+    "multihop_propagate",
+    "pagerank_matrix",
+    "pagerank_iterations",
+    "pagerank_propagate",
+]

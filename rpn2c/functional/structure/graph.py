@@ -1,0 +1,293 @@
+"""Graphs (catalog §4.3-4.5; GCN per other_seeds §5(b)): normalised edge lists, literal adjacency, the
+SpMM operator, gather/scatter propagation, multi-hop and PageRank.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from rpn2c.functional.structure._common import _to_sparse, SparseFormat
+from rpn2c.functional.structure.chain import _multihop
+
+
+# ----------------------------------------------------------------------------------------------------------
+# graph (catalog §4.3–4.5; GCN per other_seeds §5(b))
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _coalesce(
+    dst: Tensor, src: Tensor, w: Tensor, n: int, reduce: str = "sum", valid: Tensor | None = None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Merge duplicate (dst, src) entries at a fixed size: ``(dst, src, w, count)`` sorted by ``key = dst·n + src``.
+
+    The first entry of each run of equal keys carries ``reduce`` (sum | amax) over the run's ``valid`` entries and
+    ``count`` = their number; every other entry is a placeholder with ``w = 0``, ``count = 0``. No data-dependent
+    shapes (sort + cumsum + scatter), so it traces under ``torch.compile``.
+    """
+    m = dst.numel()
+    key, perm = torch.sort(dst * n + src, stable=True)
+    ok = torch.ones(m, dtype=torch.bool, device=w.device) if valid is None else valid[perm]
+    ws = w[perm]
+    first = torch.diff(key, prepend=key.new_full((1,), -1)) != 0
+    run = torch.cumsum(first.long(), 0) - 1
+    if reduce == "sum":
+        out = w.new_zeros(m).index_add_(0, run, torch.where(ok, ws, 0.0))
+    else:
+        out = w.new_zeros(m).scatter_reduce_(0, run, torch.where(ok, ws, float("-inf")), reduce, include_self=False)
+    cnt = torch.zeros(m, dtype=torch.long, device=w.device).index_add_(0, run, ok.long())[run]
+    cnt = torch.where(first, cnt, 0)
+    return key // n, key % n, torch.where(cnt > 0, out[run], 0.0), cnt
+
+
+def graph_norm_weights(
+    edge_index: Tensor,
+    n: int,
+    edge_weight: Tensor | None = None,
+    self_loops: bool | None = None,
+    normalization: Literal["none", "row", "column", "symmetric"] = "none",
+    directed: bool = True,
+    *,
+    fill: float = 1.0,
+    symmetrize: Literal["max", "sum"] = "max",
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Edge lists ``(src, dst, w)`` of the (normalised) adjacency ``A[dst, src] = w`` (PyG: messages src -> target).
+
+    Steps, in order:
+
+    1. ``directed=False``: symmetrise. ``symmetrize="max"`` gives ``max(A, Aᵀ)`` entrywise (absent entries are
+       0): the 0/1 OR for unweighted graphs, and the toolkit's rule for weighted ones; ``"sum"`` gives
+       ``A + Aᵀ`` (PyG ``to_undirected(reduce="add")``). Duplicate edges are summed first.
+    2. Self-loops (``self_loops=None`` means: on for ``symmetric``, off otherwise), with PyG
+       ``add_remaining_self_loops`` semantics: a node with self-loop(s) keeps its weight (duplicates summed; PyG
+       keeps one), a node without gets ``fill``. Added before normalisation, as the toolkit does.
+    3. Normalisation: ``"none"``; ``"row"`` ``D⁻¹A`` with ``D`` the row sums (weighted in-degree at the target),
+       every output row with non-zero sum sums to 1; ``"column"`` ``A D⁻¹`` with column sums (weighted
+       out-degree at the source); ``"symmetric"`` ``w_e / sqrt(deg[dst] deg[src])`` with ``deg`` the row sums,
+       exactly PyG ``gcn_norm`` (= ``D^-1/2 (A+I) D^-1/2`` for a symmetric A). Zero degree -> weight 0.
+
+    Duplicate directed edges are kept as separate entries (they add up in :func:`graph_propagate` and
+    :func:`graph_adjacency`). Under ``torch.compile`` the list has a fixed length with no data-dependent shapes:
+    merged duplicates and replaced self-loops stay as ``w = 0`` placeholders (``A`` is unchanged); eagerly they
+    are dropped.
+    """
+    dev = edge_index.device if device is None else torch.device(device)
+    dt = (edge_weight.dtype if edge_weight is not None else torch.get_default_dtype()) if dtype is None else dtype
+    ei = edge_index.to(dev).long()
+    src, dst = ei[0], ei[1]
+    w = torch.ones(src.numel(), dtype=dt, device=dev) if edge_weight is None else edge_weight.to(device=dev, dtype=dt)
+    if normalization not in ("none", "row", "column", "symmetric"):
+        raise ValueError(f"unknown normalization {normalization!r}")
+    valid = None  # entries that are edges, not merged-away placeholders (None: all)
+    if not directed:
+        if symmetrize not in ("max", "sum"):
+            raise ValueError(f"symmetrize must be 'max' or 'sum', got {symmetrize!r}")
+        dst, src, w, cnt = _coalesce(dst, src, w, n, "sum")
+        v2 = torch.cat([cnt > 0, cnt > 0])
+        d2, s2, w2 = torch.cat([dst, src]), torch.cat([src, dst]), torch.cat([w, w])
+        if symmetrize == "sum":
+            dst, src, w, cnt = _coalesce(d2, s2, w2, n, "sum", v2)
+        else:
+            dst, src, w, cnt = _coalesce(d2, s2, w2, n, "amax", v2)
+            # an entry seen once is max(w, 0) (its transpose is an absent zero); diagonal entries are seen twice
+            w = torch.where(cnt == 1, w.clamp_min(0), w)
+        valid = cnt > 0
+    if self_loops is None:
+        self_loops = normalization == "symmetric"
+    if self_loops:
+        # add_remaining_self_loops: loop weight = Σ existing loop weights, or ``fill`` where a node has none
+        on_diag = src == dst
+        is_loop = on_diag if valid is None else on_diag & valid
+        has_loop = torch.zeros(n, dtype=torch.long, device=dev).index_add_(0, src, is_loop.long()) > 0
+        loop_w = torch.zeros(n, dtype=dt, device=dev).index_add_(0, src, torch.where(is_loop, w, 0.0))
+        loop_w = torch.where(has_loop, loop_w, torch.full_like(loop_w, fill))
+        nodes = torch.arange(n, device=dev)
+        keep = ~on_diag if valid is None else valid & ~on_diag
+        valid = torch.cat([keep, torch.ones(n, dtype=torch.bool, device=dev)])
+        src, dst = torch.cat([src, nodes]), torch.cat([dst, nodes])
+        w = torch.cat([torch.where(on_diag, 0.0, w), loop_w])
+    if valid is not None and not torch.compiler.is_compiling():
+        src, dst, w = src[valid], dst[valid], w[valid]  # eager: drop the placeholders (a shorter list)
+    if normalization == "row":
+        deg = torch.zeros(n, dtype=dt, device=dev).index_add_(0, dst, w)
+        inv = deg.pow(-1.0)
+        w = w * inv.masked_fill(torch.isinf(inv), 0.0)[dst]
+    elif normalization == "column":
+        deg = torch.zeros(n, dtype=dt, device=dev).index_add_(0, src, w)
+        inv = deg.pow(-1.0)
+        w = w * inv.masked_fill(torch.isinf(inv), 0.0)[src]
+    elif normalization == "symmetric":
+        deg = torch.zeros(n, dtype=dt, device=dev).index_add_(0, dst, w)
+        inv = deg.pow(-0.5)
+        inv = inv.masked_fill(inv == float("inf"), 0.0)
+        w = inv[src] * w * inv[dst]
+    return src, dst, w
+
+
+def graph_adjacency(
+    edge_index: Tensor,
+    n: int,
+    edge_weight: Tensor | None = None,
+    directed: bool = True,
+    self_loops: bool | None = None,
+    fill: float = 1.0,
+    normalization: Literal["none", "row", "column", "symmetric"] = "none",
+    sparse: SparseFormat = False,
+    *,
+    symmetrize: Literal["max", "sum"] = "max",
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> Tensor:
+    """Literal (normalised) adjacency ``[n, n]``, row = output (target) node: ``A[dst, src] = Σ w`` (eq 81).
+
+    Same semantics as :func:`graph_norm_weights` (``self_loops=None``: on for ``symmetric`` only); ``sparse``
+    ``True``/``"coo"``/``"csr"`` returns a sparse tensor.
+    """
+    src, dst, w = graph_norm_weights(
+        edge_index, n, edge_weight, self_loops, normalization, directed,
+        fill=fill, symmetrize=symmetrize, device=device, dtype=dtype,
+    )
+    if sparse:
+        return _to_sparse(torch.stack([dst, src]), w, (n, n), sparse)
+    return torch.zeros(n, n, dtype=w.dtype, device=w.device).index_put_((dst, src), w, accumulate=True)
+
+
+DENSE_RATIO = 16  # a dense n x n operator when n² ≤ DENSE_RATIO · nnz: GEMM does ~16x the useful work per second
+DENSE_MAX = 1 << 22  # ... and at most this many entries (32 MiB in float64)
+
+
+def graph_operator(src: Tensor, dst: Tensor, w: Tensor | None, n: int, dtype: torch.dtype | None = None) -> Tensor:
+    """``A[dst, src] = Σ w`` as the layout that multiplies fastest: dense ``[n, n]`` when the graph is dense
+    (``n² ≤ DENSE_RATIO · nnz``, ``n² ≤ DENSE_MAX``), else sparse CSR (duplicates summed).
+
+    Built once per graph and reused by :func:`graph_propagate` (``operator=``): one SpMM / GEMM per hop instead
+    of an index gather and a scatter-add. Measured on CPU (2 threads, fwd+bwd, 64 features): 20k nodes / 200k
+    edges 17 ms CSR vs 138 ms gather/scatter; 512 nodes / 100k edges 0.6 ms dense vs 4.7 ms CSR.
+    """
+    dt = (w.dtype if w is not None else torch.get_default_dtype()) if dtype is None else dtype
+    wt = torch.ones(src.numel(), dtype=dt, device=src.device) if w is None else w.to(dt)
+    if n * n <= min(DENSE_RATIO * max(src.numel(), 1), DENSE_MAX):
+        return torch.zeros(n, n, dtype=dt, device=src.device).index_put_((dst, src), wt, accumulate=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        coo = torch.sparse_coo_tensor(torch.stack([dst, src]), wt, (n, n), check_invariants=False)
+        return coo.coalesce().to_sparse_csr()
+
+
+def graph_propagate(x: Tensor, src: Tensor, dst: Tensor, w: Tensor | None, n: int, dim: int = -2,
+                    operator: Tensor | None = None) -> Tensor:
+    """``A @ x`` along the item axis ``dim`` by gather/scatter: ``y[dst] += w * x[src]`` (``index_add``).
+
+    Leading / trailing batch axes are carried along; the output has ``n`` items on ``dim``. ``w=None`` means
+    unit weights. No sparse tensors and no host synchronisation: captures with ``torch.compile(fullgraph=True)``.
+    ``operator`` (from :func:`graph_operator` on the same edges) computes the same product as one SpMM / GEMM.
+    """
+    d = dim % x.dim()
+    # items first and everything else flattened into rows: [N, K] (a view when the leading axes have size 1), so
+    # the gather and the scatter move whole contiguous rows (index_add along an inner axis is ~3x slower on CPU)
+    xt = x.movedim(d, 0)
+    rest = xt.shape[1:]
+    flat = xt.reshape(xt.shape[0], -1)
+    if operator is not None:
+        out = operator @ flat.to(operator.dtype)
+        return out.reshape(n, *rest).movedim(0, d)
+    msg = flat.index_select(0, src)
+    if w is not None:
+        msg = msg * w.to(x.dtype).unsqueeze(1)
+    out = flat.new_zeros(n, flat.shape[1]).scatter_add_(0, dst.unsqueeze(1).expand_as(msg), msg)
+    return out.reshape(n, *rest).movedim(0, d)
+
+
+def multihop_graph(A: Tensor, hops: int, accumulate: bool = False, include_identity: bool = True) -> Tensor:
+    """``A^h`` (eq 83) or ``Σ_{k=k0..h} A^k`` with ``k0 = 0`` if ``include_identity`` else 1 (dense, batchable)."""
+    if A.is_sparse or A.layout != torch.strided:
+        A = A.to_dense()
+    return _multihop(A, hops, accumulate, include_identity)
+
+
+def multihop_propagate(
+    x: Tensor,
+    src: Tensor,
+    dst: Tensor,
+    w: Tensor | None,
+    n: int,
+    hops: int,
+    accumulate: bool = False,
+    include_identity: bool = True,
+    dim: int = -2,
+    operator: Tensor | None = None,
+) -> Tensor:
+    """``multihop_graph(A, hops, accumulate, include_identity) @ x`` by ``hops`` propagations (never n x n)."""
+    if hops < 0:
+        raise ValueError("hops must be >= 0")
+    y = x
+    acc = x if include_identity else torch.zeros_like(x)
+    for _ in range(hops):
+        y = graph_propagate(y, src, dst, w, n, dim, operator)
+        acc = acc + y
+    return acc if accumulate else y
+
+
+def pagerank_matrix(A: Tensor, alpha: float = 0.15) -> Tensor:
+    """PageRank multi-hop matrix (eq 84): ``α (I - (1-α) A)^{-1}``, by ``torch.linalg.solve`` (no inverse).
+
+    ``A`` is expected to be normalised already (the toolkit's ``c = α``, default 0.15).
+    """
+    if A.is_sparse or A.layout != torch.strided:
+        A = A.to_dense()
+    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    return torch.linalg.solve(eye - (1.0 - alpha) * A, alpha * eye.expand_as(A))
+
+
+def pagerank_iterations(alpha: float, tol: float) -> int:
+    """Power iterations ``K`` with ``(1-α)^{K+1} ≤ tol``: the truncation bound of :func:`pagerank_propagate`."""
+    if not 0.0 < alpha <= 1.0:
+        raise ValueError("alpha must be in (0, 1]")
+    if alpha == 1.0:
+        return 0
+    return max(math.ceil(math.log(tol) / math.log(1.0 - alpha)) - 1, 0)
+
+
+def pagerank_propagate(
+    x: Tensor,
+    src: Tensor,
+    dst: Tensor,
+    w: Tensor | None,
+    n: int,
+    alpha: float = 0.15,
+    iters: int | None = None,
+    tol: float = 1e-7,
+    dim: int = -2,
+    method: Literal["power", "solve"] = "power",
+    operator: Tensor | None = None,
+) -> Tensor:
+    """``pagerank_matrix(A, α) @ x`` without the ``n x n`` inverse.
+
+    ``"power"``: ``y_0 = αx``, ``y_{k+1} = αx + (1-α) A y_k`` for ``K`` steps, i.e. ``y_K = α Σ_{j≤K} ((1-α)A)^j x``.
+    If ``‖A‖ ≤ 1`` in an operator norm (∞-norm for row, 1-norm for column, 2-norm for symmetric normalisation)
+    then ``‖y_K - y*‖ ≤ (1-α)^{K+1} ‖x‖``; ``iters=None`` picks ``K = pagerank_iterations(α, tol)`` (98 for the
+    defaults). Unnormalised ``A`` may diverge. ``"solve"``: exact, builds the dense ``n x n`` system (small n).
+    """
+    if method == "solve":
+        d = dim % x.dim()
+        a = torch.zeros(n, n, dtype=x.dtype, device=x.device)
+        wt = torch.ones(src.numel(), dtype=x.dtype, device=x.device) if w is None else w.to(x.dtype)
+        a = a.index_put((dst, src), wt, accumulate=True)
+        eye = torch.eye(n, dtype=x.dtype, device=x.device)
+        xm = x.movedim(d, -2) if x.dim() > 1 else x[:, None]
+        y = torch.linalg.solve(eye - (1.0 - alpha) * a, alpha * xm)
+        return y.movedim(-2, d) if x.dim() > 1 else y[:, 0]
+    if method != "power":
+        raise ValueError(f"unknown method {method!r}")
+    k = pagerank_iterations(alpha, tol) if iters is None else iters
+    base = alpha * x
+    y = base
+    for _ in range(k):
+        y = base + (1.0 - alpha) * graph_propagate(y, src, dst, w, n, dim, operator)
+    return y
