@@ -348,18 +348,18 @@ class _GraphXi(XiModule):
         return m if self.axis == "instance" else m.T
 
     def operator(self, edges, n):
-        """``A`` as one SpMM/GEMM operand (rule ``graph_spmm``), built once per normalised edge list and shared by
-        every ξ that shares the list; ``None`` where the gather/scatter form runs: the rule did not fire, while
-        compiling (sparse layouts do not trace), for edge weights that need gradients (the list is then not
-        cached), or for dtypes without a sparse kernel."""
-        if not self.sparse_kernel or not isinstance(edges, _EdgeList):
+        """``A`` as one SpMM/GEMM operand (rule ``graph_spmm``): built once per cached normalised edge list and
+        shared by every ξ that shares the list (built in the traced graph while compiling); ``None`` where the
+        gather/scatter form runs: the rule did not fire, edge weights that need gradients, or dtypes without a
+        sparse kernel."""
+        src, dst, w = edges
+        if not self.sparse_kernel or w.requires_grad or w.dtype not in (torch.float32, torch.float64):
             return None
+        if not isinstance(edges, _EdgeList):
+            return structure.graph_operator(src, dst, w, n)
         op = edges.__dict__.get("operator")
-        if op is None:
-            src, dst, w = edges
-            if w.dtype not in (torch.float32, torch.float64):
-                return None
-            op = edges.operator = structure.graph_operator(src, dst, w, n)
+        if op is None or (isinstance(op, structure.CSRPair) and not op.crow_t.numel() and torch.is_grad_enabled()):
+            op = edges.operator = structure.graph_operator(src, dst, w, n)  # (again, with Aᵀ, once grads are on)
         return op
 
     def apply(self, z, q, c, aux):

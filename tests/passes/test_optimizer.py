@@ -284,7 +284,7 @@ GCN2 = """model g(f = 3) {
 """
 
 
-@pytest.mark.parametrize("nodes, edges, layout", [(200, 600, torch.sparse_csr), (12, 60, torch.strided)])
+@pytest.mark.parametrize("nodes, edges, layout", [(200, 600, "csr"), (12, 60, "dense")])
 def test_graph_spmm_builds_the_operator_once_in_the_layout_the_density_asks(nodes, edges, layout):
     """Sparse graphs run CSR SpMM, dense ones a GEMM; the operator is built on the first call, shared by the
     layers whose ξ is the same (shared_xi) and reused while the edge tensor comes back unmodified; outputs and
@@ -306,7 +306,8 @@ def test_graph_spmm_builds_the_operator_once_in_the_layout_the_density_asks(node
     try:
         model, _ = _build(GCN2)
         y0 = model(x=x, edges=ei)
-        assert len(built) == 2 and all(op.layout == layout for op in built)  # graph (shared by a, y) + pagerank
+        kinds = {"csr" if isinstance(op, structure.CSRPair) else "dense" for op in built}
+        assert len(built) == 2 and kinds == {layout}  # graph (shared by a, y) + pagerank
         assert torch.equal(model(x=x, edges=ei), y0) and len(built) == 2  # reused while the edges are unchanged
         ei.add_(0)  # an in-place write bumps the version: list and operator are rebuilt
         model(x=x, edges=ei)
@@ -335,3 +336,68 @@ def test_graph_spmm_falls_back_to_gather_scatter_for_weights_that_need_gradients
     (gw,) = torch.autograd.grad(y.square().sum(), ew)
     (gr,) = torch.autograd.grad(ref(x=x, edges=ei, ew=ew).square().sum(), ew)
     assert_close(gw, gr, rtol=1e-9, atol=1e-10)
+
+
+# ------------------------------------------------------------------------------------------------ the oracle
+def _kernels_forbidden(monkeypatch):
+    """Every default-lowering form of ξ and ψ raises: only the literal matrices may run."""
+    from rpn2c.components.base import PsiModule, XiModule
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("the reference lowering ran a default kernel")
+
+    def subclasses(c):
+        for s in c.__subclasses__():
+            yield s
+            yield from subclasses(s)
+
+    for base in (XiModule, PsiModule):
+        for cls in (base, *subclasses(base)):
+            if "apply" in vars(cls):
+                monkeypatch.setattr(cls, "apply", forbidden)
+
+
+@given(programs())
+def test_the_reference_lowering_never_runs_a_default_kernel(program):
+    text, shapes, seed = program
+    ref, _ = _build(text, reference=True)
+    inputs = make_inputs(shapes, seed)
+    with pytest.MonkeyPatch.context() as mp:
+        _kernels_forbidden(mp)
+        ref(**inputs)
+
+
+def test_the_forbidden_kernels_are_what_the_default_lowering_runs(monkeypatch):
+    """The guard above can fail: the default GCN propagates through ξ.apply and ψ.apply."""
+    from tests.test_specs import random_inputs
+
+    fast = rpn2c.compile_file(ROOT / "specs" / "gcn.rpn").double().eval()
+    inputs = random_inputs(fast.graph)
+    _kernels_forbidden(monkeypatch)
+    with pytest.raises(AssertionError, match="default kernel"):
+        fast(*inputs)
+
+
+@pytest.mark.parametrize("spec", sorted(p.name for p in (ROOT / "specs").glob("*.rpn")))
+def test_shipped_specs_reference_runs_on_literal_matrices_only(spec, monkeypatch):
+    from tests.test_specs import random_inputs
+
+    ref = rpn2c.compile_file(ROOT / "specs" / spec, reference=True).double().eval()
+    inputs = random_inputs(ref.graph)
+    _kernels_forbidden(monkeypatch)
+    out = ref(*inputs)
+    assert all(torch.isfinite(o).all() for o in (out if isinstance(out, tuple) else (out,)))
+
+
+def test_graph_spmm_operator_built_for_inference_is_rebuilt_for_training():
+    """A CSR operator first built under no_grad lacks Aᵀ; the next training step builds it again with Aᵀ."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(200, 3, dtype=torch.float64, generator=g)
+    ei = torch.randint(0, 200, (2, 600), generator=g)
+    model, _ = _build(GCN2)
+    with torch.no_grad():
+        y0 = model(x=x, edges=ei)
+    y = model(x=x, edges=ei)
+    assert_close(y.detach(), y0)
+    y.square().sum().backward()
+    assert all(p.grad is not None for p in model.parameters())

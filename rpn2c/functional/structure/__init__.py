@@ -76,6 +76,7 @@ from rpn2c.functional.structure.graph import (  # noqa: F401
     DENSE_MAX,
     DENSE_RATIO,
 )
+from rpn2c.functional.structure.spmm import CSRPair, csr_mm, csr_pair  # noqa: F401
 
 __all__ = [
     # grid patches
@@ -107,6 +108,9 @@ __all__ = [
     "graph_norm_weights",
     "graph_adjacency",
     "graph_operator",
+    "CSRPair",
+    "csr_pair",
+    "csr_mm",
     "graph_propagate",
     "multihop_graph",
     "multihop_propagate",

@@ -5,7 +5,6 @@ SpMM operator, gather/scatter propagation, multi-hop and PageRank.
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Literal
 
 import torch
@@ -13,6 +12,7 @@ from torch import Tensor
 
 from rpn2c.functional.structure._common import _to_sparse, SparseFormat
 from rpn2c.functional.structure.chain import _multihop
+from rpn2c.functional.structure.spmm import CSRPair, csr_mm, csr_pair
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -162,26 +162,26 @@ DENSE_RATIO = 16  # a dense n x n operator when n² ≤ DENSE_RATIO · nnz: GEMM
 DENSE_MAX = 1 << 22  # ... and at most this many entries (32 MiB in float64)
 
 
-def graph_operator(src: Tensor, dst: Tensor, w: Tensor | None, n: int, dtype: torch.dtype | None = None) -> Tensor:
+def graph_operator(src: Tensor, dst: Tensor, w: Tensor | None, n: int,
+                   dtype: torch.dtype | None = None) -> Tensor | CSRPair:
     """``A[dst, src] = Σ w`` as the layout that multiplies fastest: dense ``[n, n]`` when the graph is dense
-    (``n² ≤ DENSE_RATIO · nnz``, ``n² ≤ DENSE_MAX``), else sparse CSR (duplicates summed).
+    (``n² ≤ DENSE_RATIO · nnz``, ``n² ≤ DENSE_MAX``), else CSR (:class:`CSRPair`, with ``Aᵀ`` for the backward).
 
-    Built once per graph and reused by :func:`graph_propagate` (``operator=``): one SpMM / GEMM per hop instead
-    of an index gather and a scatter-add. Measured on CPU (2 threads, fwd+bwd, 64 features): 20k nodes / 200k
-    edges 17 ms CSR vs 138 ms gather/scatter; 512 nodes / 100k edges 0.6 ms dense vs 4.7 ms CSR.
+    Fixed-size ops only, so it is built inside compiled code too; eagerly it is built once per graph and reused
+    by :func:`graph_propagate` (``operator=``): one SpMM / GEMM per hop instead of an index gather and a
+    scatter-add. Measured on CPU (2 threads, fwd+bwd, 64 features): 20k nodes / 200k edges 17 ms CSR vs 138 ms
+    gather/scatter; 512 nodes / 100k edges 0.6 ms dense vs 4.7 ms CSR. ``w`` must not need gradients; built
+    with gradients disabled, ``Aᵀ`` (needed only by the backward) is left out.
     """
     dt = (w.dtype if w is not None else torch.get_default_dtype()) if dtype is None else dtype
     wt = torch.ones(src.numel(), dtype=dt, device=src.device) if w is None else w.to(dt)
     if n * n <= min(DENSE_RATIO * max(src.numel(), 1), DENSE_MAX):
         return torch.zeros(n, n, dtype=dt, device=src.device).index_put_((dst, src), wt, accumulate=True)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        coo = torch.sparse_coo_tensor(torch.stack([dst, src]), wt, (n, n), check_invariants=False)
-        return coo.coalesce().to_sparse_csr()
+    return csr_pair(src, dst, wt, n, transpose=torch.is_grad_enabled())
 
 
 def graph_propagate(x: Tensor, src: Tensor, dst: Tensor, w: Tensor | None, n: int, dim: int = -2,
-                    operator: Tensor | None = None) -> Tensor:
+                    operator: Tensor | CSRPair | None = None) -> Tensor:
     """``A @ x`` along the item axis ``dim`` by gather/scatter: ``y[dst] += w * x[src]`` (``index_add``).
 
     Leading / trailing batch axes are carried along; the output has ``n`` items on ``dim``. ``w=None`` means
@@ -195,7 +195,7 @@ def graph_propagate(x: Tensor, src: Tensor, dst: Tensor, w: Tensor | None, n: in
     rest = xt.shape[1:]
     flat = xt.reshape(xt.shape[0], -1)
     if operator is not None:
-        out = operator @ flat.to(operator.dtype)
+        out = csr_mm(operator, flat) if isinstance(operator, CSRPair) else operator @ flat
         return out.reshape(n, *rest).movedim(0, d)
     msg = flat.index_select(0, src)
     if w is not None:
@@ -221,7 +221,7 @@ def multihop_propagate(
     accumulate: bool = False,
     include_identity: bool = True,
     dim: int = -2,
-    operator: Tensor | None = None,
+    operator: Tensor | CSRPair | None = None,
 ) -> Tensor:
     """``multihop_graph(A, hops, accumulate, include_identity) @ x`` by ``hops`` propagations (never n x n)."""
     if hops < 0:
@@ -265,7 +265,7 @@ def pagerank_propagate(
     tol: float = 1e-7,
     dim: int = -2,
     method: Literal["power", "solve"] = "power",
-    operator: Tensor | None = None,
+    operator: Tensor | CSRPair | None = None,
 ) -> Tensor:
     """``pagerank_matrix(A, α) @ x`` without the ``n x n`` inverse.
 

@@ -70,8 +70,8 @@ ITEMS_RULES: tuple[Rule, ...] = (
          "scaled_dot_product_attention: the interdependence matrix is never built",
          "RPN 2 §5.3-5.5; other_seeds §sparse-matrix view", benefit=1),
     Rule("graph_spmm", "head", "graph", _graph_xi,
-         "a graph ξ's normalised adjacency built once per graph as a CSR matrix (dense when n² ≤ 16·nnz) and "
-         "applied by one SpMM per hop: no [E, K] message tensors; gather/scatter_add remains the form under "
-         "torch.compile and for edge weights that need gradients",
+         "a graph ξ's normalised adjacency as a CSR matrix with its transpose (dense when n² ≤ 16·nnz), built "
+         "once per graph eagerly and in the traced graph under torch.compile, applied by one SpMM per hop (a "
+         "custom op): no [E, K] message tensors; gather/scatter_add remains for edge weights that need gradients",
          "RPN 2 eq (81)-(84); other_seeds §sparse-matrix view (ξ as a sparse matrix)", benefit=1, cost=_spmm_cost),
 )
