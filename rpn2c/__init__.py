@@ -5,12 +5,14 @@
 """
 
 from rpn2c.api import check, check_file, compile, compile_file
+from rpn2c.check.budget import Limits
 from rpn2c.frontends import TorchSpec, from_torch
 from rpn2c.errors import (
     Diagnostic,
     SpecError,
     SpecGraphError,
     SpecNameError,
+    SpecResourceError,
     SpecShapeError,
     SpecSyntaxError,
     SpecTypeError,
@@ -20,6 +22,6 @@ from rpn2c.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "check", "check_file", "compile", "compile_file", "Diagnostic", "Span", "SpecError", "SpecGraphError",
-    "SpecNameError", "SpecShapeError", "SpecSyntaxError", "SpecTypeError", "TorchSpec", "__version__", "from_torch",
+    "check", "check_file", "compile", "compile_file", "Diagnostic", "Limits", "Span", "SpecError", "SpecGraphError",
+    "SpecNameError", "SpecResourceError", "SpecShapeError", "SpecSyntaxError", "SpecTypeError", "TorchSpec", "__version__", "from_torch",
 ]

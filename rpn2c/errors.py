@@ -45,8 +45,9 @@ class Diagnostic:
         return CODE_KINDS.get(self.code[:3], "spec")
 
 
-# Code ranges: E01xx syntax, E02xx names, E03xx types/hyper-parameters, E04xx shapes, E05xx graph/imports.
-CODE_KINDS = {"E01": "syntax", "E02": "name", "E03": "type", "E04": "shape", "E05": "graph"}
+# Code ranges: E01xx syntax, E02xx names, E03xx types/hyper-parameters, E04xx shapes, E05xx graph/imports,
+# E06xx resource budgets.
+CODE_KINDS = {"E01": "syntax", "E02": "name", "E03": "type", "E04": "shape", "E05": "graph", "E06": "resource"}
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
@@ -67,6 +68,14 @@ class SpecError(Exception):
 
     def render(self, color: bool = False) -> str:
         return "\n".join(render_diagnostic(d, self.sources, color) for d in self.diagnostics)
+
+    def to_json(self) -> list[dict]:
+        """The diagnostics as plain data: code, kind, message, file, line, col, end (line, col), help, notes."""
+        return [{"code": d.code, "kind": d.kind, "severity": d.severity, "message": d.message,
+                 "file": d.span.file, "line": d.span.line, "col": d.span.col,
+                 "end": {"line": d.span.end_line, "col": d.span.end_col}, "help": d.suggestion,
+                 "notes": [{"file": s.file, "line": s.line, "col": s.col, "message": m} for s, m in d.notes]}
+                for d in self.diagnostics]
 
     @property
     def codes(self) -> list[str]:
@@ -93,12 +102,17 @@ class SpecGraphError(SpecError):
     """Cycles, missing returns, import problems, unused inputs."""
 
 
+class SpecResourceError(SpecError):
+    """A spec whose parameters, activation memory or check work exceed the budgets."""
+
+
 _CLASS_BY_KIND = {
     "syntax": SpecSyntaxError,
     "name": SpecNameError,
     "type": SpecTypeError,
     "shape": SpecShapeError,
     "graph": SpecGraphError,
+    "resource": SpecResourceError,
 }
 
 

@@ -25,12 +25,13 @@ GOOD = sorted((CORPUS / "ok").glob("*.rpn"))
 EXPECT = re.compile(r"^#\s*expect:\s*(E\d{4})\s+(?:(\S+):)?(\d+):(\d+)\s*$")
 MESSAGE = re.compile(r"^#\s*expect-message:\s*(.+?)\s*$")
 CLASSES = {"syntax": rpn2c.SpecSyntaxError, "name": rpn2c.SpecNameError, "type": rpn2c.SpecTypeError,
-           "shape": rpn2c.SpecShapeError, "graph": rpn2c.SpecGraphError}
+           "shape": rpn2c.SpecShapeError, "graph": rpn2c.SpecGraphError,
+           "resource": rpn2c.SpecResourceError}
 
 
 def _header(path: Path):
     expected, messages = [], []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in _text(path).splitlines():
         if not line.startswith("#"):
             break
         if m := EXPECT.match(line):
@@ -38,6 +39,11 @@ def _header(path: Path):
         elif m := MESSAGE.match(line):
             messages.append(m[1])
     return expected, messages
+
+
+def _text(path: Path) -> str:
+    """A corpus file as the checker shows it (a file with a stray non-UTF-8 byte reads with U+FFFD there)."""
+    return path.read_bytes().decode("utf-8", errors="replace")
 
 
 def _id(p: Path) -> str:
@@ -82,7 +88,7 @@ def test_bad_spec(path: Path):
         assert head in lines, text
         i = lines.index(head)
         # the source line, read from disk for this file, then a caret starting under the reported column
-        source = (path.read_text() if d.span.file == own else err.sources[d.span.file]).splitlines()
+        source = (_text(path) if d.span.file == own else err.sources[d.span.file]).splitlines()
         gutter, shown = lines[i + 1].split("| ", 1)
         assert shown == source[d.span.line - 1].rstrip(), text
         caret = lines[i + 2]

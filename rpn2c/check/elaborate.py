@@ -11,6 +11,7 @@ from typing import Any
 
 import networkx as nx
 
+from rpn2c.check.budget import Guard, Limits, head_elements, per_sample
 from rpn2c.check.heads import LayerShapeError, build_layer, infer_layer, resolve_use
 from rpn2c.check.loader import Unit
 from rpn2c.check.recurrent import build_recurrent, infer_recurrent
@@ -34,11 +35,12 @@ class _Frame:
 
 
 class Elaborator:
-    def __init__(self, root: Unit, sources: dict[str, str]):
+    def __init__(self, root: Unit, sources: dict[str, str], limits: Limits | dict | None = None):
         self.root = root
         self.diags = Diagnostics(sources)
         self.g = nx.DiGraph()
         self.stack: list[tuple[int, str]] = []  # (id(defn), name) being inlined
+        self.guard = Guard(Limits.of(limits), self.diags)
 
     # ------------------------------------------------------------------------------------------- entry
     def model(self, name: str | None, params: dict[str, Any] | None = None) -> Graph:
@@ -164,6 +166,7 @@ class Elaborator:
         if t is None:
             return None
         self.g.add_node(nid, node=Node(nid, "input", stmt.span, t))
+        self.guard.charge(nid, stmt.span, 0, per_sample(t))
         return nid
 
     def _tensor_type(self, te: ast.TensorTypeExpr, scope: Scope) -> TensorType | None:
@@ -188,6 +191,9 @@ class Elaborator:
                 self.diags.error("E0309", f"a dimension must be a positive integer or a symbol, got {v!r}", d.span)
                 return None
             dims.append(v)
+        if kind == "edges" and dims[0] != 2:  # an edge list is [2, E]: source and target rows
+            self.diags.error("E0309", f"an edge list has 2 rows (sources, targets), got {dims[0]}", te.dims[0].span)
+            return None
         batched = True
         if te.kind == "nodes" and len(dims) == 2:
             dims, batched = [1, *dims], False
@@ -230,6 +236,8 @@ class Elaborator:
         return None
 
     def _value(self, name: str, v: ast.Value, span: Span, unit: Unit, scope: Scope, later) -> str | None:
+        if self.guard.over:  # a budget is spent: expand nothing more
+            return None
         if isinstance(v, (ast.HeadExpr, ast.LayerExpr)):
             return self._layer(name, v, unit, scope, later)
         if isinstance(v, ast.RepeatExpr):
@@ -247,10 +255,21 @@ class Elaborator:
     def _node_type(self, nid: str | None) -> TensorType | None:
         return None if nid is None else self.g.nodes[nid]["node"].type
 
-    def _add(self, node: Node, edges: dict[str, str]) -> str:
+    def _add(self, node: Node, edges: dict[str, str]) -> str | None:
+        elements = per_sample(node.type)
+        units = 1  # heads and channels were reserved by build_layer, before the shape rule
+        if node.kind == "layer":
+            elements += sum(head_elements(t, h) * h.channels for h, t in zip(node.layer.heads, node.trace["heads"]))
+        if not self.guard.reserve(units, node.span, f"'{node.id}'"):
+            return None  # refused: charge nothing else for it
+        self.guard.charge(node.id, node.span, node.params, elements)
         self.g.add_node(node.id, node=node)
         for role, src in edges.items():
-            self.g.add_edge(src, node.id, role=role)
+            if self.g.has_edge(src, node.id):  # one value in two roles (add(x, x)): one edge, both roles
+                data = self.g.edges[src, node.id]
+                data["also"] = (*data.get("also", ()), role)
+            else:
+                self.g.add_edge(src, node.id, role=role)
         return node.id
 
     def _fresh(self, nid: str) -> str:
@@ -278,7 +297,7 @@ class Elaborator:
             return None
         kind = v.kind if isinstance(v, ast.HeadExpr) else "layer"
         heads = v.heads if isinstance(v, ast.LayerExpr) else ()
-        spec = build_layer(kind, heads, v.settings, scope, self.diags, v.span)
+        spec = build_layer(kind, heads, v.settings, scope, self.diags, v.span, reserve=self.guard.reserve)
         x_id = args[0]
         if spec is None or x_id is None or (ctx_id is None and any(k.name == "context" for k in v.kwargs)):
             return None
@@ -289,8 +308,8 @@ class Elaborator:
         aux = {}
         for h in spec.heads:
             for use in h.xi.values():
-                for key, ref in use.component.value_refs():
-                    edges[f"aux:{key}"] = ref.name
+                for _, ref in use.component.value_refs():
+                    edges[f"aux:{ref.name}"] = ref.name  # by value: heads may name different values
                     aux[ref.name] = self._node_type(ref.name)
         xt, ct = self._node_type(x_id), self._node_type(ctx_id)
         if xt is None or (ctx_id is not None and ct is None) or any(t is None for t in aux.values()):
@@ -298,8 +317,7 @@ class Elaborator:
         try:
             out, params, traces = infer_layer(spec, xt, ct, aux, v.span)
         except LayerShapeError as exc:
-            self.diags.error("E0402", exc.message, exc.span, notes=[(v.span, f"in '{name}' (input: {xt})")]
-                             if exc.span != v.span else ())
+            self._shape_error(exc, v, name, xt)
             return None
         node = Node(nid, "layer", v.span, out, layer=spec, params=params, trace={"heads": traces})
         return self._add(node, edges)
@@ -317,6 +335,8 @@ class Elaborator:
         if built is None or x_id is None or v.kwargs:
             return None
         spec, refs = built
+        if not self.guard.reserve(spec.layers * spec.directions, v.span, f"{spec.layers:,} recurrent layers"):
+            return None  # the shape rule walks every layer: charge them first
         edges = {"x": x_id}
         states = {}
         for key, (ref, at) in refs.items():
@@ -331,12 +351,17 @@ class Elaborator:
         try:
             out, params, trace = infer_recurrent(spec, xt, states, v.span)
         except LayerShapeError as exc:
-            self.diags.error("E0402", exc.message, exc.span, notes=[(v.span, f"in '{name}' (input: {xt})")]
-                             if exc.span != v.span else ())
+            self._shape_error(exc, v, name, xt)
             return None
         nid = self._fresh(scope.prefix + name)
         node = Node(nid, "recurrent", v.span, out, layer=spec, params=params, trace={"recurrent": trace})
         return self._add(node, edges)
+
+    def _shape_error(self, exc: LayerShapeError, v, name: str, xt) -> None:
+        """E0402 at the setting that failed, or at the layer when the culprit is a default (it has no span)."""
+        at = exc.span if exc.span.line >= 1 else v.span
+        self.diags.error("E0402", exc.message, at, notes=[(v.span, f"in '{name}' (input: {xt})")]
+                         if at != v.span else ())
 
     # op / block calls
     def _call(self, name, call: ast.Call, unit, scope, later) -> str | None:
@@ -458,6 +483,10 @@ class Elaborator:
         if not v.call.args:
             self.diags.error("E0311", "the repeated block needs an input", v.call.span)
             return None
+        size = max(1, sum(isinstance(s, ast.Assign) for s in target[1].body))
+        if self.guard.work + count * size > self.guard.limits.max_work:  # refuse before expanding anything
+            self.guard.reserve(count * size, v.count.span, f"repeat({count:,}) of '{target[1].name}'")
+            return None
         current = None
         for i in range(count):
             call = v.call
@@ -474,7 +503,8 @@ class Elaborator:
 
 
 def elaborate(root: Unit, sources: dict[str, str], model: str | None = None,
-              params: dict[str, Any] | None = None) -> Graph:
+              params: dict[str, Any] | None = None, limits: Limits | dict | None = None) -> Graph:
     """Check a loaded unit and build the IR graph of its model (the last one, or ``model``); ``params`` override
-    the model's parameter defaults (``model m(hidden = 32)`` with ``params={"hidden": 64}``)."""
-    return Elaborator(root, sources).model(model, params)
+    the model's parameter defaults (``model m(hidden = 32)`` with ``params={"hidden": 64}``); ``limits`` are the
+    resource budgets (:class:`rpn2c.check.budget.Limits`)."""
+    return Elaborator(root, sources, limits).model(model, params)

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from rpn2c.components.base import Interdependence, Kappa, ShapeRuleError, XiContext
 from rpn2c.components.xi import GridXi as GridXiLike
 from rpn2c.components.registry import REGISTRY, SLOT_FAMILIES, FAMILIES, ValueRef, lookup, names
-from rpn2c.check.values import INVALID, Scope, evaluate
+from rpn2c.check.values import INVALID, MAX_INT, Scope, evaluate
 from rpn2c.errors import Diagnostics, Span, did_you_mean
 from rpn2c.ir.graph import HeadSpec, LayerSpec, Use
 from rpn2c.ir.trace import HeadTrace
@@ -85,7 +85,14 @@ def resolve_use(expr: ast.Expr, slot: str, scope: Scope, diags: Diagnostics) -> 
         # a misspelt key ('sise' for 'size') is one mistake: do not also report the field it meant as missing
         meant = {m for e in errors if e["type"] == "extra_forbidden" and e["loc"]
                  for m in difflib.get_close_matches(str(e["loc"][0]), fields, n=1, cutoff=0.6)}
+        # a value that fits no member of a union (a float or "fan_in") is one mistake: report its most telling error
+        errors = sorted(errors, key=lambda e: e["type"] in ("literal_error", "string_type"))
+        reported: set[str] = set()
         for err in errors:
+            if err["type"] != "extra_forbidden" and err["loc"]:
+                if str(err["loc"][0]) in reported:
+                    continue
+                reported.add(str(err["loc"][0]))
             if err["type"] == "missing" and err["loc"] and err["loc"][0] in meant:
                 continue
             key = str(err["loc"][0]) if err["loc"] else ""
@@ -98,10 +105,25 @@ def resolve_use(expr: ast.Expr, slot: str, scope: Scope, diags: Diagnostics) -> 
                 diags.error("E0303", f"'{name}' needs the hyper-parameter '{key}'", span)
             elif isinstance(values.get(key), ValueRef) or "ValueRef" in str(err.get("msg", "")):
                 diags.error("E0303", f"'{key}' of '{name}' expects the name of an input value", at)
+            elif not key:  # a rule over several hyper-parameters
+                diags.error("E0303", f"bad hyper-parameters for '{name}': {err['msg']}", at)
             else:
                 diags.error("E0303", f"bad value for '{key}' of '{name}': {err['msg']}", at)
         return None
+    for key, v in hp:
+        if _out_of_range(v):
+            diags.error("E0303", f"'{key}' of '{name}' is out of range (integers stay below 10**18)",
+                        spans.get(key, span))
+            return None
     return Use(entry.cls(hp), span)
+
+
+def _out_of_range(v) -> bool:
+    """An integer hyper-parameter (or list entry) of 10**18 or more: a float literal such as 1e300 given for an
+    integer field."""
+    if isinstance(v, (list, tuple)):
+        return any(_out_of_range(x) for x in v)
+    return isinstance(v, int) and not isinstance(v, bool) and abs(v) >= MAX_INT
 
 
 def _uses(expr, slot, scope, diags) -> list[Use] | None:
@@ -119,17 +141,19 @@ def _int_setting(s: ast.Setting, scope, diags, minimum=1) -> int | None:
     v = evaluate(s.value, scope, diags, allow_values=False)
     if v is INVALID:
         return None
-    if isinstance(v, float) and v.is_integer():
+    if isinstance(v, float) and v.is_integer() and abs(v) < MAX_INT:
         v = int(v)
-    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum or v >= MAX_INT:
         diags.error("E0303", f"'{s.key}' must be an integer >= {minimum}, got {v!r}", s.value.span)
         return None
     return v
 
 
 # ------------------------------------------------------------------------------------------------ settings -> spec
-def build_layer(kind: str, head_decls, settings, scope: Scope, diags: Diagnostics, span: Span) -> LayerSpec | None:
-    """Validate the settings of a ``head``/``compress``/``layer`` expression into a LayerSpec."""
+def build_layer(kind: str, head_decls, settings, scope: Scope, diags: Diagnostics, span: Span,
+                reserve=None) -> LayerSpec | None:
+    """Validate the settings of a ``head``/``compress``/``layer`` expression into a LayerSpec. ``reserve(n, span,
+    what)`` is asked before ``heads = n`` copies are made (the check-work budget) and may refuse."""
     allowed_layer = SINGLE_HEAD_KEYS if kind != "layer" else LAYER_KEYS
     layer_settings = {}
     head_settings = []
@@ -167,7 +191,10 @@ def build_layer(kind: str, head_decls, settings, scope: Scope, diags: Diagnostic
     else:
         copies = 1
         if "heads" in layer_settings:
-            copies = _int_setting(layer_settings.pop("heads"), scope, diags) or 1
+            s = layer_settings.pop("heads")
+            copies = _int_setting(s, scope, diags) or 1
+            if copies > 1 and reserve is not None and not reserve(copies, s.value.span, f"heads = {copies:,}"):
+                return None
         hs = {k: v for k, v in layer_settings.items() if k in HEAD_KEYS}
         head_settings = [(f"h{i}" if copies > 1 else "h", hs, span) for i in range(copies)]
         layer_settings = {k: v for k, v in layer_settings.items() if k in LAYER_KEYS}
@@ -175,7 +202,10 @@ def build_layer(kind: str, head_decls, settings, scope: Scope, diags: Diagnostic
     heads = []
     for name, hs, hspan in head_settings:
         heads.append(_build_head(name, hs, compress, scope, diags, hspan))
-
+        h = heads[-1]
+        if h is not None and h.channels > 1 and reserve is not None and not reserve(
+                h.channels, hs["channels"].value.span, f"channels = {h.channels:,}"):
+            return None  # the shape rule and the lowering handle each channel: charge them before either runs
     def one(key, default_name, family):
         s = layer_settings.get(key)
         return _default(default_name, family) if s is None else resolve_use(s.value, key, scope, diags)
@@ -243,6 +273,8 @@ def infer_layer(spec: LayerSpec, x: TensorType, ctx: TensorType | None, aux: dic
         raise LayerShapeError(f"a head needs features; '{data}' is an {data.kind} value", span)
     if ctx is not None and (x.kind != "items" or ctx.kind != "items"):
         raise LayerShapeError(f"cross interdependence needs items on both sides, got {x} and {ctx}", span)
+    if ctx is not None:  # the queries' width sizes ξ's weights too
+        _need_int(x.features, "the query's feature count", span)
     traces = [_infer_head(h, xt, data, aux, span) for h in spec.heads]
     params += sum(t.params for t in traces)
     widths = [t.n for t in traces]
@@ -325,6 +357,9 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span) -> Head
                 raise LayerShapeError(
                     f"a head over {data} needs xi_attribute = grid_patch(...) (a convolution), a patch compression "
                     "κ with psi = eye (pooling), or flatten() first", span)
+            if not kappa.elementwise and not all(is_known(s) for s in data.spatial):
+                raise LayerShapeError(f"'{h.kappa.name}' pools fixed patches: it needs known grid sizes, got {data}",
+                                      h.kappa.span if h.kappa.span.line >= 1 else span)
             try:
                 feat_out = kappa.features_out((c, *data.spatial))
             except ShapeRuleError as exc:
@@ -355,6 +390,11 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span) -> Head
         raise LayerShapeError(str(exc), h.kappa.span) from None
     params += kappa.count(feat)
     n_out = tr.nz
+    inst = h.xi.get("xi_instance")
+    if inst is not None and "xi_instance_prior" in h.xi and inst.component.kind == "data" and \
+            str(tr.nz) != str(data.items):
+        raise LayerShapeError(f"'{inst.name}' computes its matrix from the input's {data.items} items, but "
+                              f"xi_instance_prior makes them {tr.nz}", inst.span)
     if "xi_instance" in h.xi:
         _, n_out, params = _apply_xi(h, "xi_instance", "instance", tr.nz, x, data, aux, d, tr.nz, params)
     dk = d
@@ -406,6 +446,9 @@ def _group_width(h: HeadSpec, tr: HeadTrace, n: int, span: Span) -> int:
 def _finish(h: HeadSpec, tr: HeadTrace, span: Span) -> HeadTrace:
     psi = h.psi.component
     if tr.grid_kappa:
+        if h.bias == "untied":  # a pooling head keeps the grid: there is no item axis to untie the bias over
+            raise LayerShapeError(f"head '{h.name}' pools an image (a grid κ with psi = eye): `bias = \"untied\"` "
+                                  "needs an item axis; use to_items() first or drop the setting", span)
         return tr
     n = h.out
     if n is None:

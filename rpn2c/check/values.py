@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,20 +67,36 @@ def evaluate(e: ast.Expr, scope: Scope, diags: Diagnostics, *, allow_values: boo
         if e.op in ("/", "//") and b == 0:
             diags.error("E0307", "division by zero", e.span)
             return INVALID
-        if e.op == "+":
-            return a + b
-        if e.op == "-":
-            return a - b
-        if e.op == "*":
-            return a * b
-        if e.op == "//":
-            return a // b
-        q = a / b
-        return int(q) if isinstance(a, int) and isinstance(b, int) and a % b == 0 else q
+        try:
+            v = _arith(e.op, a, b)
+        except OverflowError:
+            v = math.inf
+        if isinstance(v, float) and not math.isfinite(v) or isinstance(v, int) and abs(v) >= MAX_INT:
+            diags.error("E0314", f"'{e.op}' gives a value out of range (integers stay below 10**18, numbers "
+                                 "finite)", e.span)
+            return INVALID
+        return v
     if isinstance(e, ast.Call):
         diags.error("E0306", f"a call to '{e.func.text}' is not allowed in a value here", e.span)
         return INVALID
     raise TypeError(e)  # pragma: no cover
+
+
+MAX_INT = 10**18  # as for integer literals (rpn2c.syntax.parser.MAX_INT_DIGITS)
+
+
+def _arith(op: str, a, b):
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if op == "//":
+        return a // b
+    if isinstance(a, int) and isinstance(b, int) and a % b == 0:
+        return a // b
+    return a / b
 
 
 def _number(v) -> bool:

@@ -56,6 +56,9 @@ class Geometry:
     def out_extent(self, axis: int, length: Dim) -> Dim:
         k, s, d = self.kernel[axis], self.stride[axis], self.dilation[axis]
         pb, pa = self.pad_before[axis], self.pad_after[axis]
+        if s < 1 or d < 1 or k < 1:  # checked here for every geometry, whichever schema built it
+            raise ShapeRuleError(f"patch size, stride and dilation must be >= 1, got size {k}, stride {s}, "
+                                 f"dilation {d}")
         if isinstance(length, int):
             n = (length + pb + pa - d * (k - 1) - 1) // s + 1
             if n < 1:

@@ -358,7 +358,10 @@ class AnisotropicRBFKernel(KernelXi):
         size = super().out_size(ctx)
         if isinstance(self.hp.a, list):
             length = self.vector_length(ctx)
-            if is_known(length) and length != len(self.hp.a):
+            if not is_known(length):
+                raise ShapeRuleError(f"'{self.name}' has a list of {len(self.hp.a)} scales in a: the compared "
+                                     f"vectors need a known length, got {length}")
+            if length != len(self.hp.a):
                 raise ShapeRuleError(f"'{self.name}' has {len(self.hp.a)} scales in a, but the compared vectors "
                                      f"have {length} entries")
         return size

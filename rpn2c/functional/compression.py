@@ -668,6 +668,9 @@ _MANIFOLDS = ("isomap", "tsne", "lle", "mds", "spectral_embedding", "smacof")
 class ManifoldCompression(nn.Module):
     """Non-differentiable manifold embedding of each batch into k dims via scikit-learn (fit_transform per call).
 
+    A batch of r rows embeds into at most r − 2 dims (the rest are zeros) and neighbour counts are capped at r − 1,
+    so any batch size runs.
+
     ``method`` in isomap, tsne, lle, mds, spectral_embedding, smacof. The embedding is transductive: each batch is
     embedded on its own, on the CPU, with no gradient, so this is not a data-path operator; it exists for parity with
     the toolkit's manifold compressions. Raises ImportError without scikit-learn.
@@ -685,25 +688,46 @@ class ManifoldCompression(nn.Module):
         self.k, self.method, self.seed, self.kw = int(k), method, int(seed), dict(kw)
 
     def _embed(self, X: Any) -> Any:
+        rows = X.shape[0]
+        if rows <= self.k + 1 or rows < 4:  # too few rows to embed into k dims: embed into fewer, pad with zeros
+            import numpy as np
+
+            out = np.zeros((rows, self.k))
+            k = min(self.k, rows - 2)
+            if rows >= 4 and k >= 1:
+                out[:, :k] = type(self)(k, method=self.method, seed=self.seed, **self.kw)._embed_rows(X)
+            return out
+        return self._embed_rows(X)
+
+    def _embed_rows(self, X: Any) -> Any:
         import sklearn.manifold as M
         from sklearn.metrics import pairwise_distances
 
+        rows = X.shape[0]
+        kw = dict(self.kw)
+        if "n_neighbors" in kw:  # a neighbour graph over the batch's own rows: at most rows − 1 neighbours
+            kw["n_neighbors"] = min(kw["n_neighbors"], rows - 1)
         if self.method == "isomap":
-            return M.Isomap(n_components=self.k, **self.kw).fit_transform(X)
+            return M.Isomap(n_components=self.k, **kw).fit_transform(X)
         if self.method == "tsne":
-            kw = {"perplexity": min(30.0, max(1.0, (X.shape[0] - 1) / 3)), **self.kw}
+            kw = {"perplexity": min(30.0, max(1.0, (rows - 1) / 3)), **kw}
+            if self.k >= 4:  # Barnes-Hut t-SNE embeds into at most 3 dims
+                kw.setdefault("method", "exact")
+            kw["perplexity"] = min(kw["perplexity"], rows - 1.0)
             return M.TSNE(n_components=self.k, random_state=self.seed, **kw).fit_transform(X)
         if self.method == "lle":
-            return M.LocallyLinearEmbedding(n_components=self.k, random_state=self.seed, **self.kw).fit_transform(X)
+            return M.LocallyLinearEmbedding(n_components=self.k, random_state=self.seed, **kw).fit_transform(X)
         if self.method == "mds":
-            return M.MDS(n_components=self.k, random_state=self.seed, **self.kw).fit_transform(X)
+            return M.MDS(n_components=self.k, random_state=self.seed, **kw).fit_transform(X)
         if self.method == "spectral_embedding":
-            return M.SpectralEmbedding(n_components=self.k, random_state=self.seed, **self.kw).fit_transform(X)
-        return M.smacof(pairwise_distances(X), n_components=self.k, random_state=self.seed, **self.kw)[0]
+            return M.SpectralEmbedding(n_components=self.k, random_state=self.seed, **kw).fit_transform(X)
+        return M.smacof(pairwise_distances(X), n_components=self.k, random_state=self.seed, **kw)[0]
+
+    @torch.compiler.disable  # scikit-learn on the host cannot be traced: torch.compile breaks the graph here
+    def _host_embed(self, x: Tensor) -> Tensor:
+        return torch.as_tensor(self._embed(x.detach().reshape(-1, x.shape[-1]).cpu().double().numpy()))
 
     def forward(self, x: Tensor) -> Tensor:
-        lead = x.shape[:-1]
-        X = x.detach().reshape(-1, x.shape[-1]).cpu().double().numpy()
-        Y = torch.as_tensor(self._embed(X))
-        return Y.to(dtype=x.dtype, device=x.device).reshape(*lead, self.k)
+        Y = self._host_embed(x)
+        return Y.to(dtype=x.dtype, device=x.device).reshape(*x.shape[:-1], self.k)
 

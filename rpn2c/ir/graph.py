@@ -2,7 +2,7 @@
 
 Node kinds: ``input`` (a model input), ``layer`` (one or more RPN 2 heads + fusion + remainder + processing),
 ``op`` (a dataflow operation or processing function), ``output``. Edges carry the input role
-(``x``, ``context``, ``arg<i>`` or ``aux:<key>``). Every node keeps its source span and inferred type.
+(``x``, ``context``, ``arg<i>`` or ``aux:<value id>``). Every node keeps its source span and inferred type.
 """
 
 from __future__ import annotations
@@ -184,15 +184,16 @@ class Graph:
         return [self.node(n) for n in nx.lexicographical_topological_sort(self.g)]
 
     def preds(self, nid: str) -> dict[str, str]:
-        """role -> producer id for the inputs of ``nid``."""
-        return {d["role"]: u for u, _, d in self.g.in_edges(nid, data=True)}
+        """role -> producer id for the inputs of ``nid`` (an edge's ``also`` lists further roles of the same
+        producer: ``add(x, x)``)."""
+        return {r: u for u, _, d in self.g.in_edges(nid, data=True) for r in (d["role"], *d.get("also", ()))}
 
     @property
     def param_count(self) -> int:
         return sum(n.params for n in self.nodes())
 
     def canonical(self) -> dict:
-        edges = sorted((u, v, d["role"]) for u, v, d in self.g.edges(data=True))
+        edges = sorted((u, v, r) for u, v, d in self.g.edges(data=True) for r in (d["role"], *d.get("also", ())))
         return {
             "rpn_ir_version": IR_VERSION, "model": self.name,
             "inputs": self.inputs, "outputs": self.outputs,

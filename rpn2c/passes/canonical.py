@@ -79,7 +79,7 @@ def _xi_share_key(graph: Graph, node, head, slot, use) -> str | None:
     if not getattr(comp, "shareable", False):
         return None
     preds = graph.preds(node.id)
-    inputs = sorted((k, preds.get(f"aux:{k}", "")) for k, _ in comp.value_refs())
+    inputs = sorted((k, preds.get(f"aux:{r.name}", "")) for k, r in comp.value_refs())
     return json.dumps([use.canonical(), slot.startswith("xi_attribute"), inputs], sort_keys=True, default=str)
 
 

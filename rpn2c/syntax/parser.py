@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from importlib import resources
 from pathlib import Path
@@ -25,6 +26,12 @@ TERMINAL_WORDS = {
 }
 
 _lock = threading.Lock()
+
+# Bounds on what one spec may spell (E0105-E0107): deeper syntax trees would exhaust Python's stack in the
+# transformer and the checker, longer integers would be slow to convert, larger files slow to parse.
+MAX_DEPTH = 100          # levels of the syntax tree (a 5-level expression `((a + b) * c)` is far below)
+MAX_INT_DIGITS = 18      # integer literals below 10**18
+MAX_SOURCE_CHARS = 1_000_000
 
 
 def grammar_text() -> str:
@@ -77,11 +84,19 @@ class _ToAst(Transformer):
     # expressions
     @v_args(meta=True)
     def int_lit(self, meta, c):
+        digits = str(c[0]).lstrip("0")
+        if len(digits) > MAX_INT_DIGITS:
+            raise _Located(Diagnostic("E0105", f"integer literal with {len(digits)} digits is out of range "
+                                               f"(at most {MAX_INT_DIGITS} digits)", self._s(meta)))
         return ast.Literal(int(c[0]), self._s(meta))
 
     @v_args(meta=True)
     def float_lit(self, meta, c):
-        return ast.Literal(float(c[0]), self._s(meta))
+        value = float(c[0])
+        if not math.isfinite(value):
+            raise _Located(Diagnostic("E0105", f"number literal {str(c[0])[:20]} is out of range (not finite "
+                                               "as a 64-bit float)", self._s(meta)))
+        return ast.Literal(value, self._s(meta))
 
     @v_args(meta=True)
     def str_lit(self, meta, c):
@@ -218,6 +233,30 @@ class _ToAst(Transformer):
         return ast.Program(imports, defs, self.file)
 
 
+class _Located(Exception):
+    """A located problem found while building the AST (a literal out of range)."""
+
+    def __init__(self, diagnostic: Diagnostic):
+        super().__init__(diagnostic.message)
+        self.diagnostic = diagnostic
+
+
+def _too_deep(tree: lark.Tree, file: str) -> Diagnostic | None:
+    """The first (in the text) subtree at depth MAX_DEPTH + 1, as a diagnostic; walked with a stack, never
+    recursion, and never below that depth."""
+    stack, deep = [(tree, 1)], []
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            deep.append(_span(file, node.meta))
+            continue
+        stack.extend((c, depth + 1) for c in node.children if isinstance(c, lark.Tree))
+    if not deep:
+        return None
+    return Diagnostic("E0106", f"the spec nests more than {MAX_DEPTH} levels deep here (expressions, lists and "
+                               "calls); split it into named values or parameters", min(deep))
+
+
 def _unescape(s: str) -> str:
     return s.replace('\\"', '"').replace("\\\\", "\\")
 
@@ -236,13 +275,23 @@ def _comments(text: str) -> tuple[ast.Comment, ...]:
 
 def parse(text: str, file: str = "<string>") -> ast.Program:
     """Parse ``text``; raise :class:`SpecSyntaxError` with a located diagnostic when it does not parse."""
+    if len(text) > MAX_SOURCE_CHARS:
+        lines = text[:MAX_SOURCE_CHARS].split("\n")
+        span = Span(file, len(lines), len(lines[-1]) + 1, len(lines), len(lines[-1]) + 2)
+        raise SpecSyntaxError([Diagnostic("E0107", f"the spec is longer than {MAX_SOURCE_CHARS:,} characters",
+                                          span)], {file: text})
     try:
         tree = _parser().parse(text)
     except UnexpectedInput as exc:
         raise SpecSyntaxError([_syntax_diagnostic(exc, text, file)], {file: text}) from None
+    deep = _too_deep(tree, file)
+    if deep is not None:
+        raise SpecSyntaxError([deep], {file: text})
     try:
         program = _ToAst(file).transform(tree)
-    except VisitError as exc:  # the transformer is dumb; anything here is a bug in rpn2c
+    except VisitError as exc:  # literals out of range; anything else is a bug in rpn2c
+        if isinstance(exc.orig_exc, _Located):
+            raise SpecSyntaxError([exc.orig_exc.diagnostic], {file: text}) from None
         raise exc.orig_exc from None
     return ast.Program(program.imports, program.definitions, file, _comments(text))
 

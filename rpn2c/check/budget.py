@@ -1,0 +1,158 @@
+"""The resource guard: estimates from inferred types, checked before anything is expanded or allocated.
+
+Three budgets, each with a default that fits a 24 GB machine:
+
+* ``max_params``: the model's parameter count Σ_node params (16 bytes each while training with Adam in
+  float32: weight, gradient and two moments; 10⁹ parameters = 16 GB);
+* ``max_memory``: activation bytes per sample, 4 · Σ_node (elements of the node's output + of its largest
+  per-head intermediate: κ's output, an image head's patch matrix, an instance ξ's N×N matrix), with every
+  symbolic dimension (``B``, ``T``, ``N``) counted as 1, so it bounds what the spec itself fixes;
+* ``max_work``: the units of work of the check itself, one per IR node and per head channel expanded; a
+  ``repeat(n)`` or ``heads = n`` is charged ``n ×`` its size *before* it is expanded, so a check never runs
+  longer than the text and this budget allow, whatever the values of ``repeat``, ``heads`` or ``channels``.
+
+A spec over a budget is refused with a located error (E0601 parameters, E0602 memory, E0603 work) that names the
+node and the estimate; ``rpn2c.check(..., limits=Limits(max_params=...))`` or ``--max-params`` raise them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+
+from rpn2c.errors import Diagnostics, Span
+from rpn2c.ir.types import TensorType
+
+BYTES_PER_ELEMENT = 4  # float32
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Budgets of one check (see the module docstring); every field is a plain positive integer."""
+
+    max_params: int = 1_000_000_000
+    max_memory: int = 4 * 2**30
+    max_work: int = 20_000
+
+    @classmethod
+    def of(cls, value: "Limits | dict | None") -> "Limits":
+        """``value`` as Limits: None gives the defaults, a dict overrides some of them."""
+        if value is None:
+            return cls()
+        if isinstance(value, Limits):
+            return value
+        if isinstance(value, dict):
+            bad = set(value) - {"max_params", "max_memory", "max_work"}
+            if bad:
+                raise TypeError(f"unknown limits: {', '.join(sorted(bad))} (max_params, max_memory, max_work)")
+            return replace(cls(), **{k: v for k, v in value.items() if v is not None})
+        raise TypeError(f"limits must be a Limits or a dict, got {type(value).__name__}")
+
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
+          "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """``"24GB"`` -> 24·10⁹, ``"4GiB"`` -> 4·2³⁰, ``"1e9"`` -> 10⁹ (a positive number with an optional unit)."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    if not m or m[2].lower() not in _UNITS:
+        raise ValueError(f"not a size: {text!r} (examples: 1000000, 2e9, 512MB, 24GB, 4GiB)")
+    value = float(m[1]) * _UNITS[m[2].lower()]
+    if not (math.isfinite(value) and value >= 1):
+        raise ValueError(f"not a positive size: {text!r}")
+    return int(value)
+
+
+def _sci(n: int) -> str:
+    """``n`` (any size) as ``about 1.2e75``, without converting it to a float or a decimal string."""
+    shift = max(0, n.bit_length() - 60)
+    exp = shift * math.log10(2) + math.log10(n >> shift)
+    mantissa, e = round(10 ** (exp % 1), 1), int(exp)
+    if mantissa >= 10:
+        mantissa, e = mantissa / 10, e + 1
+    return f"about {mantissa:g}e{e}"
+
+
+def human_bytes(n: int) -> str:
+    if n >= 2**60:
+        return f"{_sci(n)} bytes"
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def human_count(n: int) -> str:
+    return f"{n:,}" if n < 10**15 else _sci(n)
+
+
+def per_sample(t: TensorType | None) -> int:
+    """Elements of one sample of ``t``: the product of its known dims after the sample axis (symbols count 1)."""
+    if t is None:
+        return 0
+    return math.prod(d for d in t.shape[1:] if isinstance(d, int) and not isinstance(d, bool))
+
+
+def _known(v) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 1
+
+
+def head_elements(trace, head) -> int:
+    """The largest per-sample intermediate of one head: κ's input (an image head's patch matrix) and output over
+    its items, and the N×M matrix of an instance ξ over items."""
+    nz, n_out = _known(trace.nz), _known(trace.n_out)
+    square = nz * n_out if trace.view == "items" and any(s.startswith("xi_instance") for s in head.xi) else 0
+    return max(_known(trace.mz) * nz, _known(trace.d) * nz, square)
+
+
+@dataclass
+class Guard:
+    """Running totals of one check, charged node by node; the first charge over a budget is reported once."""
+
+    limits: Limits
+    diags: Diagnostics
+    params: int = 0
+    memory: int = 0
+    work: int = 0
+    tripped: set = field(default_factory=set)
+
+    def reserve(self, units: int, span: Span, what: str) -> bool:
+        """Charge ``units`` of check work before expanding them; False (and a located E0603) when over budget."""
+        if "work" in self.tripped:
+            return False
+        if self.work + units > self.limits.max_work:
+            self.tripped.add("work")
+            self.diags.error("E0603", f"{what} expands to about {human_count(units)} nodes or heads; the check "
+                                      f"allows {self.limits.max_work:,} in all ({self.work:,} used before it)", span,
+                             suggestion="raise the budget with --max-work or limits={'max_work': n} if this is meant")
+            return False
+        self.work += units
+        return True
+
+    def charge(self, nid: str, span: Span, params: int, elements: int) -> bool:
+        """Add one node's parameters and activation elements; False after a located E0601/E0602."""
+        self.params += params
+        self.memory += elements * BYTES_PER_ELEMENT
+        ok = True
+        if self.params > self.limits.max_params and "params" not in self.tripped:
+            self.tripped.add("params")
+            self.diags.error("E0601", f"'{nid}' brings the model to {human_count(self.params)} parameters "
+                                      f"({human_count(params)} here); the budget is {self.limits.max_params:,}",
+                             span, suggestion="raise it with --max-params or limits={'max_params': n} if the "
+                                              "machine can hold it")
+            ok = False
+        if self.memory > self.limits.max_memory and "memory" not in self.tripped:
+            self.tripped.add("memory")
+            self.diags.error("E0602", f"'{nid}' brings the activations to {human_bytes(self.memory)} per sample "
+                                      f"({human_bytes(elements * BYTES_PER_ELEMENT)} here); the budget is "
+                                      f"{human_bytes(self.limits.max_memory)}", span,
+                             suggestion="raise it with --max-memory or limits={'max_memory': n} if the machine "
+                                        "can hold it")
+            ok = False
+        return ok
+
+    @property
+    def over(self) -> bool:
+        return bool(self.tripped)
