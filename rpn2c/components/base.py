@@ -21,12 +21,47 @@ class ShapeRuleError(ValueError):
     """Raised by a shape rule; the checker turns it into a located E04xx diagnostic."""
 
 
+def example_model(*lines: str) -> str:
+    """A one-model example spec in canonical form; ``lines`` are its statements (nested ones pre-indented)."""
+    return "model example {\n" + "".join(f"  {ln}\n" for ln in lines) + "}\n"
+
+
+def head_example(input_type: str, *settings: str, inputs: tuple[str, ...] = ()) -> str:
+    """An example with one head ``y = head(x)`` of width 3 over ``x: input_type`` (more ``inputs`` declared after)."""
+    return example_model(f"input x: {input_type}", *(f"input {i}" for i in inputs), "y = head(x) {",
+                         *(f"  {s}" for s in settings), "  out = 3", "}", "return y")
+
+
+def compress_example(input_type: str) -> str:
+    """An example with one compression layer ``y = compress(x)`` over a grid."""
+    return example_model(f"input x: {input_type}", "y = compress(x) {", "  kappa = {call}", "}", "return y")
+
+
+def graph_example() -> str:
+    """An example over one graph (node features and an edge list), the entry in the instance ξ slot."""
+    return head_example("nodes[N, 4]", "xi_instance = {call}", inputs=("edges: edges[2, E]",))
+
+
+def binary_example() -> str:
+    """An example combining two values: ``y = name(a, b)``."""
+    return example_model("input a: vector[B, 4]", "input b: vector[B, 4]", "y = {name}(a, b)", "return y")
+
+
+GRID_IMAGE, GRID_VOLUME = "image[B, 2, 6, 6]", "volume[B, 2, 4, 4, 4]"
+
+
 # ------------------------------------------------------------------------------------------------- κ
 class Kappa(Component):
     """Data transformation κ: expansion (D >= m) or compression (D <= m), on the last (feature) axis."""
 
     elementwise: ClassVar[bool] = False  # κ acts on each attribute alone, giving `degree` outputs each
     grid_only: ClassVar[bool] = False  # needs grid features (patch pooling)
+
+    @classmethod
+    def example_template(cls) -> str:
+        if cls.grid_only:
+            return compress_example(GRID_IMAGE)
+        return head_example("vector[B, 4]", "kappa = {call}")
 
     def degree(self) -> int:
         return 1
@@ -90,6 +125,10 @@ class PsiModule(nn.Module):
 
 
 class Reconciliation(Component):
+    @classmethod
+    def example_template(cls) -> str:
+        return head_example("vector[B, 4]", "psi = {call}")
+
     def check(self, n: int, D: int) -> str | None:
         return None
 
@@ -102,6 +141,10 @@ class Reconciliation(Component):
 
 # ------------------------------------------------------------------------------------------------- π
 class Remainder(Component):
+    @classmethod
+    def example_template(cls) -> str:
+        return head_example("vector[B, 4]", "pi = {call}")
+
     def check(self, m: int, n: int) -> str | None:
         return None
 
@@ -156,6 +199,12 @@ class Interdependence(Component):
     axes: ClassVar[tuple[str, ...]] = ("attribute", "instance")
     kind: ClassVar[str] = "static"
 
+    @classmethod
+    def example_template(cls) -> str:
+        if cls.kind == "grid":
+            return head_example(GRID_IMAGE, "xi_attribute = {call}")
+        return head_example("sequence[B, 5, 4]", "xi_instance = {call}")
+
     def out_size(self, ctx: XiContext) -> Dim:
         return ctx.size
 
@@ -168,6 +217,11 @@ class Interdependence(Component):
 
 # ------------------------------------------------------------------------------------------------- fusion
 class Fusion(Component):
+    @classmethod
+    def example_template(cls) -> str:
+        return example_model("input x: vector[B, 4]", "y = layer(x) {", "  head a {", "    out = 3", "  }",
+                             "  head b {", "    out = 3", "  }", "  fusion = {call}", "}", "return y")
+
     def check(self, dims: list[int]) -> str | None:
         return None
 
@@ -186,6 +240,10 @@ class Fusion(Component):
 class Processing(Component):
     """Shape-preserving processing (activation, norm, dropout); also callable as a one-input op."""
 
+    @classmethod
+    def example_template(cls) -> str:
+        return head_example("vector[B, 4]", "post = [{call}]")
+
     def check(self, t: TensorType) -> str | None:
         return None
 
@@ -200,6 +258,10 @@ class Op(Component):
     """A dataflow operation over one or more values (flatten, add, concat, ...)."""
 
     arity: ClassVar[tuple[int, int]] = (1, 1)
+
+    @classmethod
+    def example_template(cls) -> str:
+        return example_model("input x: sequence[B, 5, 4]", "y = {call}(x)", "return y")
 
     def infer(self, inputs: list[TensorType]) -> TensorType:
         raise NotImplementedError

@@ -11,6 +11,7 @@ from typing import ClassVar, Literal
 
 import torch
 
+from rpn2c.components.base import example_model
 from rpn2c.components.registry import HP, Component, register
 
 
@@ -20,6 +21,11 @@ class Cell(Component):
     family = "cell"
     gates: ClassVar[int] = 1
     states: ClassVar[int] = 1  # 2 for LSTM (h, c)
+
+    @classmethod
+    def example_template(cls) -> str:
+        return example_model("input x: sequence[B, 5, 4]", "y = recurrent(x) {", "  cell = {call}", "  out = 3", "}",
+                             "return y")
 
     def kernel(self) -> str:
         """The name of the fused ``torch._VF`` kernel computing this cell over a whole sequence."""

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from pydantic import AliasChoices, Field, model_validator
 from torch import nn
 
-from rpn2c.components.base import Kappa, ShapeRuleError
+from rpn2c.components.base import GRID_VOLUME, Kappa, ShapeRuleError, compress_example, head_example
 from rpn2c.components.grid import Geometry
 from rpn2c.components.kappa import (
     METRIC_NAMES,
@@ -63,6 +63,7 @@ class IdentityCompression(_Compression):
 
     name, spec_name = "identity", "identity"
     aliases = ("identity_compression",)
+    example_call = "identity_compression"  # the bare name is the expansion's
 
 
 @register
@@ -71,6 +72,7 @@ class ReciprocalCompression(_Compression):
 
     name, spec_name = "reciprocal", "reciprocal"
     aliases = ("reciprocal_compression",)
+    example_call = "reciprocal_compression"  # the bare name is the expansion's
 
     class HP(HP):
         eps: float = Field(1e-6, gt=0, le=1, description="clamp |x| >= eps")
@@ -82,6 +84,7 @@ class LinearCompression(_LinearExpansion):
 
     name, family = "linear", "compression"
     aliases = ("linear_compression",)
+    example_call = "linear_compression"  # the bare name is the expansion's
     table = FC.COMPRESSIONS
 
     def flat_out(self, m):
@@ -289,6 +292,7 @@ class PatchPool(_PatchPool):
     """
 
     name = "patch_pool"
+    example_call = "patch_pool(size = 2)"
     aliases = ("geometric_compression",)
     HP = _ConvPoolHP
 
@@ -298,6 +302,7 @@ class PatchMax(_PatchPool):
     """Patch max pooling: κ(x)_q = max_{j ∈ patch(q)} x_j (out-of-grid taps are ignored, as MaxPool)."""
 
     name, METRIC = "patch_max", "max"
+    example_call = "patch_max(size = 2)"
     aliases = ("max_pool",)
     HP = _ConvFixedHP
 
@@ -307,6 +312,7 @@ class PatchMin(_PatchPool):
     """Patch min pooling: κ(x)_q = min_{j ∈ patch(q)} x_j (out-of-grid taps are ignored by default)."""
 
     name, METRIC = "patch_min", "min"
+    example_call = "patch_min(size = 2)"
     aliases = ("min_pool",)
     HP = _ConvFixedHP
 
@@ -316,6 +322,7 @@ class PatchMean(_PatchPool):
     """Patch mean pooling: κ(x)_q = (1/p) Σ_{j ∈ patch(q)} x_j (zero padding counted, as AvgPool)."""
 
     name, METRIC = "patch_mean", "mean"
+    example_call = "patch_mean(size = 2)"
     aliases = ("mean_pool", "avg_pool")
     HP = _ConvFixedHP
 
@@ -333,18 +340,19 @@ _SHAPE_NOTES = (
 
 def _shape_entries(shape: str) -> None:
     what, pool_hp, fixed_hp = _SHAPE_DOC[shape]
+    example = compress_example(GRID_VOLUME) if shape == "sphere" else ""  # spheres need a 3-D grid
     extra = ("\n\nErratum (catalog §3.2): tinyBIG's cylinder ignores p_d; both depth bounds are honoured here."
              if shape == "cylinder" else "")
     register(type(f"{shape.capitalize()}Pool", (_PatchPool,), {
         "__doc__": f"{shape.capitalize()} pooling κ(x)_c = φ(x(patch(c))), any φ, over {what}."
                    + _SHAPE_NOTES + extra,
-        "name": f"{shape}_pool", "HP": pool_hp, "__module__": __name__,
+        "name": f"{shape}_pool", "HP": pool_hp, "__module__": __name__, "example": example,
         "aliases": (f"{shape}_compression", f"{shape}_patch_based_geometric_compression")}))
     for metric in ("max", "min", "mean"):
         formula = {"max": "max_{patch(c)} x", "min": "min_{patch(c)} x", "mean": "(1/p) Σ_{patch(c)} x"}[metric]
         register(type(f"{shape.capitalize()}{metric.capitalize()}", (_PatchPool,), {
             "__doc__": f"{shape.capitalize()} {metric} pooling κ(x)_c = {formula} over {what}." + _SHAPE_NOTES + extra,
-            "name": f"{shape}_{metric}", "METRIC": metric, "HP": fixed_hp, "__module__": __name__,
+            "name": f"{shape}_{metric}", "METRIC": metric, "HP": fixed_hp, "__module__": __name__, "example": example,
             "aliases": (f"{shape}_{metric}_based_geometric_compression",)}))
 
 
@@ -372,8 +380,18 @@ class _FlattenModule(nn.Module):
 
 
 # ------------------------------------------------------------------------------------------------ feature selection
+MAX_GRAM = 2**28  # elements (1 GiB in float32) of the m×m running XᵀX or similarity an incremental κ keeps
+
+
+def _need_gram(name: str, m) -> None:
+    if isinstance(m, int) and m * m > MAX_GRAM:
+        raise ShapeRuleError(f"{name} keeps an m×m statistics buffer: m = {m:,} features need {m * m * 4 / 2**30:.3g} GiB "
+                             f"(at most {MAX_GRAM:,} elements); compress with a projection first")
+
+
 class _KMixin(Kappa):
     family = "compression"
+    example_call = "{name}(k = 2)"
 
     def flat_out(self, m):
         return _need_k(self.name, self.hp.k, m)
@@ -423,6 +441,10 @@ class FeatureClustering(_KMixin):
     aliases = ("incremental_feature_clustering", "incremental_feature_clustering_based_compression")
     HP = _ClusterHP
 
+    def flat_out(self, m):
+        _need_gram(self.name, m)
+        return super().flat_out(m)
+
     def module(self, feat):
         hp = self.hp
         return FC.IncrementalFeatureClustering(feat[0], hp.k, max_updates=hp.max_updates, iters=hp.iters,
@@ -441,6 +463,11 @@ class FeatureSelection(_KMixin):
     name = "feature_selection"
     aliases = ("feature_selection_compression",)
     HP = _SelectionHP
+
+    def flat_out(self, m):
+        if self.hp.method != "variance_threshold":
+            _need_gram(self.name, m)
+        return super().flat_out(m)
 
     def module(self, feat):
         hp = self.hp
@@ -469,6 +496,10 @@ class Pca(_KMixin):
     name = "pca"
     aliases = ("incremental_pca", "incremental_pca_based_compression", "incremental_PCA_based_compression")
     HP = _PcaHP
+
+    def flat_out(self, m):
+        _need_gram(self.name, m)
+        return super().flat_out(m)
 
     def module(self, feat):
         return FC.IncrementalPCA(feat[0], self.hp.k, center=self.hp.center, max_updates=self.hp.max_updates)
@@ -524,6 +555,11 @@ class DimensionReduction(_KMixin):
     aliases = ("dimension_reduction_compression",)
     HP = _ReductionHP
 
+    def flat_out(self, m):
+        if self.hp.method == "pca":
+            _need_gram(self.name, m)
+        return super().flat_out(m)
+
     def module(self, feat):
         hp = self.hp
         if hp.method == "pca":
@@ -566,6 +602,9 @@ def _manifold_kwargs(method: str, hp) -> dict:
 
 class _Manifold(_KMixin):
     METHOD: ClassVar[str] = ""
+    compile_limitation = ("fits a scikit-learn embedding on the host at every forward; TorchDynamo cannot trace "
+                          "scikit-learn/NumPy, so that call is a graph break")
+    example = head_example("sequence[B, 6, 4]", "kappa = {call}")  # enough rows for the neighbour graphs
 
     @property
     def method(self) -> str:
@@ -627,13 +666,32 @@ class _NaiveSamplingAnyHP(_NaiveSamplingHP):
         return self
 
 
+_GENERATOR_LIMITATION = ("draws from a torch.Generator made at each forward (seeded by (seed, call)); TorchDynamo "
+                         "cannot create a Generator inside a graph (\"An opaque object was created in the middle "
+                         "of the program\")")
+
+
 class _NaiveSampling(Kappa):
     family = "compression"
     DIST: ClassVar[str] = ""
+    compile_limitation = _GENERATOR_LIMITATION
+    example_call = "{name}(k = 2)"
 
     def flat_out(self, m):
         if not self.hp.with_replacement:
             _need_k(self.name, self.hp.k, m)
+        dist = getattr(self.hp, "dist", self.DIST)
+        theta = self.hp.params
+        if theta is not None:  # θ must fit the law's density (log_pdf(x, *θ)); checked here, not at forward time
+            want = len(FC.COMPRESSION_DISTRIBUTIONS[dist])
+            if len(theta) != want:
+                raise ShapeRuleError(f"{self.name}: the {dist} law takes {want} parameter(s), got params = "
+                                     f"{list(theta)}")
+            positive = {"normal": [1], "cauchy": [1], "laplace": [1], "chi2": [0], "exponential": [0],
+                        "gamma": [0, 1]}.get(dist, [])
+            if any(not theta[i] > 0 for i in positive) or (dist == "uniform" and not theta[1] > theta[0]):
+                raise ShapeRuleError(f"{self.name}: params = {list(theta)} do not define a {dist} law (scales, "
+                                     "rates and degrees of freedom are > 0; uniform needs low < high)")
         return self.hp.k
 
     def module(self, feat):
@@ -682,6 +740,7 @@ class _CombinatorialHP(HP):
 class _Combinatorial(Kappa):
     family = "compression"
     OUTPUT: ClassVar[str] = "value"
+    compile_limitation = _GENERATOR_LIMITATION
 
     def _per_size(self) -> bool:
         return getattr(self.hp, "per_size", True)
@@ -735,6 +794,7 @@ class ExtendedCompression(Composite):
     """Extended compression κ(x) = [κ_1(x), ..., κ_K(x)] (concatenation of registry κ by name), d = Σ d_k."""
 
     name, family = "extended_compression", "compression"
+    example_call = 'extended_compression(parts = ["max_compression", "mean_compression"])'
     concat = True
     part_families = ("compression", "expansion")
     HP = parts_hp(part_families)
@@ -745,6 +805,7 @@ class NestedCompression(Composite):
     """Nested compression κ(x) = κ_K(... κ_1(x)) (composition of registry κ by name), d = d_K(... d_1(m))."""
 
     name, family = "nested_compression", "compression"
+    example_call = 'nested_compression(parts = ["pca(k = 3)", "max_compression"])'
     concat = False
     part_families = ("compression", "expansion")
     HP = parts_hp(part_families)

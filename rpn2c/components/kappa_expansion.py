@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from pydantic import Field, create_model, field_validator, model_validator
 from torch import nn
 
-from rpn2c.components.base import Kappa, ShapeRuleError
+from rpn2c.components.base import GRID_VOLUME, Kappa, ShapeRuleError, compress_example
 from rpn2c.components.grid import Geometry, PatchHP
 from rpn2c.components.kappa import (
     CentredCuboidHP,
@@ -370,7 +370,7 @@ class _Rbf(_Expansion):
 
     @property
     def spec(self):
-        return self.table[f"{getattr(self.hp, 'kind', self.KIND)}_rbf"]
+        return self.table[f"{self.hp.__dict__.get('kind', self.KIND)}_rbf"]  # (pydantic's __getattr__ does not trace)
 
     def kwargs(self):
         hp = self.hp
@@ -433,7 +433,7 @@ class _Naive(_Expansion):
 
     @property
     def dist(self) -> str:
-        return getattr(self.hp, "dist", self.DIST)
+        return self.hp.__dict__.get("dist", self.DIST)  # (pydantic's __getattr__ does not trace)
 
     @property
     def spec(self):
@@ -499,7 +499,7 @@ class _Family(_Expansion):
 
     @property
     def spec(self):
-        return self.table[getattr(self.hp, "dist", self.DIST)]
+        return self.table[self.hp.__dict__.get("dist", self.DIST)]  # (pydantic's __getattr__ does not trace)
 
     def kwargs(self):
         p = self.hp.params
@@ -728,6 +728,7 @@ class Extended(Composite):
     """
 
     name, family = "extended", "expansion"
+    example_call = 'extended(parts = ["chebyshev", "fourier"])'
     aliases = ("extended_expansion",)
     concat = True
     HP = parts_hp(("expansion", "compression"))
@@ -738,6 +739,7 @@ class Nested(Composite):
     """Nested κ(x) = κ_K(... κ_2(κ_1(x))) (composition of registry κ by name), D = D_K(... D_1(m))."""
 
     name, family = "nested", "expansion"
+    example_call = 'nested(parts = ["chebyshev", "fourier"])'
     aliases = ("nested_expansion",)
     concat = False
     HP = parts_hp(("expansion", "compression"))
@@ -796,6 +798,7 @@ class PatchExpansion(_PatchExpansion):
     """Patch expansion κ(x) = [x(patch_q)]_q (im2col; conv-style size, stride, pad, dilation): [C, *S] -> [C·p, *S']."""
 
     name = "patch_expansion"
+    example_call = "patch_expansion(size = 2)"
     aliases = ("geometric_expansion",)
     HP = PatchHP
 
@@ -826,6 +829,7 @@ class SphereExpansion(_PatchExpansion):
     """Sphere patch expansion κ(x) = [x(patch(c))]_c, ∇i² + ∇j² + ∇k² ≤ r² (eq 65) on a 3-D grid: [C·p, ceil(S/s)]."""
 
     name = "sphere_expansion"
+    example = compress_example(GRID_VOLUME)
     aliases = ("sphere_patch_based_geometric_expansion",)
     HP = SphereHP
 

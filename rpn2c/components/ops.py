@@ -8,7 +8,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from rpn2c.components.base import Op, ShapeRuleError
+from rpn2c.components.base import Op, ShapeRuleError, binary_example, example_model
 from rpn2c.components.registry import HP, register
 from rpn2c.ir.types import TensorType, items, numel, vector
 
@@ -54,6 +54,7 @@ class Add(Op):
 
     name, family = "add", "op"
     arity = (2, 64)
+    example = binary_example()
 
     def infer(self, ins):
         return _same_types(ins, "add")
@@ -68,6 +69,7 @@ class Multiply(Op):
 
     name, family = "mul", "op"
     arity = (2, 64)
+    example = binary_example()
 
     def infer(self, ins):
         return _same_types(ins, "mul")
@@ -82,6 +84,7 @@ class ConcatOp(Op):
 
     name, family = "concat", "op"
     arity = (2, 64)
+    example = binary_example()
 
     def infer(self, ins):
         first = ins[0]
@@ -112,6 +115,7 @@ class ToItems(Op):
 
     name, family = "to_items", "op"
     aliases = ("to_sequence",)
+    example = example_model("input x: image[B, 2, 3, 3]", "y = to_items(x)", "return y")
 
     def infer(self, ins):
         t = ins[0]

@@ -14,7 +14,7 @@ import torch
 from pydantic import Field, field_validator
 from torch import nn
 
-from rpn2c.components.base import Remainder
+from rpn2c.components.base import Remainder, head_example
 from rpn2c.components.registry import HP, REGISTRY, register
 
 
@@ -130,6 +130,7 @@ class IdentityPi(_Activated):
     """
 
     name = "identity"
+    example = head_example("vector[B, 3]", "pi = identity")  # m = n
 
     def shape_error(self, m, n):
         return None if m == n else f"the identity remainder needs input features m = output features n, got {m} and {n}"

@@ -13,7 +13,7 @@ A learnable bias is the head's ``bias`` setting, not part of ψ (the toolkit's `
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Literal, Optional, Union
+from typing import Annotated, ClassVar, Literal, Optional, Union
 
 import torch
 from pydantic import Field, field_validator
@@ -23,7 +23,7 @@ from rpn2c.components.base import PsiModule, Reconciliation
 from rpn2c.components.registry import HP, register
 from rpn2c.functional import reconciliation as R
 
-Std = Union[float, Literal["fan_in"]]
+Std = Union[Annotated[float, Field(gt=0)], Literal["fan_in"]]  # a std is > 0 (checked, not found at build)
 
 
 def _uniform(shape, fan_in: int) -> torch.Tensor:
@@ -249,6 +249,7 @@ class DuplicatedPadding(_Functional):
     """
 
     name, functional = "duplicated_padding", "duplicated_padding"
+    example_call = "duplicated_padding(p = 3, q = 2)"  # p divides n = 3, q divides D = 4
     names = {"W": "weight"}
     HP = _PaddingHP
 
@@ -264,6 +265,7 @@ class DuplicatedDiagonalPadding(_Functional):
     """
 
     name, functional = "duplicated_diagonal_padding", "duplicated_diagonal_padding"
+    example_call = "duplicated_diagonal_padding(p = 3, q = 2)"  # p divides n = 3, q divides D = 4
     names = {"W": "weight"}
     HP = _PaddingHP
 

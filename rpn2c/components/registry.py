@@ -6,7 +6,14 @@ declares, in one place:
 - ``HP``: its pydantic hyper-parameter schema (``extra="forbid"``, defaults and bounds);
 - the docstring's first line: the one-line doc with the formula;
 - the family's shape rule and parameter-count rule (methods);
-- ``build(...)``: the ``nn.Module`` implementing it (both lowerings; ``reference=True`` asks for the literal form).
+- ``build(...)``: the ``nn.Module`` implementing it (both lowerings; ``reference=True`` asks for the literal form);
+- ``example``: a minimal runnable spec using it in its slot (docs, ``rpn2c components NAME`` and the compile tests
+  use the same text). The family's ``example_template()`` fits most entries: ``{call}`` stands for
+  ``example_call`` (default: the bare name; ``{name}`` stands for the name, so a shared base can declare it), so an
+  entry writes its call when it needs hyper-parameters filled in, or its whole ``example`` when the template does
+  not fit;
+- ``compile_limitation``: set only when ``torch.compile(fullgraph=True)`` cannot compile it for a reason outside
+  the project (a torch limitation), with that reason.
 
 Names are looked up only in this table: a spec can never import or execute anything else.
 """
@@ -64,6 +71,9 @@ class Component:
     HP: ClassVar[type[HP]] = HP
     aliases: ClassVar[tuple[str, ...]] = ()
     tags: ClassVar[frozenset[str]] = frozenset()
+    example: ClassVar[str] = ""  # a whole runnable spec, when the family template does not fit
+    example_call: ClassVar[str] = ""  # how the example writes this entry, e.g. ``patch_max(size = 2)``
+    compile_limitation: ClassVar[str | None] = None  # why fullgraph torch.compile fails (a torch limitation)
 
     def __init__(self, hp: HP):
         self.hp = hp
@@ -71,6 +81,17 @@ class Component:
     @classmethod
     def doc(cls) -> str:
         return (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+
+    @classmethod
+    def example_template(cls) -> str:
+        """The family's example spec, ``{call}`` standing for the entry (families override this)."""
+        return ""
+
+    @classmethod
+    def example_spec(cls) -> str:
+        """The entry's runnable example: a whole spec (canonical form) using it in its slot."""
+        text = (cls.example or cls.example_template()).replace("{call}", cls.example_call or cls.name)
+        return text.replace("{name}", cls.name)
 
     def value_refs(self) -> list[tuple[str, ValueRef]]:
         """The (key, ref) pairs of hyper-parameters naming dataflow values."""
@@ -90,6 +111,14 @@ class Entry:
     @property
     def doc(self) -> str:
         return self.cls.doc()
+
+    @property
+    def example(self) -> str:
+        return self.cls.example_spec()
+
+    @property
+    def compile_limitation(self) -> str | None:
+        return self.cls.compile_limitation
 
     def hyperparameters(self) -> list[tuple[str, str, Any]]:
         """(name, type, default) for docs and ``rpn2c components``; required ones have default ``...``."""

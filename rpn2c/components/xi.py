@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from rpn2c.components.base import Interdependence, ShapeRuleError, XiModule
+from rpn2c.components.base import Interdependence, ShapeRuleError, XiModule, graph_example
 from rpn2c.components.grid import CentredPatchHP, Geometry, PatchHP
 from rpn2c.components.registry import HP, ValueRef, register
 from rpn2c.functional import kernels, structure
@@ -76,6 +76,7 @@ class GridPatch(GridXi):
 
     name, family = "grid_patch", "interdependence"
     HP = _GridHP
+    example_call = "grid_patch(size = 3, pad = 1)"
 
     def geometry(self, rank):
         return self.hp.geometry(rank)
@@ -131,6 +132,8 @@ class _ChainHP(HP):
                                  'convergent Σ α^k A^k); the paper\'s fallback is mode = "inverse_approx"')
             if self.direction != "bidirectional" and 1 - self.alpha * s == 0:
                 raise ValueError("I − αA is singular when alpha · self_scaling = 1")
+        if self.mode == "exponential" and abs(self.alpha) * (2 + abs(s)) > 700:  # e^{α(λ+s)} beyond float64
+            raise ValueError("exp(αA) overflows: |alpha|·(2 + |self_scaling|) must stay below 700")
         return self
 
     @property
@@ -265,6 +268,7 @@ class Graph(Interdependence):
 
     name, family = "graph", "interdependence"
     HP = _GraphHP
+    example, example_call = graph_example(), "{name}(edges = edges)"
     shareable = True  # the normalised edge list depends only on the named inputs: computed once per forward
     graph_operator = True  # propagation can run as one SpMM on the built adjacency (rule graph_spmm)
 
@@ -414,6 +418,7 @@ class LowRankBilinear(_BilinearBase):
 
     name, family = "low_rank_bilinear", "interdependence"
     aliases = ("attention",)
+    example_call = "low_rank_bilinear(rank = 2)"
 
     class HP(_BilinearHP):
         rank: int = Field(..., ge=1)

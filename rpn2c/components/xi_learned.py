@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import ClassVar, Literal, Optional, Union
+from typing import Annotated, ClassVar, Literal, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -102,7 +102,8 @@ class _ParamHP(HP):
     q: Optional[int] = Field(None, ge=1, description="block columns (hm family, duplicated padding)")
     l: Optional[int] = Field(None, ge=1, description="hypernet input length")
     d: Optional[int] = Field(None, ge=1, description="hypernet hidden width")
-    std: Optional[Union[float, Literal["fan_in"]]] = Field(None, description="scale of frozen random factors")
+    std: Optional[Union[Annotated[float, Field(gt=0)], Literal["fan_in"]]] = Field(
+        None, description="scale of frozen random factors")
 
     @model_validator(mode="after")
     def _keys(self):
@@ -534,6 +535,7 @@ class Hybrid(Interdependence):
     """
 
     name, family = "hybrid", "interdependence"
+    example_call = 'hybrid(parts = ["chain", "pearson_correlation"])'
     HP = _HybridHP
 
     def __init__(self, hp):
@@ -580,6 +582,7 @@ class HybridKernel(Hybrid):
     """Custom hybrid kernel ξ: A = Σ_i w_i K_i (eq 52: α k1 + β k2), any kernel ξ entries as parts; fusion = "hadamard" multiplies them."""
 
     name, family = "hybrid_kernel", "interdependence"
+    example_call = 'hybrid_kernel(parts = ["gaussian_rbf_kernel", "linear_kernel"])'
     aliases = ("custom_hybrid_kernel",)
     HP = _HybridHPKernel
 

@@ -13,7 +13,7 @@ from typing import Literal, Optional, Union
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from rpn2c.components.base import Interdependence, ShapeRuleError, XiModule
+from rpn2c.components.base import GRID_VOLUME, Interdependence, ShapeRuleError, XiModule, graph_example, head_example
 from rpn2c.components.grid import Geometry, IntOrList, PatchHP, _per_axis
 from rpn2c.components.registry import HP, ValueRef, register
 from rpn2c.components.xi import Chain, Graph, GridXi, _ChainHP, _GraphHP, _GraphXi
@@ -263,6 +263,7 @@ class SpherePatch(_PatchBase):
 
     name, family = "sphere_patch", "interdependence"
     HP = _SphereHP
+    example = head_example(GRID_VOLUME, "xi_attribute = {call}")
     shape_kind = "sphere"
 
     def extents(self, rank):
@@ -436,6 +437,7 @@ class PageRank(Interdependence):
     """
 
     name, family = "pagerank", "interdependence"
+    example, example_call = graph_example(), "pagerank(edges = edges)"
     aliases = ("pagerank_graph",)
     HP = _PageRankHP
     graph_operator = True  # the power steps can run as SpMMs on the built adjacency (rule graph_spmm)

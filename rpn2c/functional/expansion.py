@@ -17,6 +17,7 @@ polynomial expansion.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -167,7 +168,9 @@ def _three_term(x: Tensor, d: int, p0: Tensor, p1: Tensor,
 
 @functools.lru_cache(maxsize=128)
 def _combination_index_cached(m: int, r: int, with_replacement: bool, device: torch.device) -> Tensor:
-    return torch.combinations(torch.arange(m, device=device), r=r, with_replacement=with_replacement).reshape(-1, r)
+    # itertools, not torch.combinations: a constant under torch.compile (torch's has a data-dependent length)
+    tuples = (itertools.combinations_with_replacement if with_replacement else itertools.combinations)(range(m), r)
+    return torch.tensor(list(tuples), dtype=torch.long, device=device).reshape(-1, r)
 
 
 def combination_index(m: int, r: int, *, with_replacement: bool = False,

@@ -73,6 +73,10 @@ def _entry_markdown(entry: Entry) -> list[str]:
     else:
         lines += ["No hyper-parameters.", ""]
     lines += [docstring(entry), ""]
+    lines += ["Example (`rpn2c components " + entry.name + "` prints it; the compile tests run it):", "",
+              "```", entry.example.rstrip("\n"), "```", ""]
+    if entry.compile_limitation:
+        lines += [f"Not compiled with `torch.compile(fullgraph=True)`: {entry.compile_limitation}", ""]
     return lines
 
 
@@ -83,7 +87,8 @@ def render_components_markdown(family: str | None = None) -> str:
              f"<!-- generated from the component registry by `{GENERATED_BY}`; do not edit by hand -->", "",
              "Every function a spec can name, by family. A spec writes `name` or `name(key = value, ...)`; "
              "unknown names and keys are errors. The first docstring line is the formula shown by "
-             "`rpn2c components`; further lines record conventions and errata decisions.", ""]
+             "`rpn2c components`; further lines record conventions and errata decisions. Each entry ends with "
+             "a minimal runnable example, the spec the catalog-wide `torch.compile` test runs.", ""]
     counts = []
     for fam, title in FAMILIES.items():
         n = sum(1 for e in entries if e.family == fam)
