@@ -6,7 +6,7 @@
     model = rpn2c.compile_file("specs/cnn.rpn")
     ds = rpn2c.data.load("digits", seed=cfg.seed)
     binding = bind(model.graph, ds)
-    model, history = fit(model, ds, binding, cfg)
+    model, history = fit(model, ds, binding, cfg)   # epochs scored on a validation split; history.stopped says why
 
 The command line (``rpn2c train / eval / predict / show``) lives in ``rpn2c.runtime.train_cli``.
 """
@@ -15,11 +15,12 @@ from importlib import import_module
 
 _EXPORTS = {
     "Binding": "binding", "bind": "binding",
-    "BindError": "config", "CheckpointMismatch": "config", "TrainConfig": "config", "TrainError": "config",
-    "evaluate": "loop", "fit": "loop", "loss_fn": "loop", "predict": "loop", "seed_everything": "loop",
+    "BindError": "config", "CheckpointMismatch": "config", "RunConfig": "config", "TrainConfig": "config",
+    "TrainError": "config", "History": "loop", "evaluate": "loop", "fit": "loop", "loss_fn": "loop",
+    "predict": "loop", "seed_everything": "loop",
 }
-__all__ = ["BindError", "Binding", "CheckpointMismatch", "TrainConfig", "TrainError", "bind", "evaluate", "fit",
-           "loss_fn", "predict", "seed_everything"]
+__all__ = ["BindError", "Binding", "CheckpointMismatch", "History", "RunConfig", "TrainConfig", "TrainError", "bind",
+           "evaluate", "fit", "loss_fn", "predict", "seed_everything"]
 
 
 def __getattr__(name: str):

@@ -4,8 +4,11 @@ back with ``torch.load(weights_only=True)`` (no pickled objects, so loading cann
 Keys: ``format`` ("rpn2c-checkpoint"), ``format_version``, ``rpn2c_version``, ``torch_version``, ``model``,
 ``content_hash`` (the IR hash of the spec), ``spec_file``, ``spec_text``, ``spec_sources`` (file -> text, imports
 included), ``ir`` (canonical IR JSON), ``inputs`` / ``outputs`` (name -> type), ``param_shapes``, ``state_dict``,
-``config`` (TrainConfig as a dict), ``epoch``, ``metrics`` (final test metrics), ``history`` (every epoch's
-record) and ``data`` (dataset name, task, classes / target width, input type, normalisation statistics).
+``config`` (the run's settings as a dict), ``params`` (the model parameters the spec was checked with, as
+``rpn2c.compile``'s ``params=``), ``epoch``, ``metrics`` (test metrics once training has ended, else empty),
+``history`` (every epoch's record), ``data`` (dataset name, task, classes / target width, input type, normalisation
+statistics) and ``stopped`` (why training ended, None while it goes on). The last checkpoint of a run also holds
+``train_state`` (optimiser, schedule, RNG states: what ``rpn2c train --resume`` continues from).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ _MAX_LINES = 12
 
 
 def build(*, graph: Graph, state_dict: dict[str, torch.Tensor], spec_file: str | os.PathLike, spec_text: str,
-          config: dict, epoch: int, metrics: dict, history: list[dict], dataset: Dataset) -> dict[str, Any]:
+          config: dict, epoch: int, metrics: dict, history: list[dict], dataset: Dataset, params: dict | None = None,
+          stopped: dict | None = None, train_state: dict | None = None) -> dict[str, Any]:
     """The checkpoint dict for a trained model (``state_dict`` on CPU, unwrapped/unsharded)."""
     from rpn2c import __version__
 
@@ -38,7 +42,7 @@ def build(*, graph: Graph, state_dict: dict[str, torch.Tensor], spec_file: str |
     for key in ("mean", "std"):
         if isinstance(dataset.meta.get(key), torch.Tensor):
             data[key] = dataset.meta[key].detach().cpu().clone()
-    return {
+    ckpt = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "rpn2c_version": __version__,
         "torch_version": str(torch.__version__), "model": graph.name, "content_hash": graph.content_hash(),
         "spec_file": str(spec_file), "spec_text": spec_text, "spec_sources": dict(graph.sources),
@@ -47,8 +51,16 @@ def build(*, graph: Graph, state_dict: dict[str, torch.Tensor], spec_file: str |
         "param_shapes": {k: list(v.shape) for k, v in state_dict.items()},
         "state_dict": {k: v.detach().cpu().contiguous() for k, v in state_dict.items()},
         "config": dict(config), "epoch": int(epoch), "metrics": dict(metrics), "history": [dict(r) for r in history],
-        "data": data,
+        "data": data, "params": dict(params or {}), "stopped": dict(stopped) if stopped else None,
     }
+    if train_state is not None:
+        ckpt["train_state"] = train_state
+    return ckpt
+
+
+def model_params(ckpt: dict[str, Any]) -> dict:
+    """The model parameters a checkpoint's spec was checked with (``{}`` for the defaults)."""
+    return dict(ckpt.get("params") or {})
 
 
 def save(ckpt: dict[str, Any], path: str | os.PathLike) -> Path:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Scalar = Union[bool, int, float, str]  # bool first: pydantic's smart union keeps true/false booleans
+ParamValue = Union[Scalar, list[Scalar]]
 
 
 class TrainError(Exception):
@@ -28,6 +31,8 @@ class TrainConfig(BaseModel):
     under ``torchrun`` is ``batch_size × world_size``). Node-classification graphs train full-batch.
     ``threads`` defaults to 1: the shipped models are small, and intra-op threads cost more than they gain there
     (on busy shared cores two threads made an epoch of cnn.rpn 40x slower than one).
+    ``val_fraction`` of the training data is held out (stratified by class; the last part of a time series;
+    nodes of the training mask) and scored after every epoch; the test split is read only after training.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -46,3 +51,29 @@ class TrainConfig(BaseModel):
     strategy: Literal["auto", "ddp", "fsdp"] = Field("auto", description="multi-process strategy (auto = ddp)")
     eval_batch_size: int = Field(1024, ge=1)
     threads: int = Field(1, ge=0, description="torch intra-op CPU threads per process (0: torch's default)")
+    val_fraction: float = Field(0.1, ge=0, lt=1, description="share of the training data held out for validation")
+    patience: int | None = Field(None, ge=1, description="stop after this many epochs without a better "
+                                                          "validation metric (None: never)")
+    params: dict[str, ParamValue] = Field(default_factory=dict, description="model parameters, as rpn2c.compile's "
+                                                                            "params=")
+
+    @model_validator(mode="after")
+    def _patience_needs_validation(self) -> TrainConfig:
+        if self.patience is not None and self.val_fraction == 0:
+            raise ValueError("patience (early stopping) needs a validation split: val_fraction > 0")
+        return self
+
+
+class RunConfig(TrainConfig):
+    """A whole ``rpn2c train`` invocation: the training settings plus the spec and where the outputs go
+    (what ``run.yaml`` holds; relative paths in a config file are relative to the file's folder)."""
+
+    spec: str | None = Field(None, description="the .rpn file")
+    model: str | None = Field(None, description="which model of the file (None: the last one)")
+    root: str | None = Field(None, description="project root that imports may not leave")
+    out: str | None = Field(None, description="output folder (None: runs/<spec-stem>-<data>/)")
+    metrics_out: str | None = Field(None, description="JSON-lines file of the epoch records")
+    quiet: bool = Field(False, description="no progress bar or per-epoch lines")
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(**self.model_dump(include=set(TrainConfig.model_fields)))

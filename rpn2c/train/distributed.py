@@ -120,13 +120,48 @@ def unwrap(module: nn.Module) -> nn.Module:
 def full_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
     """Unsharded CPU copy of the weights, on every rank (FSDP parameters are gathered)."""
     model = unwrap(module)
-    if any(type(p).__name__ == "DTensor" for p in model.parameters()):
+    if _sharded(model):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
     else:
         sd = model.state_dict()
     return {k: v.detach().to("cpu", copy=True).contiguous() for k, v in sd.items()}
+
+
+def _sharded(model: nn.Module) -> bool:
+    return any(type(p).__name__ == "DTensor" for p in model.parameters())
+
+
+def _cpu(value):
+    """A CPU copy of the tensors in a nested dict/list (optimiser states share storage with live tensors)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: _cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cpu(v) for v in value)
+    return value
+
+
+def optimizer_state(model: nn.Module, opt: torch.optim.Optimizer) -> dict:
+    """The optimiser's state on the CPU, on every rank: ``opt.state_dict()``, or for FSDP-sharded parameters the
+    gathered full state keyed by parameter name (a collective: every rank calls it)."""
+    if _sharded(unwrap(model)):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        return _cpu(get_optimizer_state_dict(unwrap(model), opt, options=StateDictOptions(full_state_dict=True)))
+    return _cpu(opt.state_dict())
+
+
+def load_optimizer_state(model: nn.Module, opt: torch.optim.Optimizer, state: dict) -> None:
+    """Load what :func:`optimizer_state` returned (every rank passes the same full state)."""
+    if _sharded(unwrap(model)):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(unwrap(model), opt, state, options=StateDictOptions(full_state_dict=True))
+        return
+    opt.load_state_dict(state)
 
 
 def save_rank_state(state: dict[str, torch.Tensor], env: DistEnv) -> Path | None:

@@ -1,9 +1,11 @@
 """fit / evaluate / predict for a compiled spec on a bound dataset.
 
 Loss: cross-entropy on logits for (node) classification, mean squared error for regression. Node
-classification trains full-batch on the training mask and evaluates on the test mask; other tasks draw shuffled
-mini-batches (a seeded generator, or a seeded ``DistributedSampler`` under torchrun). The learning rate follows
-``lr · ½(1 + cos(π·t/T))`` over the T optimiser steps (``schedule="cosine"``) or stays constant.
+classification trains full-batch on the training mask; other tasks draw shuffled mini-batches (a seeded
+generator, or a seeded ``DistributedSampler`` under torchrun). The learning rate follows
+``lr · ½(1 + cos(π·t/T))`` over the T optimiser steps (``schedule="cosine"``) or stays constant. ``fit`` scores
+every epoch on a validation split carved from the training data (:mod:`rpn2c.train.holdout`) and never reads
+the test split; it can stop early, hand a resumable state to a callback after every epoch, and continue from one.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from rpn2c.data import Dataset, make_loader
 
-from . import distributed, metrics
+from . import distributed, holdout, metrics
 from .binding import Binding
 from .config import TrainConfig
 
@@ -80,54 +82,144 @@ def evaluate(model: nn.Module, dataset: Dataset, binding: Binding, split: str = 
     return result, out, target
 
 
+
+class History(list):
+    """The epoch records (a list), with ``stopped``: why training ended — ``reason`` ("completed",
+    "early_stopping" or "stop_after"), ``epoch``, and ``monitor`` / ``best`` / ``best_epoch`` (the validation
+    metric that picks the best epoch, its best value and where it was reached; the epochs' last without
+    validation)."""
+
+    stopped: dict
+
+
 def _batches(dataset: Dataset, config: TrainConfig, env: distributed.DistEnv):
-    """(iterable of batches, sampler or None, steps per epoch)."""
+    """(iterable of batches, sampler or None, generator of the batch order or None, steps per epoch)."""
     if dataset.task == "node_classification":
-        return [dataset.train], None, 1
+        return [dataset.train], None, None, 1
     if env.distributed:
         tensors = TensorDataset(*dataset.train)
         sampler = DistributedSampler(tensors, num_replicas=env.world_size, rank=env.rank, shuffle=True,
                                      seed=config.seed)
         loader = DataLoader(tensors, batch_size=config.batch_size, sampler=sampler)
-        return loader, sampler, len(loader)
+        return loader, sampler, None, len(loader)
     loader = make_loader(dataset, "train", batch_size=config.batch_size, seed=config.seed)
-    return loader, None, len(loader)
+    return loader, None, loader.generator, len(loader)
+
+
+# ------------------------------------------------------------------------------------------------ RNG states
+def rng_state(generator: torch.Generator | None = None) -> dict:
+    """Python, NumPy, torch (CPU and CUDA) and ``generator`` states as plain lists, ints and tensors (loadable
+    with ``torch.load(weights_only=True)``)."""
+    version, words, gauss = random.getstate()
+    _, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"python": [version, list(words), gauss],
+            "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "has_gauss": int(has_gauss),
+                      "cached": float(cached)},
+            "torch": torch.get_rng_state(),
+            "cuda": [torch.cuda.get_rng_state(i) for i in range(torch.cuda.device_count())]
+            if torch.cuda.is_available() else [],
+            "loader": generator.get_state() if generator is not None else None}
+
+
+def set_rng_state(state: dict, generator: torch.Generator | None = None) -> None:
+    """Restore what :func:`rng_state` captured."""
+    version, words, gauss = state["python"]
+    random.setstate((version, tuple(words), gauss))
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    torch.set_rng_state(state["torch"])
+    for i, s in enumerate(state.get("cuda") or []):
+        if i < torch.cuda.device_count():
+            torch.cuda.set_rng_state(s, i)
+    if generator is not None and state.get("loader") is not None:
+        generator.set_state(state["loader"])
+
+
+# ------------------------------------------------------------------------------------------------ fit
+def _monitor(task: str) -> tuple[str, bool]:
+    key, higher = metrics.PRIMARY[task]
+    return f"val_{key}", higher
+
+
+def _best(history: list[dict], task: str) -> tuple[int | None, float | None]:
+    """(epoch, value) of the first best validation metric in ``history`` (None, None without validation)."""
+    key, higher = _monitor(task)
+    best_epoch, best = None, None
+    for r in history:
+        v = r.get(key)
+        if v is None or not math.isfinite(v):
+            continue
+        if best is None or (v > best if higher else v < best):
+            best_epoch, best = r["epoch"], v
+    return best_epoch, best
+
+
+def _stopped(reason: str, history: list[dict], task: str, patience: int | None) -> dict:
+    best_epoch, best = _best(history, task)
+    last = history[-1]["epoch"] if history else 0
+    return {"reason": reason, "epoch": last, "monitor": _monitor(task)[0] if best_epoch else None, "best": best,
+            "best_epoch": best_epoch if best_epoch else last, "patience": patience}
+
+
+def _schedule(opt: torch.optim.Optimizer, config: TrainConfig, total: int):
+    if config.schedule == "cosine":
+        return torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda t: 0.5 * (1 + math.cos(math.pi * min(t, total) / total)))
+    return torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1.0)
 
 
 def fit(model: nn.Module, dataset: Dataset, binding: Binding, config: TrainConfig, *,
         device: torch.device | None = None, env: distributed.DistEnv | None = None, progress: bool = False,
-        log: Callable[[str], None] | None = None,
-        on_epoch: Callable[[dict], None] | None = None) -> tuple[nn.Module, list[dict]]:
-    """Train ``model`` for ``config.epochs`` epochs, evaluating on the test split after each one.
+        log: Callable[[str], None] | None = None, on_epoch: Callable[[dict], None] | None = None,
+        on_checkpoint: Callable[[dict], None] | None = None, resume: dict | None = None,
+        stop_after: int | None = None) -> tuple[nn.Module, History]:
+    """Train ``model`` for ``config.epochs`` epochs, scoring each on the validation split (``config.val_fraction``
+    of the training data) and stopping early after ``config.patience`` epochs without a better validation metric.
 
-    Returns (``model`` — trained in place; FSDP leaves it sharded — and the history: one record per epoch
-    ``{"epoch", "loss", "lr", "train_accuracy", "test_loss", "test_<metric>"..., "seconds"}``).
-    ``dataset`` must already be on ``device``; seed the global RNG (:func:`seed_everything`) before building
-    the model for reproducible runs. ``on_epoch`` receives each record (on every rank).
+    Returns ``model`` (trained in place; FSDP leaves it sharded) and the :class:`History`: one record per epoch
+    ``{"epoch", "loss", "lr", "train_accuracy", "val_loss", "val_<metric>"..., "seconds"}``. ``dataset.test`` is
+    never read. ``dataset`` must already be on ``device``; seed the global RNG (:func:`seed_everything`) before
+    building the model for reproducible runs. ``on_epoch`` receives each record; ``on_checkpoint`` (on every rank:
+    FSDP gathers the weights) receives after each epoch the state to save — ``epoch``, ``history``, ``model`` (CPU
+    weights), ``optimizer``, ``scheduler``, ``rng``, ``improved`` (a new best validation metric) and ``stopped``
+    (None while training goes on). ``resume`` is such a state (without ``model``: load the weights into ``model``
+    first): training continues after its epoch exactly as if it had not stopped. ``stop_after`` ends this call
+    after that epoch (a pause that ``resume`` continues).
     """
     env = env or distributed.DistEnv()
     device = device or next(model.parameters()).device
+    part = holdout.split(dataset, config.val_fraction, config.seed)
+    view, validate = part.view, config.val_fraction > 0
     train_module = distributed.wrap(model, config.strategy, device)
     if config.compile:
         train_module = torch.compile(train_module)
     opt = torch.optim.AdamW(train_module.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    batches, sampler, steps = _batches(dataset, config, env)
-    total = config.epochs * steps
-    if config.schedule == "cosine":
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 0.5 * (1 + math.cos(math.pi * min(t, total) / total)))
-    else:
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1.0)
+    batches, sampler, order, steps = _batches(view, config, env)
+    sched = _schedule(opt, config, config.epochs * steps)
+    history = History()
+    first = 1
+    if resume is not None:
+        distributed.load_optimizer_state(model, opt, resume["optimizer"])
+        sched.load_state_dict(resume["scheduler"])
+        history.extend(dict(r) for r in resume["history"])
+        first = int(resume["epoch"]) + 1
+        set_rng_state(resume["rng"], order)
     node = dataset.task == "node_classification"
     classify = dataset.task != "regression"
+    monitor, higher = _monitor(dataset.task)
     eval_model = model  # not compiled nor DDP-wrapped (FSDP shards it in place): as `rpn2c eval` runs it
     bar = None
+    last = min(config.epochs, stop_after) if stop_after is not None else config.epochs
     if progress and env.is_main:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total, unit="step", dynamic_ncols=True, leave=True, file=sys.stderr)
-    history: list[dict] = []
-    start = time.perf_counter()
-    for epoch in range(1, config.epochs + 1):
+        bar = tqdm(total=max(last - first + 1, 0) * steps, unit="step", dynamic_ncols=True, leave=True,
+                   file=sys.stderr)
+    best_epoch, best = _best(history, dataset.task)
+    reason = _finished(history, config, best_epoch)
+    start = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
+    epoch = first
+    while reason is None and epoch <= last:
         if sampler is not None:
             sampler.set_epoch(epoch)
         train_module.train()
@@ -153,22 +245,47 @@ def fit(model: nn.Module, dataset: Dataset, binding: Binding, config: TrainConfi
             if bar is not None:
                 bar.update(1)
         stats = distributed.all_reduce_sum(stats).cpu()
-        test, _, _ = evaluate(eval_model, dataset, binding, "test", batch_size=config.eval_batch_size)
         record = {"epoch": epoch, "loss": float(stats[0] / stats[2]), "lr": lr}
         if classify:
             record["train_accuracy"] = float(stats[1] / stats[2])
-        record.update({f"test_{k}": v for k, v in test.items()})
+        if validate:
+            val, _, _ = evaluate(eval_model, view, binding, "test", batch_size=config.eval_batch_size)
+            record.update({f"val_{k}": v for k, v in val.items()})
         record["seconds"] = round(time.perf_counter() - start, 4)
         history.append(record)
-        key = "test_" + metrics.PRIMARY[dataset.task][0]
+        value = record.get(monitor)
+        improved = value is not None and math.isfinite(value) and (
+            best is None or (value > best if higher else value < best))
+        if improved:
+            best_epoch, best = epoch, value
+        reason = _finished(history, config, best_epoch) or ("stop_after" if epoch == last else None)
+        shown = monitor if validate else "loss"
         if bar is not None:
             bar.set_description(f"epoch {epoch}/{config.epochs}")
-            bar.set_postfix(loss=f"{record['loss']:.4f}", **{key[5:]: f"{record[key]:.4f}"})
+            bar.set_postfix(loss=f"{record['loss']:.4f}", **({monitor: f"{record[monitor]:.4f}"} if validate else {}))
         elif log is not None and env.is_main:
-            log(f"epoch {epoch}/{config.epochs}  loss {record['loss']:.4f}  {key} {record[key]:.4f}  "
-                f"({record['seconds']:.1f}s)")
+            log(f"epoch {epoch}/{config.epochs}  loss {record['loss']:.4f}  "
+                + (f"{shown} {record[shown]:.4f}  " if validate else "") + f"({record['seconds']:.1f}s)")
         if on_epoch is not None:
             on_epoch(record)
+        if on_checkpoint is not None:
+            on_checkpoint({"epoch": epoch, "history": [dict(r) for r in history],
+                           "model": distributed.full_state_dict(train_module),
+                           "optimizer": distributed.optimizer_state(model, opt),
+                           "scheduler": sched.state_dict(), "rng": rng_state(order), "improved": improved,
+                           "stopped": _stopped(reason, history, dataset.task, config.patience) if reason else None})
+        epoch += 1
     if bar is not None:
         bar.close()
+    history.stopped = _stopped(reason or "stop_after", history, dataset.task, config.patience)
     return model, history
+
+
+def _finished(history: list[dict], config: TrainConfig, best_epoch: int | None) -> str | None:
+    """"completed" or "early_stopping" when the run has nothing left to do after ``history``, else None."""
+    done = history[-1]["epoch"] if history else 0
+    if config.patience is not None and best_epoch is not None and done - best_epoch >= config.patience:
+        return "early_stopping"
+    if done >= config.epochs:
+        return "completed"
+    return None

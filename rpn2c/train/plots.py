@@ -31,14 +31,16 @@ def _save(fig, path: str | os.PathLike) -> Path:
 
 
 def training_curves(history: Sequence[dict], path: str | os.PathLike, task: str, title: str = "") -> Path:
-    """Two panels over epochs: train/test loss, and the task's main metric (train/test where recorded)."""
+    """Two panels over epochs: train/validation loss, and the task's main metric (train/validation where
+    recorded; histories of older runs show their per-epoch test scores)."""
     from matplotlib.ticker import MaxNLocator
 
     fig = _figure(10, 4)
     epochs = [r["epoch"] for r in history]
     ax_loss, ax_metric = fig.subplots(1, 2)
     ax_loss.plot(epochs, [r["loss"] for r in history], marker=".", label="train loss")
-    ax_loss.plot(epochs, [r.get("test_loss", math.nan) for r in history], marker=".", label="test loss")
+    split = "val" if any("val_loss" in r for r in history) else "test"
+    ax_loss.plot(epochs, [r.get(f"{split}_loss", math.nan) for r in history], marker=".", label=f"{split} loss")
     ax_loss.set_xlabel("epoch")
     ax_loss.set_ylabel("loss")
     ax_loss.set_yscale("log" if all(r["loss"] > 0 for r in history) else "linear")
@@ -47,7 +49,8 @@ def training_curves(history: Sequence[dict], path: str | os.PathLike, task: str,
     name = metrics_mod.PRIMARY[task][0]
     if any(f"train_{name}" in r for r in history):
         ax_metric.plot(epochs, [r.get(f"train_{name}", math.nan) for r in history], marker=".", label=f"train {name}")
-    ax_metric.plot(epochs, [r.get(f"test_{name}", math.nan) for r in history], marker=".", label=f"test {name}")
+    ax_metric.plot(epochs, [r.get(f"{split}_{name}", math.nan) for r in history], marker=".",
+                   label=f"{split} {name}")
     ax_metric.set_xlabel("epoch")
     for ax in (ax_loss, ax_metric):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -17,12 +17,13 @@ from tests.train.helpers import IRIS, IRIS_EPOCHS, ROOT, SPECS, run_cli
 PNG = b"\x89PNG\r\n\x1a\n"
 CKPT_KEYS = {"format", "format_version", "rpn2c_version", "torch_version", "model", "content_hash", "spec_file",
              "spec_text", "spec_sources", "ir", "inputs", "outputs", "param_shapes", "state_dict", "config", "epoch",
-             "metrics", "history", "data"}
+             "metrics", "history", "data", "params", "stopped", "train_state"}
 
 
 def test_train_writes_checkpoint_metrics_and_curves(iris_run):
     out = iris_run["out"]
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "curves.png", "metrics.csv", "metrics.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["best.pt", "checkpoint.pt", "curves.png", "metrics.csv",
+                                                     "metrics.json", "run.yaml", "spec"]
     assert (out / "curves.png").read_bytes()[:8] == PNG
     ckpt = torch.load(out / "checkpoint.pt", weights_only=True)  # plain containers and tensors only
     assert set(ckpt) == CKPT_KEYS
@@ -40,7 +41,10 @@ def test_train_writes_checkpoint_metrics_and_curves(iris_run):
     summary = json.loads((out / "metrics.json").read_text())
     assert summary["final"] == summary["history"][-1] == ckpt["history"][-1]
     assert summary["params"] == 131 and summary["task"] == "classification"
-    assert float(rows[-1]["test_accuracy"]) == summary["final"]["test_accuracy"] == ckpt["metrics"]["accuracy"]
+    assert float(rows[-1]["val_accuracy"]) == summary["final"]["val_accuracy"]
+    assert summary["test"] == ckpt["metrics"] and set(ckpt["metrics"]) == {"loss", "accuracy", "macro_f1"}
+    assert ckpt["stopped"] == summary["stopped"] and ckpt["stopped"]["reason"] == "completed"
+    assert ckpt["params"] == {} and set(ckpt["train_state"]) == {"optimizer", "scheduler", "rng"}
     # the cosine schedule: epoch 1 starts at the peak rate, later epochs start lower
     lrs = [r["lr"] for r in summary["history"]]
     assert lrs[0] == 0.02 and all(a > b for a, b in itertools.pairwise(lrs))
@@ -49,11 +53,11 @@ def test_train_writes_checkpoint_metrics_and_curves(iris_run):
 def test_metrics_out_is_one_json_record_per_epoch(iris_run):
     records = iris_run["records"]
     assert [r["epoch"] for r in records] == list(range(1, IRIS_EPOCHS + 1))
-    keys = {"epoch", "loss", "lr", "train_accuracy", "test_loss", "test_accuracy", "test_macro_f1", "seconds"}
+    keys = {"epoch", "loss", "lr", "train_accuracy", "val_loss", "val_accuracy", "val_macro_f1", "seconds"}
     for r in records:
         assert set(r) == keys
         assert all(isinstance(v, (int, float)) and math.isfinite(v) for v in r.values())
-        assert 0 <= r["test_accuracy"] <= 1 and r["loss"] > 0
+        assert 0 <= r["val_accuracy"] <= 1 and r["loss"] > 0
     assert [r["seconds"] for r in records] == sorted(r["seconds"] for r in records)
     assert records == json.loads((iris_run["out"] / "metrics.json").read_text())["history"]
     assert records[-1]["loss"] < records[0]["loss"]
@@ -63,13 +67,14 @@ def test_eval_reproduces_the_final_test_metrics_exactly(capsys, iris_run):
     code, out, err = run_cli(capsys, "eval", IRIS, iris_run["checkpoint"], "--format", "json")
     assert code == 0, err
     result = json.loads(out)
-    final = iris_run["records"][-1]
+    final = json.loads((iris_run["out"] / "metrics.json").read_text())["test"]
     assert result["n"] == 30 and result["split"] == "test" and result["seed"] == 3
-    assert result["metrics"]["accuracy"] == final["test_accuracy"]
-    assert result["metrics"]["macro_f1"] == final["test_macro_f1"]
-    assert result["metrics"]["loss"] == final["test_loss"]
+    assert result["metrics"] == final  # loss, accuracy, macro_f1: bitwise
     code, out, _ = run_cli(capsys, "eval", IRIS, iris_run["checkpoint"])
-    assert code == 0 and f"accuracy   {final['test_accuracy']:.6f}" in out
+    assert code == 0 and f"accuracy   {final['accuracy']:.6f}" in out
+    best = json.loads((iris_run["out"] / "metrics.json").read_text())["best_test"]
+    code, out, _ = run_cli(capsys, "eval", IRIS, iris_run["out"] / "best.pt", "--format", "json")
+    assert code == 0 and json.loads(out)["metrics"] == best
 
 
 def _read_csv(path):
@@ -88,7 +93,8 @@ def test_predict_on_the_test_split(capsys, tmp_path, iris_run):
         probs = [float(r[f"prob_{k}"]) for k in range(3)]
         assert abs(sum(probs) - 1) < 1e-6 and int(r["prediction"]) == int(np.argmax(probs))
     acc = np.mean([r["target"] == r["prediction"] for r in rows])
-    assert acc == pytest.approx(iris_run["records"][-1]["test_accuracy"], abs=1e-12)
+    test = json.loads((iris_run["out"] / "metrics.json").read_text())["test"]
+    assert acc == pytest.approx(test["accuracy"], abs=1e-12)
     code, out, _ = run_cli(capsys, "predict", IRIS, iris_run["checkpoint"], "--data", "iris", "--split", "train")
     assert code == 0 and len(out.strip().splitlines()) == 1 + 120  # to stdout: header + the training rows
 
@@ -146,7 +152,8 @@ def test_train_cnn_on_digits_in_a_few_epochs(capsys, tmp_path):
     assert err == ""  # --quiet: no progress output
     assert "trained cnn (13,706 parameters) on digits: 3 epochs" in out
     records = [json.loads(line) for line in lines.read_text().splitlines()]
-    assert len(records) == 3 and records[-1]["test_accuracy"] > 0.85
+    test = json.loads((tmp_path / "run" / "metrics.json").read_text())["test"]
+    assert len(records) == 3 and records[-1]["val_accuracy"] > 0.85 and test["accuracy"] > 0.85
 
 
 def test_node_classification_trains_full_batch_on_karate(capsys, tmp_path):
@@ -154,8 +161,7 @@ def test_node_classification_trains_full_batch_on_karate(capsys, tmp_path):
     code, _, err = run_cli(capsys, "train", ROOT / "specs" / "gcn.rpn", "--data", "karate", "--epochs", "40",
                            "--lr", "0.02", "--out", tmp_path / "run", "--metrics-out", lines, "--quiet")
     assert code == 0, err
-    records = [json.loads(line) for line in lines.read_text().splitlines()]
-    assert records[-1]["test_accuracy"] >= 0.8
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["test"]["accuracy"] >= 0.8
     preds = tmp_path / "p.csv"
     code, _, err = run_cli(capsys, "predict", ROOT / "specs" / "gcn.rpn", tmp_path / "run" / "checkpoint.pt",
                            "--data", "karate", "--out", preds)
@@ -170,8 +176,10 @@ def test_regression_records_mse_mae_r2(capsys, tmp_path):
                            "--lr", "0.01", "--out", tmp_path / "run", "--metrics-out", lines, "--quiet")
     assert code == 0, err
     last = json.loads(lines.read_text().splitlines()[-1])
-    assert set(last) == {"epoch", "loss", "lr", "test_loss", "test_mse", "test_mae", "test_r2", "seconds"}
-    assert last["test_loss"] == pytest.approx(last["test_mse"], rel=1e-6) and last["test_r2"] > 0.3
+    assert set(last) == {"epoch", "loss", "lr", "val_loss", "val_mse", "val_mae", "val_r2", "seconds"}
+    assert last["val_loss"] == pytest.approx(last["val_mse"], rel=1e-6)
+    test = json.loads((tmp_path / "run" / "metrics.json").read_text())["test"]
+    assert test["loss"] == pytest.approx(test["mse"], rel=1e-6) and test["r2"] > 0.3
     code, out, _ = run_cli(capsys, "predict", SPECS / "sunspots_chain.rpn", tmp_path / "run" / "checkpoint.pt",
                            "--data", "sunspots")
     header = out.splitlines()[0]

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from tests.train.helpers import IRIS, ROOT
@@ -34,6 +35,19 @@ def test_ddp_ranks_end_with_bitwise_identical_weights(tmp_path):
     assert summary["world_size"] == 2 and len(summary["history"]) == 3
     assert len((tmp_path / "epochs.jsonl").read_text().splitlines()) == 3  # rank 0 alone writes
     assert proc.stdout.count("trained iris_mlp") == 1
-    # each rank saw half of the 120 training rows: 60 / 16 -> 4 steps per epoch, lr decayed by the cosine
+    # each rank saw half of the 108 training rows left by the validation split: 54 / 16 -> 4 steps per epoch
     assert summary["history"][1]["lr"] < summary["history"][0]["lr"] == 0.02
     assert summary["history"][-1]["loss"] < summary["history"][0]["loss"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_torchrun_resume_equals_the_uninterrupted_run(tmp_path, strategy):
+    """Two processes stopped after epoch 1 and resumed end with rank 0's weights and history of one whole run."""
+    torchrun(tmp_path / "whole", "--strategy", strategy)
+    torchrun(tmp_path / "part", "--strategy", strategy, "--stop-after", "1")
+    torchrun(tmp_path / "part", "--strategy", strategy, "--resume")
+    a, b = (torch.load(tmp_path / d / "run" / "checkpoint.pt", weights_only=True) for d in ("whole", "part"))
+    assert all(torch.equal(a["state_dict"][k], b["state_dict"][k]) for k in a["state_dict"])
+    drop = lambda h: [{k: v for k, v in r.items() if k != "seconds"} for r in h]  # noqa: E731
+    assert drop(a["history"]) == drop(b["history"]) and a["metrics"] == b["metrics"]
