@@ -1,0 +1,24 @@
+// Starts `rpn2c lsp` (stdio) for .rpn files; everything else comes from the server.
+const vscode = require("vscode");
+const { LanguageClient } = require("vscode-languageclient/node");
+
+let client;
+
+function activate(context) {
+  const config = vscode.workspace.getConfiguration("rpn2c");
+  const server = {
+    command: config.get("server.command", "rpn2c"),
+    args: config.get("server.args", ["lsp"]),
+  };
+  client = new LanguageClient("rpn2c", "rpn2c language server", server, {
+    documentSelector: [{ scheme: "file", language: "rpn" }, { scheme: "untitled", language: "rpn" }],
+  });
+  context.subscriptions.push(client);
+  return client.start();
+}
+
+function deactivate() {
+  return client ? client.stop() : undefined;
+}
+
+module.exports = { activate, deactivate };

@@ -1,0 +1,124 @@
+"""The analysis behind the language server, on half-written text: completion per slot and body kind (derived from
+the registry's and the checker's own tables), every model's errors at once, hover and definition."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rpn2c.check.elaborate import OP_FAMILIES
+from rpn2c.components.registry import REGISTRY, SLOT_FAMILIES, names
+from rpn2c.runtime import editor
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BODIES = {  # a spec with the cursor at `|` inside each kind of body
+    "head": "model m {\n  input x: vector[B, 4]\n  y = head(x) {\n    |\n  }\n  return y\n}\n",
+    "compress": "model m {\n  input x: vector[B, 4]\n  y = compress(x) {\n    |\n  }\n  return y\n}\n",
+    "layer": ("model m {\n  input x: vector[B, 4]\n  y = layer(x) {\n    head a { out = 2 }\n    |\n  }\n"
+              "  return y\n}\n"),
+    "decl": "model m {\n  input x: vector[B, 4]\n  y = layer(x) {\n    head a {\n      |\n    }\n  }\n  return y\n}\n",
+    "recurrent": "model m {\n  input x: sequence[B, T, 4]\n  y = recurrent(x) {\n    |\n  }\n  return y\n}\n",
+}
+
+
+def complete(text: str) -> list[str]:
+    before = text[:text.index("|")]
+    line, col = before.count("\n"), len(before) - (before.rfind("\n") + 1)
+    return [c.label for c in editor.complete(text.replace("|", "", 1), line, col)]
+
+
+@pytest.mark.parametrize("slot", sorted(SLOT_FAMILIES))
+def test_every_slot_completes_to_exactly_its_families_components(slot):
+    kind = next(k for k, keys in editor.SETTING_KEYS.items() if slot in keys)
+    labels = complete(BODIES[kind].replace("|", f"{slot} = |"))
+    assert labels == names(SLOT_FAMILIES[slot])
+    other = {n for f in REGISTRY if f not in SLOT_FAMILIES[slot] for n in REGISTRY[f]} - set(labels)
+    assert other  # a component of another family is left out
+    partial = complete(BODIES[kind].replace("|", f"{slot} = {labels[0][:2]}|"))
+    assert partial == labels  # the client filters by the word being typed
+
+
+@pytest.mark.parametrize("kind", sorted(BODIES))
+def test_each_body_completes_its_setting_keys(kind):
+    labels = complete(BODIES[kind])
+    assert set(labels) - {"head"} == set(editor.SETTING_KEYS[kind])
+    assert ("head" in labels) == (kind == "layer")  # a layer declares heads
+    first = editor.SETTING_KEYS[kind][0]
+    given = complete(BODIES[kind].replace("|", f"{first} = identity\n    |"))
+    assert first not in given and len(given) == len(labels) - 1
+
+
+def test_list_settings_complete_processing_and_calls_complete_their_hyper_parameters():
+    text = BODIES["head"].replace("|", "post = [relu, |]")
+    assert complete(text) == names(SLOT_FAMILIES["post"])
+    text = BODIES["head"].replace("|", "kappa = chebyshev(|)")
+    assert complete(text) == list(REGISTRY["expansion"]["chebyshev"].schema.model_fields)
+    text = BODIES["head"].replace("|", "post = [dropout(|)]")
+    assert complete(text) == list(REGISTRY["processing"]["dropout"].schema.model_fields)
+
+
+def test_body_top_level_and_value_positions():
+    lib = "block enc(d = 4, heads) {\n  input x\n  return x\n}\n"
+    assert complete("|") == list(editor.TOP_KEYWORDS)
+    assert complete(lib + "model m {\n  |\n}\n") == list(editor.BODY_KEYWORDS)
+    value = complete(lib + "model m {\n  input x: vector[B, 4]\n  y = |\n}\n")
+    assert value[:len(editor.VALUE_KEYWORDS)] == list(editor.VALUE_KEYWORDS) and "enc" in value
+    assert set(names(OP_FAMILIES)) <= set(value)
+    assert complete(lib + "model m {\n  input x: vector[B, 4]\n  y = enc(x, |)\n}\n") == ["d", "heads"]
+
+
+def test_check_text_reports_every_models_errors_and_accepts_a_block_library():
+    two = ("model a {\n  input x: vector[B, 4]\n  y = head(x) { kappa = chebyshevv }\n  return y\n}\n"
+           "model b {\n  input x: vector[B, 4]\n  y = head(x) { out = 2  psi = nope }\n  return y\n}\n")
+    diags = editor.check_text(two, "two.rpn")
+    assert [(d.code, d.span.line) for d in diags] == [("E0201", 3), ("E0201", 8)]
+    assert diags[0].suggestion == "did you mean 'chebyshev'?"
+    library = "block enc {\n  input x\n  return x\n}\n"
+    assert editor.check_text(library, "lib.rpn") == []
+    assert [d.code for d in editor.check_text(library + library, "lib.rpn")] == ["E0203"]
+    assert [d.code for d in editor.check_text("model m { input x: vector[B, 4] return x", "m.rpn")] == ["E0103"]
+
+
+def test_the_token_stream_survives_characters_the_grammar_refuses():
+    toks = editor.tokens("model m { y = head(x) { kappa = 'cheb' % 2 }")
+    assert [str(t) for t in toks][-5:] == ["kappa", "=", "cheb", "2", "}"]
+    assert toks[-3].column == 34  # positions are unchanged
+
+
+def test_hover_and_definition_on_half_written_text():
+    text = "model m(k = 3) {\n  input x: vector[B, 4]\n  y = head(x) {\n    kappa = chebyshev(d = k"
+    h = editor.hover(text, 3, 16)
+    assert h is not None and h.markdown.startswith("**chebyshev** — expansion") and (h.col, h.end_col) == (12, 21)
+    hp = editor.hover(text, 3, 23)
+    assert hp is not None and hp.markdown.startswith("**d**:")
+    (param,) = editor.definition(text, 3, 27)
+    assert (param.path, param.line, param.col) == (None, 0, 8)
+    (value,) = editor.definition(text, 2, 11)
+    assert (value.line, value.col) == (1, 8)
+    assert editor.hover(text, 0, 0) is None  # a keyword
+
+
+SHIPPED = sorted([*ROOT.joinpath("specs").rglob("*.rpn"), *ROOT.joinpath("examples", "specs").rglob("*.rpn")])
+
+
+@settings(max_examples=40)
+@given(spec=st.sampled_from(SHIPPED), cut=st.floats(0, 1), where=st.floats(0, 1), junk=st.sampled_from(
+    ["", "=", "(", "{", "[", ",", ".", "'", "%", '"', "head", "kappa = ", "chebyshev(d = "]))
+def test_half_written_text_never_breaks_the_analysis(spec, cut, where, junk):
+    """Every prefix of a shipped spec, with something half-typed appended: the analysis answers and never raises;
+    the checker reports located diagnostics, or the text is a valid spec (then it formats)."""
+    full = spec.read_text(encoding="utf-8")
+    text = full[:int(cut * len(full))] + junk
+    offset = int(where * len(text))
+    line, col = text[:offset].count("\n"), offset - (text[:offset].rfind("\n") + 1)
+    editor.complete(text, line, col, path=spec)
+    editor.hover(text, line, col, path=spec)
+    editor.definition(text, line, col, path=spec)
+    diags = editor.check_text(text, str(spec), path=spec)
+    assert all(d.code.startswith("E") for d in diags)
+    if text != full and not text.strip().startswith("#") and text.strip():
+        assert diags or editor.format_text(text) is not None

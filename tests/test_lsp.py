@@ -1,0 +1,257 @@
+"""The language server, driven by pygls's own client over real LSP messages against `rpn2c lsp` in a subprocess
+(initialize, didOpen/didChange, publishDiagnostics, hover, completion, definition, formatting, code actions)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from lsprotocol import types as lsp
+from pygls.lsp.client import LanguageClient
+
+from rpn2c.components.registry import REGISTRY, SLOT_FAMILIES, lookup, names
+from rpn2c.runtime.cli import main
+from rpn2c.syntax.format import format_program
+from rpn2c.syntax.parser import parse
+
+ROOT = Path(__file__).resolve().parents[1]
+CNN = (ROOT / "specs" / "cnn.rpn").read_text(encoding="utf-8")
+
+
+class Session:
+    """A client and a server process; the client's event loop runs on a thread so tests stay synchronous."""
+
+    def __init__(self, workspace: Path):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.client = LanguageClient("rpn2c-tests", "1")
+        self.published: dict[str, list[lsp.PublishDiagnosticsParams]] = {}
+        self.changed = threading.Condition()
+
+        @self.client.feature(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+        def _diagnostics(params: lsp.PublishDiagnosticsParams):
+            with self.changed:
+                self.published.setdefault(params.uri, []).append(params)
+                self.changed.notify_all()
+
+        self.run(self.client.start_io(sys.executable, "-m", "rpn2c", "lsp", cwd=str(ROOT)))
+        result = self.run(self.client.initialize_async(lsp.InitializeParams(
+            capabilities=lsp.ClientCapabilities(), root_uri=workspace.as_uri(),
+            workspace_folders=[lsp.WorkspaceFolder(workspace.as_uri(), "ws")])))
+        self.capabilities = result.capabilities
+        self.notify(self.client.initialized, lsp.InitializedParams())
+
+    def run(self, coro, timeout: float = 60):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def notify(self, fn, params) -> None:
+        self.loop.call_soon_threadsafe(fn, params)
+
+    def open(self, path: Path, text: str, version: int = 1) -> list[lsp.Diagnostic]:
+        self.notify(self.client.text_document_did_open,
+                    lsp.DidOpenTextDocumentParams(lsp.TextDocumentItem(path.as_uri(), "rpn", version, text)))
+        return self.diagnostics(path, version)
+
+    def change(self, path: Path, text: str, version: int) -> list[lsp.Diagnostic]:
+        self.notify(self.client.text_document_did_change, lsp.DidChangeTextDocumentParams(
+            lsp.VersionedTextDocumentIdentifier(version, path.as_uri()),
+            [lsp.TextDocumentContentChangeWholeDocument(text)]))
+        return self.diagnostics(path, version)
+
+    def diagnostics(self, path: Path, version: int, timeout: float = 60) -> list[lsp.Diagnostic]:
+        uri = path.as_uri()
+        with self.changed:
+            ok = self.changed.wait_for(lambda: any(p.version == version for p in self.published.get(uri, [])),
+                                       timeout)
+            assert ok, f"no diagnostics for {uri} version {version}"
+            return list(next(p for p in self.published[uri] if p.version == version).diagnostics)
+
+    def close(self) -> None:
+        try:
+            self.run(self.client.shutdown_async(None), timeout=20)
+            self.notify(self.client.exit, None)
+            self.loop.call_soon_threadsafe(self.client._server.stdin.close)  # as an editor does: end of input
+            self.run(self.client.stop(), timeout=20)
+            assert self.client._server.returncode == 0  # a clean exit after shutdown
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    ws = tmp_path_factory.mktemp("ws")
+    (ws / "lib.rpn").write_text("block mlp(width = 16) {\n  input x\n  h = head(x) {\n    out = width\n  }\n"
+                                "  return h\n}\n", encoding="utf-8")
+    return ws
+
+
+@pytest.fixture(scope="module")
+def session(workspace):
+    s = Session(workspace)
+    yield s
+    s.close()
+
+
+def at(text: str, marker: str, shift: int = 0) -> lsp.Position:
+    """The position right after the first ``marker`` (plus ``shift`` characters)."""
+    idx = text.index(marker) + len(marker) + shift
+    return lsp.Position(text[:idx].count("\n"), idx - (text[:idx].rfind("\n") + 1))
+
+
+def doc(path: Path) -> lsp.TextDocumentIdentifier:
+    return lsp.TextDocumentIdentifier(path.as_uri())
+
+
+def test_server_announces_every_feature(session):
+    caps = session.capabilities
+    assert caps.hover_provider and caps.definition_provider and caps.document_formatting_provider
+    assert {"=", "(", ","} <= set(caps.completion_provider.trigger_characters)
+    assert caps.code_action_provider
+
+
+def test_diagnostics_as_you_type_report_every_error_with_code_range_and_hint(session, workspace):
+    path = workspace / "cnn.rpn"
+    assert session.open(path, CNN) == []
+    bad = (CNN.replace("patch_max(size = 2)", "patch_maxx(size = 2)", 1)
+              .replace("grid_patch(size = 3, pad = 1)", "grid_patch(size = 3, padd = 1)", 1))
+    diags = session.change(path, bad, 2)
+    by_code = {d.code: d for d in diags}
+    assert set(by_code) == {"E0201", "E0302"}  # both errors in one pass
+    unknown = by_code["E0201"]
+    line = bad.splitlines()[unknown.range.start.line]
+    assert line[unknown.range.start.character:unknown.range.end.character] == "patch_maxx"
+    assert "did you mean 'patch_max'?" in unknown.message and unknown.source == "rpn2c"
+    assert unknown.severity == lsp.DiagnosticSeverity.Error
+    # the did-you-mean hint is a quick fix that replaces the name
+    actions = session.run(session.client.text_document_code_action_async(lsp.CodeActionParams(
+        doc(path), unknown.range, lsp.CodeActionContext([unknown]))))
+    assert [a.title for a in actions] == ["Change 'patch_maxx' to 'patch_max'"]
+    (edit,) = actions[0].edit.changes[path.as_uri()]
+    assert edit.new_text == "patch_max" and edit.range == unknown.range
+    # a parse error is one located diagnostic; fixing the text clears everything
+    (syntax,) = session.change(path, CNN.replace("out = 16", "out = = 16", 1), 3)
+    assert syntax.code == "E0102" and syntax.range.start == at(CNN, "out = ")
+    assert session.change(path, CNN, 4) == []
+
+
+def test_imports_resolve_and_errors_inside_an_import_show_on_its_line(session, workspace):
+    text = ('import "lib.rpn" as lib\nmodel m {\n  input x: vector[B, 4]\n  y = lib.mlp(x, width = 8)\n'
+            '  return y\n}\n')
+    path = workspace / "uses_lib.rpn"
+    assert session.open(path, text) == []
+    defn = session.run(session.client.text_document_definition_async(lsp.DefinitionParams(
+        doc(path), at(text, "lib.ml"))))
+    assert [(d.uri, d.range.start.line, d.range.start.character) for d in defn] == [
+        ((workspace / "lib.rpn").as_uri(), 0, 6)]
+    on_import = session.run(session.client.text_document_definition_async(lsp.DefinitionParams(
+        doc(path), at(text, '"lib.r'))))
+    assert [d.uri for d in on_import] == [(workspace / "lib.rpn").as_uri()]
+    hover = session.run(session.client.text_document_hover_async(lsp.HoverParams(doc(path), at(text, "lib.ml"))))
+    assert "block mlp(width = 16)" in hover.contents.value
+    items = session.run(session.client.text_document_completion_async(lsp.CompletionParams(
+        doc(path), at(text, "lib.mlp(x, "))))
+    assert [i.label for i in items.items] == ["width"]
+    missing = text.replace("lib.rpn", "nowhere.rpn")
+    (diag,) = session.change(path, missing, 2)
+    assert diag.code == "E0504" and diag.range.start.line == 0
+
+
+def test_hover_shows_the_registry_doc_defaults_and_hyper_parameters(session, workspace):
+    path = workspace / "cnn.rpn"
+    session.change(path, CNN, 10)
+    hover = session.run(session.client.text_document_hover_async(lsp.HoverParams(
+        doc(path), at(CNN, "kappa = patch_m"))))
+    entry = lookup("patch_max", ("compression",))
+    text = hover.contents.value
+    assert hover.contents.kind == lsp.MarkupKind.Markdown and entry.doc in text and "compression" in text
+    assert "| `size` |" in text and "| `stride` |" in text
+    line = CNN.splitlines()[hover.range.start.line]
+    assert line[hover.range.start.character:hover.range.end.character] == "patch_max"
+    hp = session.run(session.client.text_document_hover_async(lsp.HoverParams(doc(path), at(CNN, "size = 3, pa"))))
+    assert hp.contents.value.startswith("**pad**:") and "`0`" in hp.contents.value and "grid_patch" in hp.contents.value
+    slot = session.run(session.client.text_document_hover_async(lsp.HoverParams(doc(path), at(CNN, "    xi_attr"))))
+    assert "interdependence" in slot.contents.value
+    nothing = session.run(session.client.text_document_hover_async(lsp.HoverParams(doc(path), at(CNN, "# cnn"))))
+    assert nothing is None
+
+
+@pytest.mark.parametrize("slot", ["kappa", "psi", "pi", "xi_instance", "post"])
+def test_completion_offers_exactly_the_components_of_the_slot(session, workspace, slot):
+    text = "model m {\n  input x: vector[B, 4]\n  y = head(x) {\n    SLOT = \n  }\n  return y\n}\n"
+    if slot == "post":
+        text = text.replace("SLOT = ", "post = [relu, ")
+    text = text.replace("SLOT", slot)
+    path = workspace / f"complete_{slot}.rpn"
+    session.open(path, text)
+    pos = at(text, "relu, " if slot == "post" else f"{slot} = ")
+    items = session.run(session.client.text_document_completion_async(lsp.CompletionParams(doc(path), pos)))
+    labels = [i.label for i in items.items]
+    assert labels == names(SLOT_FAMILIES[slot]) and len(labels) == len(set(labels))
+    assert all(i.kind == lsp.CompletionItemKind.Function for i in items.items)
+    first = items.items[0]
+    assert first.documentation is None and first.detail.startswith(first.data["family"])
+    resolved = session.run(session.client.completion_item_resolve_async(first))
+    entry = REGISTRY[first.data["family"]][first.label]
+    assert entry.doc in resolved.documentation.value and first.data["family"] in SLOT_FAMILIES[slot]
+
+
+def test_completion_of_hyper_parameters_and_settings(session, workspace):
+    text = ("model m {\n  input x: image[B, 1, 8, 8]\n  y = head(x) {\n    xi_attribute = grid_patch(size = 3, )\n"
+            "    ou\n  }\n  return y\n}\n")
+    path = workspace / "complete_hp.rpn"
+    session.open(path, text)
+    items = session.run(session.client.text_document_completion_async(lsp.CompletionParams(
+        doc(path), at(text, "size = 3, "))))
+    schema = REGISTRY["interdependence"]["grid_patch"].schema
+    assert [i.label for i in items.items] == [k for k in schema.model_fields if k != "size"]
+    assert all(i.kind == lsp.CompletionItemKind.Property for i in items.items)
+    keys = session.run(session.client.text_document_completion_async(lsp.CompletionParams(
+        doc(path), at(text, "    ou"))))
+    labels = [i.label for i in keys.items]
+    assert "out" in labels and "kappa" in labels and "xi_attribute" not in labels  # already set
+
+
+def test_go_to_definition_of_a_block_and_a_value(session, workspace):
+    text = (ROOT / "specs" / "transformer.rpn").read_text(encoding="utf-8")
+    path = workspace / "transformer.rpn"
+    session.open(path, text)
+    (block,) = session.run(session.client.text_document_definition_async(lsp.DefinitionParams(
+        doc(path), at(text, "y = enco"))))
+    assert block.uri == path.as_uri() and block.range.start == at(text, "\nblock ")
+    (value,) = session.run(session.client.text_document_definition_async(lsp.DefinitionParams(
+        doc(path), at(text, "add(at"))))
+    assert value.range.start == at(text, "  attn = head", -len("attn = head"))
+
+
+def test_formatting_returns_the_rpn2c_fmt_text(session, workspace):
+    messy = "model m(k=2){input x:vector[B,4]\n  y=head(x){out=k*2   post=[relu]}  # note\nreturn y}\n"
+    path = workspace / "messy.rpn"
+    session.open(path, messy)
+    opts = lsp.FormattingOptions(tab_size=2, insert_spaces=True)
+    (edit,) = session.run(session.client.text_document_formatting_async(lsp.DocumentFormattingParams(
+        doc(path), opts)))
+    assert edit.new_text == format_program(parse(messy)) and edit.range.start == lsp.Position(0, 0)
+    session.change(path, edit.new_text, 2)
+    assert list(session.run(session.client.text_document_formatting_async(
+        lsp.DocumentFormattingParams(doc(path), opts)))) == []
+
+
+def test_lsp_without_pygls_names_the_extra(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "pygls", None)
+    monkeypatch.setitem(sys.modules, "pygls.lsp.server", None)
+    assert main(["lsp"]) == 2
+    assert 'pip install "rpn2c[lsp]"' in capsys.readouterr().err
+
+
+def test_ranges_are_in_the_clients_utf16_units(session, workspace):
+    text = 'model m {\n  input x: vector[B, 4]\n  y = head(x) { bias = "\U0001d705"  psi = nope }\n  return y\n}\n'
+    diags = session.open(workspace / "astral.rpn", text)
+    (unknown,) = [d for d in diags if d.code == "E0201"]
+    line = text.splitlines()[2]
+    start = len(line[:line.index("nope")].encode("utf-16-le")) // 2  # the astral character is 2 UTF-16 units
+    assert (unknown.range.start.character, unknown.range.end.character) == (start, start + 4)
