@@ -298,7 +298,7 @@ class _GraphXi(XiModule):
         """
         memo = aux.get("_memo") if self.share_key is not None else None
         if memo is not None:
-            key = (self.share_key, n, dtype, device)
+            key = (self.share_key, n if isinstance(n, int) else str(n), dtype, device)  # str: a symbolic size
             if key not in memo:
                 memo[key] = self._edge_list(aux, n, dtype, device)
             return memo[key]
