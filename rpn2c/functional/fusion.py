@@ -145,8 +145,8 @@ def concat_fusion(xs: Inputs) -> Tensor:
         return X.movedim(0, -2).flatten(-2)
     if len(xs) == 0:
         raise ValueError("fusion needs at least one input")
-    lead = {tuple(x.shape[:-1]) for x in xs}
-    if len(lead) != 1 or any(x.dim() == 0 for x in xs):
+    # compared pairwise, not hashed: symbolic sizes (torch.export) have no hash
+    if any(x.dim() == 0 or x.shape[:-1] != xs[0].shape[:-1] for x in xs):
         raise ValueError(f"concat fusion needs equal shapes except the last axis, got {[tuple(x.shape) for x in xs]}")
     return torch.cat(list(xs), dim=-1)
 

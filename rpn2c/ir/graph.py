@@ -214,3 +214,9 @@ class Graph:
     def content_hash(self) -> str:
         """sha256 of the canonical serialisation (spans excluded): equal programs have equal hashes."""
         return hashlib.sha256(self.to_json().encode()).hexdigest()
+
+    def _repr_svg_(self) -> str:
+        """Jupyter's picture of the graph: boxes, shapes on the edges, kernels (``rpn2c graph --format svg``)."""
+        from rpn2c.ir.picture import to_svg
+
+        return to_svg(self)

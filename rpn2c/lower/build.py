@@ -103,6 +103,10 @@ class CompiledModel(nn.Module):
     def extra_repr(self) -> str:
         return f"model={self.graph.name!r}, reference={self.reference}, hash={self.content_hash[:12]}"
 
+    def _repr_svg_(self) -> str:
+        """Jupyter's picture of the compiled graph, with the kernels the optimiser chose (as ``rpn2c graph``)."""
+        return self.graph._repr_svg_()
+
 
 class _InputCheck(NamedTuple):
     """A declared input type as plain data: the runtime shape (``None`` = symbolic dim) and boundary flags."""

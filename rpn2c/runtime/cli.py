@@ -14,35 +14,85 @@ from rpn2c.runtime.common import (EXIT_OK, EXIT_SPEC, EXIT_USAGE, _err, _out, _r
 
 
 def _graph(args):
-    from rpn2c.api import check_file
+    """The optimised graph of ``args.spec`` (``-``: standard input, imports relative to the current folder)."""
+    from rpn2c.api import check
+    from rpn2c.check.loader import read_spec
     from rpn2c.passes import optimize
 
-    _read(args.spec)
-    return optimize(check_file(args.spec, model=args.model, root=args.root))
+    limits = {k: getattr(args, k, None) for k in ("max_params", "max_memory", "max_work")}
+    if args.spec == "-":
+        root = Path(args.root or ".")
+        text, file, path = sys.stdin.buffer.read(), "<stdin>", root / "<stdin>"
+    else:
+        file, path, root = args.spec, Path(args.spec), args.root
+        try:
+            text = read_spec(path)
+        except OSError as exc:
+            raise _Usage(f"cannot read {args.spec}: {exc.strerror or exc}") from None
+    return optimize(check(text, file, model=args.model, path=path, root=root, limits=limits))
+
+
+def _size(text: str) -> int:
+    from rpn2c.check.budget import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # --------------------------------------------------------------------------------------------------- commands
 def cmd_check(args) -> int:
     from rpn2c.runtime.report import layer_table
 
-    graph = _graph(args)
+    try:
+        graph = _graph(args)
+    except SpecError as exc:  # json: the diagnostics on standard output, for tools
+        if args.format != "json":
+            raise
+        _out(json.dumps({"ok": False, "diagnostics": exc.to_json()}, indent=2))
+        _err(f"{len(exc.diagnostics)} error{'s' if len(exc.diagnostics) != 1 else ''} found")
+        return EXIT_SPEC
+    if args.compile:
+        from rpn2c.runtime.report import compile_limitations
+
+        limits = compile_limitations(graph)
     if args.format == "json":
+        extra = {"compile_limitations": limits} if args.compile else {}
         _out(json.dumps({"ok": True, "model": graph.name, "params": graph.param_count,
-                         "hash": graph.content_hash(), "nodes": layer_table(graph)}, indent=2))
+                         "hash": graph.content_hash(), "nodes": layer_table(graph), **extra}, indent=2))
         return EXIT_OK
     from rpn2c.runtime.report import render_table
 
     _out(f"ok: {args.spec}: model {graph.name}, {graph.param_count:,} parameters, hash {graph.content_hash()[:12]}")
     _out(render_table(graph))
+    if args.compile:  # what torch.compile(fullgraph=True) cannot compile (torch limitations, from the registry)
+        _out("torch.compile(fullgraph=True): " + ("no known limitation" if not limits else
+             f"{len(limits)} component use(s) cannot be compiled as one graph"))
+        for lim in limits:
+            _out(f"  {lim['node']}: {lim['component']} ({lim['family']}): {lim['reason']}")
     return EXIT_OK
 
 
 def cmd_graph(args) -> int:
-    from rpn2c.runtime.export import to_dot, to_mermaid
+    from rpn2c.runtime.export import to_dot, to_mermaid, to_png, to_svg
 
+    if args.format == "png" and args.out is None and sys.stdout.isatty():
+        raise _Usage("--format png writes binary data: give --out FILE.png or redirect standard output")
     graph = _graph(args)
-    text = {"dot": to_dot, "mermaid": to_mermaid, "json": lambda g: g.to_json(indent=2, kernels=True)}[args.format](graph)
-    _out(text.rstrip("\n"))
+    if args.format == "png":
+        data = to_png(graph)
+        if args.out is None:
+            sys.stdout.buffer.write(data)
+        else:
+            Path(args.out).write_bytes(data)
+        return EXIT_OK
+    text = {"dot": to_dot, "mermaid": to_mermaid, "svg": to_svg,
+            "json": lambda g: g.to_json(indent=2, kernels=True)}[args.format](graph).rstrip("\n") + "\n"
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        Path(args.out).write_text(text, encoding="utf-8")
     return EXIT_OK
 
 
@@ -74,10 +124,20 @@ def cmd_fmt(args) -> int:
 
 def cmd_components(args) -> int:
     from rpn2c.components.registry import FAMILIES
-    from rpn2c.runtime.report import components_json, components_table
+    from rpn2c.runtime.report import component_text, components_json, components_table, find_components
 
     if args.family is not None and args.family not in FAMILIES:
         raise _Usage(f"unknown family {args.family!r} (families: {', '.join(FAMILIES)})")
+    if args.name is not None:  # one entry in full (every family's entry of that name), example included
+        found, close = find_components(args.name, args.family)
+        if not found:
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise _Usage(f"unknown component {args.name!r}{hint}")
+        if args.format == "json":
+            _out(json.dumps(components_json(entries=found), indent=2))
+        else:
+            _out("\n\n".join(component_text(e) for e in found))
+        return EXIT_OK
     if args.format == "json":
         _out(json.dumps(components_json(args.family), indent=2))
     elif args.format == "markdown":
@@ -99,9 +159,18 @@ def build_parser() -> argparse.ArgumentParser:
         return add_spec_command(sub, name, help_, fn)
 
     s = spec_cmd("check", "check a spec: per-layer shapes and parameter counts, or every error found", cmd_check)
-    s.add_argument("--format", choices=["table", "json"], default="table")
-    s = spec_cmd("graph", "print the IR graph", cmd_graph)
-    s.add_argument("--format", choices=["dot", "mermaid", "json"], default="dot")
+    s.add_argument("--format", choices=["table", "json"], default="table",
+                   help="json: the graph, or {ok: false, diagnostics: [{code, message, file, line, col, end, help}]}")
+    s.add_argument("--max-params", type=_size, metavar="N", help="parameter budget (default 1e9)")
+    s.add_argument("--max-memory", type=_size, metavar="BYTES",
+                   help="activation memory per sample, e.g. 16GB (default 4GiB)")
+    s.add_argument("--max-work", type=_size, metavar="N", help="nodes and heads the check may expand (default 20000)")
+    s.add_argument("--compile", action="store_true",
+                   help="also report the components torch.compile(fullgraph=True) cannot compile, and why")
+    s = spec_cmd("graph", "print the IR graph, or draw it (svg, png: shapes on the edges, kernels chosen)",
+                 cmd_graph)
+    s.add_argument("--format", choices=["dot", "mermaid", "json", "svg", "png"], default="dot")
+    s.add_argument("--out", metavar="FILE", help="write to FILE (default: standard output)")
     s = spec_cmd("explain", "show the optimiser's decisions: rules fired per layer, where they are defined, "
                             "kernels and estimated cost", cmd_explain)
     s.add_argument("--format", choices=["text", "json"], default="text")
@@ -112,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--write", action="store_true", help="rewrite the file in place")
     s.set_defaults(fn=cmd_fmt)
     s = sub.add_parser("components", help="list every component function", description="list components")
+    s.add_argument("name", nargs="?", help="show this component in full, with its runnable example")
     s.add_argument("--format", choices=["table", "json", "markdown"], default="table",
                    help="markdown: the text of docs/components.md")
     s.add_argument("--family", help="only this family (expansion, compression, reconciliation, ...)")
@@ -121,10 +191,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extend(sub) -> None:
-    """Commands contributed by later stages (train, eval, predict, show) register here."""
-    from rpn2c.runtime import train_cli
+    """Commands contributed by later stages (train, eval, predict, show, lsp) register here."""
+    from rpn2c.runtime import lsp, train_cli
 
     train_cli.register(sub)
+    lsp.register(sub)
+    from rpn2c.runtime import export_cli
+
+    export_cli.register(sub)
 
 
 def _version() -> str:

@@ -1,8 +1,10 @@
-"""IR graph export: Graphviz DOT and Mermaid, shapes on the edges."""
+"""IR graph export: Graphviz DOT and Mermaid, shapes on the edges; the drawn picture (SVG, PNG) lives with the IR
+(``rpn2c.ir.picture``) so that graphs and compiled models draw themselves in Jupyter."""
 
 from __future__ import annotations
 
 from rpn2c.ir.graph import Graph
+from rpn2c.ir.picture import to_png, to_svg  # noqa: F401  (re-exported: every graph format in one place)
 from rpn2c.runtime.report import describe
 
 

@@ -6,44 +6,8 @@ import dataclasses
 import difflib
 
 from rpn2c.components.registry import FAMILIES, Component, Entry, all_entries
-from rpn2c.ir.graph import Graph, Node, Use
-
-
-def describe(node: Node) -> str:
-    """A short recipe of a node: the components in each non-default slot."""
-    if node.kind == "input":
-        return "input"
-    if node.kind == "op":
-        return str(node.op)
-    if node.kind == "recurrent":
-        r = node.layer
-        bits = [f"cell={r.cell}", "ξ=chain(state feedback)", f"H={r.hidden}"]
-        if r.layers > 1:
-            bits.append(f"layers={r.layers}")
-        if r.bidirectional:
-            bits.append("bidirectional")
-        if r.kappa.name != "identity":
-            bits.append(f"κ={r.kappa}")
-        if r.kappa_state.name != "identity":
-            bits.append(f"κ_state={r.kappa_state}")
-        return " ".join(bits)
-    spec = node.layer
-    parts = []
-    for h in spec.heads:
-        bits = [f"{slot.replace('xi_', 'ξ_')}={use}" for slot, use in h.xi.items()]
-        if h.kappa.name != "identity":
-            bits.append(f"κ={h.kappa}")
-        if h.psi.name not in ("identity", "eye") or spec.kind == "compress" and h.psi.name != "eye":
-            bits.append(f"ψ={h.psi}")
-        if h.channels > 1:
-            bits.append(f"C={h.channels}")
-        parts.append(" ".join(bits) or "perceptron")
-    text = parts[0] if len(set(parts)) == 1 else " | ".join(parts)
-    if len(spec.heads) > 1:
-        text = f"{len(spec.heads)} heads: {text}; fusion={spec.fusion}"
-    if spec.pi.name != "zero":
-        text += f"; π={spec.pi}"
-    return text
+from rpn2c.ir.graph import Graph, Use
+from rpn2c.ir.picture import describe  # noqa: F401  (the recipe text, shared with the graph picture)
 
 
 def layer_table(graph: Graph) -> list[dict]:

@@ -1,0 +1,328 @@
+"""``rpn2c export SPEC CHECKPOINT --format pt2|onnx``: a trained model as a deployable program.
+
+``pt2`` is a ``torch.export`` program (``torch.export.save``; load it with ``torch.export.load(path).module()``);
+``onnx`` is the same program converted by ``torch.onnx.export(..., dynamo=True)`` (needs the ``export`` extra:
+onnx, onnxscript; onnxruntime to check the file). The model comes from the checkpoint exactly as ``rpn2c eval``
+loads it. Every symbolic dimension of the inputs (the batch ``B``, a sequence length ``T`` ...) is exported as
+dynamic where the model allows (``torch.export.Dim.AUTO``); the summary says which stayed dynamic. The written
+program is loaded back and compared with the module on fresh random inputs before the command succeeds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from pathlib import Path
+
+from rpn2c.runtime.common import EXIT_OK, EXIT_SPEC, _err, _out, _Usage
+from rpn2c.runtime.train_cli import _guard
+
+FORMATS = {"pt2": ".pt2", "onnx": ".onnx"}
+EXAMPLE_BATCH, OTHER = 4, 8  # example sizes of the batch and of other symbolic dims (the check adds 1 to dynamic ones)
+# optimiser rules whose kernels ONNX has no operator for; the exported model takes the next form of their slot
+ONNX_DISABLED_RULES = ("graph_spmm",)  # the rpn2c::csr_mm custom op -> gather / scatter_add
+TOLERANCE = {"float32": 1e-4, "float64": 1e-10}  # largest |difference| accepted, relative to max(1, |output|)
+_PIP = "pip install 'rpn2c[export]'"
+
+
+class ExportError(Exception):
+    """A model that cannot be exported (the message says where and why)."""
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+def _layout(t, dims: dict[str, int]):
+    """(runtime shape, symbolic dim name or None per axis) of an input of type ``t``."""
+    axes = list(t.shape if t.batched else t.shape[1:])
+    names = [d if isinstance(d, str) else None for d in axes]
+    shape = [d if isinstance(d, int) else dims.get(d, EXAMPLE_BATCH if d == "B" else OTHER) for d in axes]
+    if t.time_major:
+        shape[0], shape[1], names[0], names[1] = shape[1], shape[0], names[1], names[0]
+    return shape, names
+
+
+def example_inputs(graph, dims: dict[str, int] | None = None, *, dtype=None, seed: int = 0):
+    """Random inputs in declaration order (symbolic dims sized by ``dims``, else B = 4 and others 8) and, per
+    input, the symbolic name of each axis. Edge lists index the nodes of the graph input; masks attend to all."""
+    import torch
+
+    dims = dict(dims or {})
+    gen = torch.Generator().manual_seed(seed)
+    dtype = dtype or torch.get_default_dtype()
+    layouts = {n: _layout(graph.node(n).type, dims) for n in graph.inputs}
+    nodes = next((layouts[n][0][0] for n in graph.inputs
+                  if graph.node(n).type.kind == "items" and not graph.node(n).type.batched), dims.get("N", OTHER))
+    values, names = [], []
+    for n in graph.inputs:
+        t = graph.node(n).type
+        shape, axis_names = layouts[n]
+        if t.kind == "edges":
+            v = torch.randint(0, nodes, shape, generator=gen)
+        elif t.kind == "edge_weight":
+            v = torch.rand(shape, generator=gen, dtype=dtype) + 0.5
+        elif t.kind == "mask":
+            fill = {"block": False, "keep": True}.get(t.mask_mode)
+            v = torch.full(shape, fill) if fill is not None else torch.zeros(shape, dtype=dtype)
+        else:
+            v = torch.randn(shape, generator=gen, dtype=dtype)
+        values.append(v)
+        names.append(axis_names)
+    return tuple(values), names
+
+
+# ------------------------------------------------------------------------------------------------ export
+def _unexportable(graph) -> None:
+    """Refuse, with the node's location, a spec using a component that cannot be traced into a graph."""
+    from rpn2c.runtime.report import compile_limitations
+
+    found = compile_limitations(graph)
+    if found:
+        lines = [f"{graph.node(f['node']).span}: '{f['node']}' uses {f['component']} ({f['family']}), which "
+                 f"torch.export cannot trace: {f['reason']}" for f in found]
+        raise ExportError(f"model '{graph.name}' cannot be exported:\n  " + "\n  ".join(lines))
+
+
+@contextlib.contextmanager
+def _quiet():
+    """torch.export / torch.onnx warnings and progress lines stay out of the command's output."""
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch._export", "torch.export", "torch.fx")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def export_program(model, graph, inputs, axis_names, *, dynamic: bool = True):
+    """``torch.export.export`` of ``model`` on ``inputs``: every named axis ``Dim.AUTO`` (dynamic where the model
+    allows), falling back to static shapes when the dynamic trace fails. Returns (program, dynamic dim names,
+    why the dims are static or None)."""
+    import torch
+    from torch.export import Dim
+
+    _unexportable(graph)
+    model.eval()
+    why = None
+    if dynamic and any(any(names) for names in axis_names):
+        spec = (tuple({i: Dim.AUTO for i, nm in enumerate(names) if nm} for names in axis_names),)
+        try:  # on copies: a failed trace leaves dynamic-dim marks on the tensors it saw
+            with _quiet():
+                program = torch.export.export(model, tuple(x.clone() for x in inputs), dynamic_shapes=spec)
+            return program, _dynamic_dims(program, axis_names), None
+        except Exception as exc:  # noqa: BLE001 - any trace failure: try static shapes, say why
+            why = _first_line(exc)
+    try:
+        with _quiet():
+            program = torch.export.export(model, tuple(inputs))
+    except Exception as exc:  # noqa: BLE001 - torch.export's errors are many types; report the first line
+        raise ExportError(f"torch.export cannot trace model '{graph.name}': {_first_line(exc)}") from exc
+    return program, [], why
+
+
+def _dynamic_dims(program, axis_names) -> list[str]:
+    """The spec dim names whose axes stayed symbolic in ``program``."""
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
+    user = set(program.graph_signature.user_inputs)
+    placeholders = [p for p in program.graph.nodes if p.op == "placeholder" and p.name in user]
+    found = []
+    for p, names in zip(placeholders, axis_names):
+        for size, name in zip(p.meta["val"].shape, names):
+            if name and not is_concrete_int(size) and name not in found:
+                found.append(name)
+    return found
+
+
+def save_onnx(program, path: Path, graph) -> None:
+    """Convert ``program`` with ``torch.onnx.export(dynamo=True)``; inputs and outputs keep the spec's names."""
+    import torch
+
+    try:
+        import onnx  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError:
+        raise _Usage(f"--format onnx needs onnx and onnxscript: {_PIP}") from None
+    try:
+        with _quiet():
+            onnx_program = torch.onnx.export(program, (), dynamo=True, input_names=list(graph.inputs),
+                                             output_names=list(graph.outputs), verbose=False)
+            onnx_program.save(str(path))
+    except Exception as exc:  # noqa: BLE001 - an operator without an ONNX translation, among others
+        raise ExportError(f"ONNX conversion of model '{graph.name}' failed: {_first_line(exc)}") from exc
+
+
+def _run_onnx(path: Path, graph, inputs):
+    """The ONNX file run in onnxruntime on ``inputs`` (None when onnxruntime is not installed)."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    import torch
+
+    try:
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        feed = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
+        return tuple(torch.from_numpy(o) for o in session.run(None, feed))
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types (e.g. no float64 kernel)
+        raise ExportError(f"wrote {path}, but onnxruntime cannot run it: {_first_line(exc)}") from exc
+
+
+def _difference(ours, theirs) -> float:
+    """Largest |a - b| / max(1, |a|) over every output."""
+    import torch
+
+    ours = ours if isinstance(ours, tuple) else (ours,)
+    theirs = theirs if isinstance(theirs, (tuple, list)) else (theirs,)
+    if len(ours) != len(theirs):
+        return float("inf")
+    worst = 0.0
+    for a, b in zip(ours, theirs):
+        if a.shape != b.shape:
+            return float("inf")
+        a, b = a.detach().double(), b.detach().double()
+        worst = max(worst, float(((a - b).abs() / a.abs().clamp_min(1.0)).max()) if a.numel() else 0.0)
+    return worst
+
+
+# ------------------------------------------------------------------------------------------------ command
+def _dims(items: list[str] | None) -> dict[str, int]:
+    dims = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value.isdigit() or int(value) < 1:
+            raise _Usage(f"--dim {item}: expected NAME=SIZE (e.g. B=32, T=100)")
+        dims[key] = int(value)
+    return dims
+
+
+def _load(args):
+    """(graph, model, where the weights came from): the checkpoint restored as ``rpn2c eval`` does, or a fresh
+    random initialisation with --random-init."""
+    import torch
+
+    from rpn2c.runtime import train_cli
+
+    if args.checkpoint is not None:
+        ckpt = train_cli._load_checkpoint(args.checkpoint)
+        graph, model = train_cli._restored_model(args, ckpt)
+        return graph, model, f"weights from {args.checkpoint}"
+    graph, _ = train_cli._graph(args)
+    _unexportable(graph)  # before building the module
+    torch.manual_seed(args.seed)
+    return graph, train_cli._compile(graph), f"RANDOM weights (--random-init, seed {args.seed}): not a trained model"
+
+
+def _without_rules(model, rules):
+    """The same model (same weights) lowered with ``rules`` switched off."""
+    import copy
+
+    from rpn2c.lower.build import CompiledModel
+    from rpn2c.passes import optimize
+
+    if not any(d.rule in rules for n in model.graph.nodes() for d in n.decisions):
+        return model
+    plain = CompiledModel(optimize(copy.deepcopy(model.graph), disable=rules))
+    plain.load_state_dict(model.state_dict())
+    return plain
+
+
+@_guard
+def cmd_export(args) -> int:
+    import torch
+
+    if (args.checkpoint is None) == (not args.random_init):
+        raise _Usage("give a CHECKPOINT written by `rpn2c train`, or --random-init for untrained weights"
+                     if args.checkpoint is None else "give a CHECKPOINT or --random-init, not both")
+    dims = _dims(args.dim)
+    dtype = getattr(torch, args.dtype)
+    try:
+        graph, model, source = _load(args)
+    except ExportError as exc:
+        _err(f"rpn2c: error: {exc}")
+        return EXIT_SPEC
+    if args.format == "onnx":
+        model = _without_rules(model, ONNX_DISABLED_RULES)
+    model = model.to(dtype).eval()
+    out = Path(args.out) if args.out else (Path(args.checkpoint).with_suffix(FORMATS[args.format])
+                                           if args.checkpoint else Path(Path(args.spec).stem + FORMATS[args.format]))
+    inputs, axis_names = example_inputs(graph, dims, dtype=dtype)
+    try:
+        program, dynamic, why = export_program(model, graph, inputs, axis_names, dynamic=not args.static)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if args.format == "pt2":
+            torch.export.save(program, out)
+        else:
+            save_onnx(program, out, graph)
+    except ExportError as exc:
+        _err(f"rpn2c: error: {exc}")
+        return EXIT_SPEC
+    # the check: the written file, loaded back, against the module on fresh inputs (another batch if dynamic)
+    sizes = {d: dims.get(d, EXAMPLE_BATCH if d == "B" else OTHER) for names in axis_names for d in names if d}
+    fresh, _ = example_inputs(graph, {d: v + 1 if d in dynamic else v for d, v in sizes.items()}, dtype=dtype, seed=1)
+    with torch.no_grad():
+        want = model(*fresh)
+    if args.format == "pt2":
+        with _quiet():
+            got = torch.export.load(out).module()(*fresh)
+    else:
+        try:
+            got = _run_onnx(out, graph, fresh)
+        except ExportError as exc:
+            _err(f"rpn2c: error: {exc}")
+            return EXIT_SPEC
+    what = {"pt2": "torch.export program", "onnx": "ONNX model"}[args.format]
+    _out(f"wrote {out}: {what} of model {graph.name} ({args.dtype}), {source}")
+    for n in graph.inputs:
+        t = graph.node(n).type
+        names = sorted({d for d in _layout(t, sizes)[1] if d})
+        dyn = [d for d in names if d in dynamic]
+        fixed = [f"{d}={sizes[d]}" for d in names if d not in dynamic]
+        note = ", ".join(([f"dynamic {', '.join(dyn)}"] if dyn else []) + ([f"fixed {', '.join(fixed)}"] if fixed
+                                                                            else []))
+        _out(f"  input {n}: {t}" + (f" ({note})" if note else ""))
+    for n in graph.outputs:
+        _out(f"  output {n}: {graph.node(n).type}")
+    if why:
+        _out(f"  static shapes: the dynamic trace failed ({why})")
+    if got is None:
+        _out("  not checked: onnxruntime is not installed")
+        return EXIT_OK
+    diff = _difference(want, got)
+    sizes = ", ".join(f"{n}{list(x.shape)}" for n, x in zip(graph.inputs, fresh))
+    if not diff <= TOLERANCE[args.dtype]:
+        _err(f"rpn2c: error: {out} differs from the module on random inputs ({sizes}): relative difference {diff:.3g}")
+        return EXIT_SPEC
+    _out(f"  checked: equals the module on fresh random inputs ({sizes}), largest difference {diff:.2g}")
+    return EXIT_OK
+
+
+def register(sub) -> None:
+    """Add ``export`` to the ``rpn2c`` sub-command parser."""
+    from rpn2c.runtime.common import add_spec_command
+
+    s = add_spec_command(sub, "export", "export a trained model for deployment: a torch.export program (pt2) or "
+                                        "ONNX, checked against the module", cmd_export)
+    s.add_argument("checkpoint", nargs="?", metavar="CHECKPOINT", help="checkpoint written by rpn2c train")
+    s.add_argument("--format", choices=list(FORMATS), default="pt2",
+                   help=f"pt2: torch.export.save; onnx: torch.onnx.export(dynamo=True), needs {_PIP}")
+    s.add_argument("--out", metavar="FILE", help="output file (default: the checkpoint's path with .pt2 / .onnx)")
+    s.add_argument("--dim", action="append", metavar="NAME=SIZE",
+                   help="example size of a symbolic dim (default B=4, others 8); repeatable. A dim the model "
+                        "fixes (a sequence length a recurrent layer unrolls) is exported at this size")
+    s.add_argument("--static", action="store_true", help="export every dimension at its example size")
+    s.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    s.add_argument("--random-init", action="store_true",
+                   help="no checkpoint: export randomly initialised (untrained) weights, e.g. to try a deployment")
+    s.add_argument("--seed", type=int, default=0, help="seed of --random-init (default 0)")

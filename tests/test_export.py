@@ -1,0 +1,175 @@
+"""``rpn2c export``: the written torch.export program (and ONNX model) equals the module the checkpoint restores,
+on random inputs of sizes other than the example's; unexportable specs and bad invocations are clear errors."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+import rpn2c
+from rpn2c.data import Dataset
+from rpn2c.runtime.cli import main
+from rpn2c.train import checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = ROOT / "specs"
+HAS_ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnxruntime"))
+needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason="onnx, onnxscript and onnxruntime not installed "
+                                                     "(pip install 'rpn2c[export]')")
+
+
+def _trained(spec: Path, tmp_path: Path) -> tuple[Path, torch.nn.Module]:
+    """A checkpoint of ``spec`` whose weights are not the initial ones, and the module they give."""
+    torch.manual_seed(0)
+    model = rpn2c.compile_file(spec).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    graph = model.graph
+    data = Dataset("made_up", "classification", (torch.zeros(2, 1), torch.zeros(2)), (torch.zeros(2, 1),
+                   torch.zeros(2)), 2, None, "vector[B, 1]")
+    ckpt = checkpoint.build(graph=graph, state_dict=model.state_dict(), spec_file=spec, spec_text=spec.read_text(),
+                            config={"seed": 0}, epoch=1, metrics={}, history=[], dataset=data)
+    return checkpoint.save(ckpt, tmp_path / "checkpoint.pt"), model
+
+
+def _inputs(model, sizes: dict[str, int], dtype=torch.float32):
+    out = []
+    for name in model.graph.inputs:
+        t = model.graph.node(name).type
+        shape = [d if isinstance(d, int) else sizes[d] for d in (t.shape if t.batched else t.shape[1:])]
+        out.append(torch.randn(shape, dtype=dtype))
+    return out
+
+
+def _export(capsys, *argv) -> tuple[int, str, str]:
+    code = main(["export", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_mlp_checkpoint_exports_to_pt2_with_a_dynamic_batch(tmp_path, capsys):
+    ckpt, model = _trained(SPECS / "mlp.rpn", tmp_path)
+    code, out, err = _export(capsys, SPECS / "mlp.rpn", ckpt)
+    assert code == 0, err
+    path = tmp_path / "checkpoint.pt2"  # default: next to the checkpoint
+    assert out.startswith(f"wrote {path}: torch.export program of model mlp (float32), weights from {ckpt}")
+    assert "input x: vector[B, 64] (dynamic B)" in out and "checked: equals the module" in out
+    program = torch.export.load(path)
+    for batch in (1, 7, 33):  # never the example's batch of 4
+        (x,) = _inputs(model, {"B": batch})
+        torch.testing.assert_close(program.module()(x), model(x), rtol=1e-6, atol=1e-6)
+
+
+def test_cnn_exports_in_float64_and_equals_the_module(tmp_path, capsys):
+    ckpt, model = _trained(SPECS / "cnn.rpn", tmp_path)
+    code, out, err = _export(capsys, SPECS / "cnn.rpn", ckpt, "--dtype", "float64", "--out", tmp_path / "cnn.pt2")
+    assert code == 0, err
+    assert "(float64)" in out and "(dynamic B)" in out
+    program = torch.export.load(tmp_path / "cnn.pt2").module()
+    model = model.double()
+    (x,) = _inputs(model, {"B": 5}, torch.float64)
+    torch.testing.assert_close(program(x), model(x), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("spec,sizes,dynamic", [
+    pytest.param("transformer", {"B": 3, "T": 11}, "dynamic B, T", marks=pytest.mark.slow),
+    ("rnn", {"B": 6, "T": 8}, "dynamic B, fixed T=8"),  # the recurrent layer unrolls over T
+    pytest.param("rnn_chain", {"B": 2, "T": 13}, "dynamic B, T", marks=pytest.mark.slow)])
+def test_sequence_models_export_with_their_dynamic_dims(tmp_path, capsys, spec, sizes, dynamic):
+    ckpt, model = _trained(SPECS / f"{spec}.rpn", tmp_path)
+    code, out, err = _export(capsys, SPECS / f"{spec}.rpn", ckpt)
+    assert code == 0, err
+    assert f"({dynamic})" in out
+    program = torch.export.load(tmp_path / "checkpoint.pt2").module()
+    xs = _inputs(model, sizes)
+    torch.testing.assert_close(program(*xs), model(*xs), rtol=1e-5, atol=1e-5)
+
+
+def test_graph_model_exports_with_dynamic_node_and_edge_counts(tmp_path, capsys):
+    ckpt, model = _trained(SPECS / "gcn.rpn", tmp_path)
+    code, out, err = _export(capsys, SPECS / "gcn.rpn", ckpt, "--dim", "N=12", "--dim", "E=30")
+    assert code == 0, err
+    assert "(dynamic N)" in out and "(dynamic E)" in out and "static shapes" not in out
+    program = torch.export.load(tmp_path / "checkpoint.pt2").module()
+    for n, e in ((12, 30), (40, 300), (300, 900)):  # sparser and denser graphs than the traced one
+        x, edges = torch.randn(n, 34), torch.randint(0, n, (2, e))
+        torch.testing.assert_close(program(x, edges), model(x, edges), rtol=1e-5, atol=1e-5)
+
+
+def test_a_failed_dynamic_trace_falls_back_to_static_shapes(tmp_path, capsys, monkeypatch):
+    ckpt, model = _trained(SPECS / "gcn.rpn", tmp_path)
+    real = torch.export.export
+
+    def no_dynamic(*args, dynamic_shapes=None, **kw):
+        if dynamic_shapes is not None:
+            raise RuntimeError("a dynamic dimension was specialised")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(torch.export, "export", no_dynamic)
+    code, out, err = _export(capsys, SPECS / "gcn.rpn", ckpt, "--dim", "N=12", "--dim", "E=30")
+    assert code == 0, err
+    assert "(fixed N=12)" in out and "(fixed E=30)" in out
+    assert "static shapes: the dynamic trace failed (RuntimeError: a dynamic dimension was specialised)" in out
+    x, edges = torch.randn(12, 34), torch.randint(0, 12, (2, 30))
+    program = torch.export.load(tmp_path / "checkpoint.pt2").module()
+    torch.testing.assert_close(program(x, edges), model(x, edges), rtol=1e-5, atol=1e-5)
+
+
+@needs_onnx
+@pytest.mark.parametrize("spec,sizes", [("mlp", {"B": 9}), pytest.param("transformer", {"B": 2, "T": 5},
+                                                                         marks=pytest.mark.slow)])
+def test_onnx_runs_in_onnxruntime_and_equals_the_module(tmp_path, capsys, spec, sizes):
+    onnxruntime = pytest.importorskip("onnxruntime")
+    ckpt, model = _trained(SPECS / f"{spec}.rpn", tmp_path)
+    code, out, err = _export(capsys, SPECS / f"{spec}.rpn", ckpt, "--format", "onnx")
+    assert code == 0, err
+    assert "ONNX model" in out and "checked: equals the module" in out
+    session = onnxruntime.InferenceSession(str(tmp_path / "checkpoint.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == model.graph.inputs
+    assert [o.name for o in session.get_outputs()] == model.graph.outputs
+    xs = _inputs(model, sizes)
+    (got,) = session.run(None, {n: x.numpy() for n, x in zip(model.graph.inputs, xs)})
+    torch.testing.assert_close(torch.from_numpy(got), model(*xs).detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_spec_that_cannot_be_traced_is_refused_where_it_says_so(tmp_path, capsys):
+    spec = tmp_path / "embed.rpn"
+    spec.write_text("model embed {\n  input x: sequence[B, 6, 4]\n  y = head(x) {\n    kappa = manifold(k = 2)\n"
+                    "    out = 3\n  }\n  return y\n}\n")
+    code, out, err = _export(capsys, spec, "--random-init", "--out", tmp_path / "e.pt2")
+    assert code == 1 and out == ""
+    assert f"model 'embed' cannot be exported:\n  {spec}:3:7: 'y' uses manifold (compression)" in err
+    assert not (tmp_path / "e.pt2").exists()
+
+
+def test_random_init_is_flagged_and_usage_errors(tmp_path, capsys):
+    spec = SPECS / "mlp.rpn"
+    code, _, err = _export(capsys, spec)
+    assert code == 2 and "give a CHECKPOINT written by `rpn2c train`, or --random-init" in err
+    code, _, err = _export(capsys, spec, tmp_path / "missing.pt")
+    assert code == 2 and "no such checkpoint" in err
+    code, _, err = _export(capsys, spec, "--random-init", "--dim", "B=0")
+    assert code == 2 and "--dim B=0: expected NAME=SIZE" in err
+    code, out, _ = _export(capsys, spec, "--random-init", "--out", tmp_path / "untrained.pt2")
+    assert code == 0 and "RANDOM weights (--random-init, seed 0): not a trained model" in out.splitlines()[0]
+    ckpt, _ = _trained(SPECS / "cnn.rpn", tmp_path)  # another spec's checkpoint
+    code, _, err = _export(capsys, spec, ckpt)
+    assert code == 1 and "trained on a different spec" in err
+
+
+@needs_onnx
+def test_graph_model_exports_to_onnx_without_the_spmm_custom_op(tmp_path, capsys):
+    """ONNX has no operator for rpn2c::csr_mm: the ONNX model takes gather/scatter_add, same weights, same outputs."""
+    onnxruntime = pytest.importorskip("onnxruntime")
+    ckpt, model = _trained(SPECS / "gcn.rpn", tmp_path)
+    assert any(d.rule == "graph_spmm" for n in model.graph.nodes() for d in n.decisions)
+    code, out, err = _export(capsys, SPECS / "gcn.rpn", ckpt, "--format", "onnx", "--dim", "N=300", "--dim", "E=900")
+    assert code == 0, err
+    session = onnxruntime.InferenceSession(str(tmp_path / "checkpoint.onnx"), providers=["CPUExecutionProvider"])
+    x, edges = torch.randn(250, 34), torch.randint(0, 250, (2, 700))
+    (got,) = session.run(None, {"x": x.numpy(), "edges": edges.numpy()})
+    torch.testing.assert_close(torch.from_numpy(got), model(x, edges).detach(), rtol=1e-5, atol=1e-5)
