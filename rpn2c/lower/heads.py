@@ -1,9 +1,10 @@
 """The layer module: heads, channel and head fusion, remainder and processing, in both lowerings.
 
-``reference=True`` computes ``A_i κ(Z A_a) ψᵀ`` with every interdependence matrix materialised as the paper
-writes it (the oracle). The default computes the same function with the kernels the optimiser chose
-(``node.decisions``, see ``rpn2c/passes/rules``): convolutions, pooling, shifts, gather/scatter and
-scaled_dot_product_attention. A kernel is used only when its rule fired; otherwise the next form of its slot runs.
+The default heads compute ``A_i κ(Z A_a) ψᵀ`` with the kernels the optimiser chose (``node.decisions``, see
+``rpn2c/passes/rules``): convolutions, pooling, shifts, gather/scatter and scaled_dot_product_attention. A kernel
+is used only when its rule fired; otherwise the next form of its slot runs. ``reference=True`` hands every head
+to ``lower/reference.py`` (the oracle: each matrix materialised as the paper writes it); the layer's head fusion,
+remainder and processing are the components' own and shared by both.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from torch import nn
 from rpn2c.ir.trace import HeadTrace
 from rpn2c.components.base import XiContext
 from rpn2c.lower.attention import fused_attention
-from rpn2c.lower.reference import LITERAL
+from rpn2c.lower import reference as literal
 from rpn2c.ir.graph import HeadSpec, LayerSpec
 from rpn2c.ir.types import TensorType
 
@@ -50,6 +51,7 @@ def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, dat
         mods = [comp.build(ctx) for _ in range(c if comp.count(ctx) else 1)]
         for m in mods:
             m.axis = axis
+            m.aux_keys = {k: r.name for k, r in comp.value_refs()}  # hyper-parameter -> value id
             if "causal_sdpa" in kernels and hasattr(m, "is_causal_kernel"):
                 m.is_causal_kernel = True  # rule causal_sdpa: SDPA's is_causal, no materialised mask
             if "graph_spmm" in kernels and hasattr(m, "sparse_kernel"):
@@ -120,7 +122,10 @@ class LayerModule(nn.Module):
         for p in self.pre:
             x = p(x)
         data = context if context is not None else x
-        if "fused_heads" in self.layer_kernels:
+        if self.reference:  # the oracle: lower/reference.py, nothing of the default heads below
+            outs = [literal.head(hd, x, data, lambda m: _own_aux(m, aux), self.out_kind == "grid")
+                    for hd in self._holders()]
+        elif "fused_heads" in self.layer_kernels:
             outs = self._fused_heads(x, data, aux)
         else:
             outs = [self._head(hd, x, data, aux) for hd in self._holders()]
@@ -149,7 +154,8 @@ class LayerModule(nn.Module):
         holders = self._holders()
         w_v = torch.stack([hd.psi.matrix() for hd in holders])  # [H, n, D]
         values = torch.einsum("bnd,hkd->bhnk", data, w_v)
-        y = fused_attention([hd.xi_instance for hd in holders], x, data, aux, values)  # [B, H, Nq, n]
+        y = fused_attention([hd.xi_instance for hd in holders], x, data, _own_aux(holders[0].xi_instance, aux),
+                            values)  # [B, H, Nq, n]
         if holders[0].bias is not None:
             y = y + torch.stack([hd.bias for hd in holders])[None, :, None, :]
         return list(y.unbind(1))
@@ -162,7 +168,6 @@ class LayerModule(nn.Module):
 
     def _items_head(self, hd, q, z0, aux):
         h: HeadSpec = hd.spec
-        ref = self.reference
         shared = None
         ys = []
         for c in range(h.channels):
@@ -172,22 +177,22 @@ class LayerModule(nn.Module):
                 z = z0
                 for slot in ("xi_attribute", "xi_instance_prior"):
                     if slot in h.xi:
-                        z = _xi(getattr(hd, slot), c, z, q, z0, aux, ref)
+                        z = _xi(getattr(hd, slot), c, z, q, z0, aux)
                 k = hd.kappa(z)
                 if "shared_kappa" in hd.kernels:
                     shared = k
             psi = _channel(hd.psi, c)
             if "project_first" in hd.kernels:
-                y = _xi(getattr(hd, "xi_instance"), c, _reconcile(h, psi, k, ref), q, z0, aux, ref)
+                y = _xi(getattr(hd, "xi_instance"), c, _reconcile(h, psi, k), q, z0, aux)
             else:
                 if "xi_instance" in h.xi:
-                    k = _xi(getattr(hd, "xi_instance"), c, k, q, z0, aux, ref)
+                    k = _xi(getattr(hd, "xi_instance"), c, k, q, z0, aux)
                 if "xi_attribute_post" in h.xi:
-                    k = _xi(getattr(hd, "xi_attribute_post"), c, k, q, z0, aux, ref)
+                    k = _xi(getattr(hd, "xi_attribute_post"), c, k, q, z0, aux)
                 if "linear" in hd.kernels:  # ψ and the bias in one addmm
                     ys.append(F.linear(k, psi.weight, hd.bias))
                     continue
-                y = _reconcile(h, psi, k, ref)
+                y = _reconcile(h, psi, k)
             ys.append(self._add_bias(hd, y))
         return self._fuse_channels(hd, ys)
 
@@ -196,26 +201,22 @@ class LayerModule(nn.Module):
         h: HeadSpec = hd.spec
         t: HeadTrace = hd.trace
         geo = t.geometry
-        b, cin = x.shape[:2]
-        spatial = tuple(x.shape[2:])
-        out_sp = geo.out_spatial(spatial)
+        b = x.shape[0]
+        out_sp = geo.out_spatial(tuple(x.shape[2:]))
         mode = h.xi["xi_attribute"].component.mode
         if "conv" in hd.kernels:
             ys = self._conv(hd, x, geo)
         else:
-            z = self._patches(x, geo, mode, spatial, self.reference, hd.kernels,
-                              getattr(hd, "tap_pos", None))  # [B, P, C·p|C]
+            z = self._patches(x, geo, mode, hd.kernels, getattr(hd, "tap_pos", None))  # [B, P, C·p|C]
             k = hd.kappa(z)
             ys = []
             for c in range(h.channels):
-                y = _reconcile(h, _channel(hd.psi, c), k, self.reference)
+                y = _reconcile(h, _channel(hd.psi, c), k)
                 ys.append(self._add_bias(hd, y))
             ys = [y.transpose(1, 2).reshape(b, y.shape[-1], *out_sp).contiguous() for y in ys]
         return self._fuse_channels(hd, ys)
 
-    def _patches(self, x, geo, mode, spatial, reference, kernels=frozenset(), tap_pos=None):
-        if reference:
-            return LITERAL["patches"](x, geo, mode, spatial)
+    def _patches(self, x, geo, mode, kernels=frozenset(), tap_pos=None):
         b, cin = x.shape[:2]
         flat = x.reshape(b, cin, -1)
         if mode == "padding" and "unfold_patches" in kernels:
@@ -225,7 +226,7 @@ class LayerModule(nn.Module):
             xp = _pad(x, geo)
             y = _CONV[geo.rank](xp, kernel, stride=geo.stride, dilation=geo.dilation, groups=cin)
             return y.flatten(2).transpose(1, 2)
-        index = geo.patch_index(spatial, device=x.device)  # [P, p]
+        index = geo.patch_index(tuple(x.shape[2:]), device=x.device)  # [P, p]
         taps = flat[:, :, index.clamp(min=0)] * (index >= 0)  # [B, C, P, p], zeros outside
         if mode == "aggregation":
             return taps.sum(-1).transpose(1, 2)  # [B, P, C]
@@ -303,15 +304,11 @@ def _unfold(x, geo, tap_pos=None):
     return cols.transpose(1, 2)
 
 
-def _reconcile(h: HeadSpec, psi, k, reference):
-    """``k ψᵀ``; with ``groups = g`` ψ is block-diagonal: group j's outputs read only feature block j.
-
-    The reference lowering materialises ψ (``lower/reference.py``); the default applies it factored and
-    contracts per group.
+def _reconcile(h: HeadSpec, psi, k):
+    """``k ψᵀ``; with ``groups = g`` ψ is block-diagonal: group j's outputs read only feature block j. Applied
+    factored (ψ's own ``apply``) and contracted per group; the reference materialises ψ (``lower/reference.py``).
     """
     g = h.groups
-    if reference:
-        return LITERAL["reconciliation"](psi, k, g)
     if g == 1:
         return psi.apply(k)
     w = psi.matrix().unflatten(0, (g, -1))  # [g, n/g, D/g]
@@ -342,8 +339,14 @@ def _pad(x, geo):
     return F.pad(x, pads, mode=_PAD_MODES[geo.padding_mode])
 
 
-def _xi(mod, c, z, q, data, aux, reference):
+def _own_aux(m, aux: dict) -> dict:
+    """The layer's extra inputs (keyed by value id) as ``m`` reads them: keyed by its hyper-parameter names."""
+    own = {k: aux[v] for k, v in getattr(m, "aux_keys", {}).items() if v in aux}
+    if "_memo" in aux:
+        own["_memo"] = aux["_memo"]
+    return own
+
+
+def _xi(mod, c, z, q, data, aux):
     m = _channel(mod, c)
-    if reference:
-        return LITERAL["interdependence"](m, z, q, data, aux)
-    return m.apply(z, q, data, aux)
+    return m.apply(z, q, data, _own_aux(m, aux))

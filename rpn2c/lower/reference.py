@@ -1,9 +1,11 @@
-"""The reference lowering's literal forms: each term of a head computed with the paper's materialised matrix.
+"""The reference lowering: every head computed as the paper writes it, with each matrix materialised.
 
-``LITERAL`` is the table the reference lowering reads: interdependence ``z A`` / ``A z`` with ``A`` from the ξ
-module's ``matrix``, reconciliation ``k ψ(w)ᵀ`` with ψ (block-diagonal for groups) materialised, and grid patches
-``x A_patch`` with the padding or aggregation matrix. None of them consults an optimiser decision; the default
-lowering's kernels are checked against these.
+``head`` evaluates ``A_i κ(Z A_a) ψ_cᵀ + b_c`` per channel (grid heads: ``κ(X A_patch) ψᵀ``) and fuses the
+channels; ``LITERAL`` is its table of terms: interdependence ``z A`` / ``A z`` with ``A`` from the ξ module's
+``matrix``, reconciliation ``k ψ(w)ᵀ`` with ψ (block-diagonal for groups) materialised, and grid patches
+``x A_patch`` with the padding or aggregation matrix. Nothing here reads an optimiser decision or shares a code
+path with the default lowering's heads (``lower/heads.py``); the component modules supply κ, ψ's parameters, the
+fusions and the ξ matrices. The default lowering's kernels are checked against this.
 """
 
 from __future__ import annotations
@@ -41,3 +43,62 @@ def patches(x, geo, mode: str, spatial):
 
 
 LITERAL = {"interdependence": interdependence, "reconciliation": reconciliation, "patches": patches}
+
+
+def head(hd, x, data, aux_of, grid_out: bool):
+    """One head's output, literally: ``fuse_c(A_i κ(Z A_a) ψ_cᵀ + b_c)``; ``aux_of(m)`` is the extra inputs of
+    the ξ module ``m`` by its hyper-parameter names."""
+    h, t = hd.spec, hd.trace
+    if t.grid_kappa:  # a compression over the grid (pooling): κ's own literal form
+        return hd.kappa(data, grid=True)
+    if t.view == "grid":
+        return _grid_head(hd, data, grid_out)
+    vec = t.view == "vector" and bool(h.xi)  # ξ acts on an item axis: a vector is one item
+    q = x.unsqueeze(1) if vec else x
+    z0 = data.unsqueeze(1) if vec else data
+    ys = []
+    for c in range(h.channels):
+        z = z0
+        for slot in ("xi_attribute", "xi_instance_prior"):
+            if slot in h.xi:
+                z = _interdependence(getattr(hd, slot), c, z, q, z0, aux_of)
+        k = hd.kappa(z)
+        for slot in ("xi_instance", "xi_attribute_post"):
+            if slot in h.xi:
+                k = _interdependence(getattr(hd, slot), c, k, q, z0, aux_of)
+        y = reconciliation(_channel(hd.psi, c), k, h.groups)
+        ys.append(y if hd.bias is None else y + hd.bias)
+    y = _fuse_channels(hd, ys, grid_out)
+    return y.squeeze(1) if vec else y
+
+
+def _grid_head(hd, x, grid_out):
+    """``κ(X A_patch) ψ_cᵀ + b_c`` on the ``[B, P, C·p]`` patch matrix, back on the output grid ``[B, n, *P]``."""
+    h, geo = hd.spec, hd.trace.geometry
+    spatial = tuple(x.shape[2:])
+    out_sp = geo.out_spatial(spatial)
+    k = hd.kappa(patches(x, geo, h.xi["xi_attribute"].component.mode, spatial))
+    ys = []
+    for c in range(h.channels):
+        y = reconciliation(_channel(hd.psi, c), k, h.groups)
+        y = y if hd.bias is None else y + hd.bias
+        ys.append(y.transpose(1, 2).reshape(x.shape[0], y.shape[-1], *out_sp))
+    return _fuse_channels(hd, ys, grid_out)
+
+
+def _interdependence(mod, c, z, q, data, aux_of):
+    m = _channel(mod, c)
+    return interdependence(m, z, q, data, aux_of(m))
+
+
+def _channel(mod, c):
+    return mod[c] if isinstance(mod, torch.nn.ModuleList) else mod
+
+
+def _fuse_channels(hd, ys, grid):
+    """Channel fusion on the feature axis (the channel axis 1 of a grid)."""
+    if len(ys) == 1:
+        return ys[0]
+    if not grid:
+        return hd.channel_fusion(ys)
+    return hd.channel_fusion([y.movedim(1, -1) for y in ys]).movedim(-1, 1)

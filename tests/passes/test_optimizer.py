@@ -401,3 +401,18 @@ def test_graph_spmm_operator_built_for_inference_is_rebuilt_for_training():
     assert_close(y.detach(), y0)
     y.square().sum().backward()
     assert all(p.grad is not None for p in model.parameters())
+
+
+def test_graph_spmm_exports_with_dynamic_sizes_and_holds_for_any_density():
+    """Symbolic node and edge counts: the layout is CSR without a size guard, so one exported program serves
+    sparse and dense graphs alike."""
+    from torch.export import Dim
+
+    model = rpn2c.compile_file(ROOT / "specs" / "gcn.rpn").eval()
+    g = torch.Generator().manual_seed(5)
+    x, ei = torch.randn(50, 34, generator=g), torch.randint(0, 50, (2, 200), generator=g)
+    program = torch.export.export(model, (x, ei), dynamic_shapes=(({0: Dim.AUTO}, {1: Dim.AUTO}),)).module()
+    assert any("csr_mm" in str(n.target) for n in program.graph.nodes)
+    for n, e in ((70, 333), (400, 1200), (5, 100)):
+        x2, e2 = torch.randn(n, 34, generator=g), torch.randint(0, n, (2, e), generator=g)
+        assert_close(program(x2, e2), model(x2, e2), rtol=1e-5, atol=1e-6)
