@@ -410,7 +410,11 @@ class Elaborator:
                     raise ShapeRuleError(err)
                 out, params = types[0], comp.count(types[0])
         except ShapeRuleError as exc:
-            self.diags.error("E0403", str(exc), call.span)
+            arg = getattr(exc, "arg", None)
+            if arg is not None and 0 <= arg < len(call.args) and call.args[arg].span.line >= 1:
+                self.diags.error("E0403", str(exc), call.args[arg].span, notes=[(call.span, f"in '{fname}(...)'")])
+            else:
+                self.diags.error("E0403", str(exc), call.span)
             return None
         nid = self._fresh(scope.prefix + name)
         node = Node(nid, "op", call.span, out, op=use, params=params)

@@ -18,7 +18,12 @@ from rpn2c.ir.types import Dim, TensorType
 
 
 class ShapeRuleError(ValueError):
-    """Raised by a shape rule; the checker turns it into a located E04xx diagnostic."""
+    """Raised by a shape rule; the checker turns it into a located E04xx diagnostic (at input ``arg`` when given,
+    else at the whole call)."""
+
+    def __init__(self, message: str, arg: int | None = None):
+        super().__init__(message)
+        self.arg = arg
 
 
 def example_model(*lines: str) -> str:

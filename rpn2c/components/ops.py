@@ -1,8 +1,8 @@
-"""Dataflow operations: reshaping between layouts, residual sums, concatenation, item pooling."""
+"""Dataflow operations: reshaping between layouts, elementwise sums, differences and products, concatenation,
+item pooling."""
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import torch
@@ -48,34 +48,109 @@ def _same_types(ins, what):
     return first
 
 
+def _wide(ins):
+    """The first grid/items operand when a per-sample vector is to be broadcast over it, else None."""
+    wide = next((t for t in ins if t.kind in ("grid", "items")), None)
+    return wide if wide is not None and any(t.kind == "vector" for t in ins) else None
+
+
+def _elementwise_type(ins, what):
+    """The type of an elementwise op (docs/semantics.md, "Elementwise operations and broadcasting").
+
+    Operands of one type give that type. With a grid ``[B, C, *S]`` or items ``[B, N, F]`` operand X, every
+    other operand is either of X's type or a per-sample vector ``[B, C]`` (``[B, F]``), broadcast over the
+    spatial (item) axes: ``y[b, c, s] = x[b, c, s] ⊙ v[b, c]``; the result has X's type.
+    """
+    wide = _wide(ins)
+    if wide is None:
+        return _same_types(ins, what)
+    axis = "channel" if wide.kind == "grid" else "feature"
+    for i, t in enumerate(ins):
+        if t.kind == "vector":
+            if t.batch != wide.batch or t.features != wide.features:
+                raise ShapeRuleError(f"{what} broadcasts a per-sample vector over {wide} per {axis}, so it needs "
+                                     f"vector[{wide.batch}, {wide.features}]; argument {i + 1} is {t}", arg=i)
+        elif t.kind != wide.kind or tuple(t.shape) != tuple(wide.shape):
+            raise ShapeRuleError(f"{what} needs equal shapes (or per-sample vectors), got {wide} and {t}", arg=i)
+    return wide
+
+
+def _lifts(ins):
+    """Per operand, the index that lines a per-sample vector up with the grid/items operand (None: as it is):
+    ``v[:, :, None, ...]`` (one None per spatial axis) for a grid, ``v[:, None, :]`` for items."""
+    wide = _wide(ins)
+    if wide is None:
+        return (None,) * len(ins)
+    lift = ((slice(None), slice(None), *([None] * len(wide.spatial))) if wide.kind == "grid"
+            else (slice(None), None, slice(None)))
+    return tuple(lift if t.kind == "vector" else None for t in ins)
+
+
+class _Elementwise(nn.Module):
+    """``fn`` folded over the operands after each per-sample vector is lifted onto the grid/items axes."""
+
+    def __init__(self, fn, lifts):
+        super().__init__()
+        self.fn, self.lifts = fn, lifts
+
+    def forward(self, *xs):
+        xs = [x if lift is None else x[lift] for x, lift in zip(xs, self.lifts)]
+        out = xs[0]
+        for x in xs[1:]:
+            out = self.fn(out, x)
+        return out
+
+
 @register
 class Add(Op):
-    """add(a, b, ...): elementwise sum (residual connections)."""
+    """add(a, b, ...): elementwise sum (residuals, shifts); a vector [B, C] broadcasts over a grid/items value.
+
+    ``y[b, c, s] = x[b, c, s] + v[b, c]`` for a grid, ``y[b, n, f] = x[b, n, f] + v[b, f]`` for items.
+    """
 
     name, family = "add", "op"
     arity = (2, 64)
-    example = binary_example()
+    example = example_model("input x: sequence[B, 4, 3]", "input v: vector[B, 3]", "y = add(x, v)", "return y")
 
     def infer(self, ins):
-        return _same_types(ins, "add")
+        return _elementwise_type(ins, "add")
 
     def build(self, ins):
-        return _Lambda(lambda *xs: sum(xs[1:], xs[0]))
+        return _Elementwise(torch.add, _lifts(ins))
 
 
 @register
 class Multiply(Op):
-    """mul(a, b, ...): elementwise (Hadamard) product."""
+    """mul(a, b, ...): elementwise (Hadamard) product; a vector [B, C] broadcasts over a grid/items value.
+
+    ``y[b, c, s] = x[b, c, s] · v[b, c]`` for a grid (channel scaling), ``y[b, n, f] = x[b, n, f] · v[b, f]`` for
+    items (feature scaling).
+    """
 
     name, family = "mul", "op"
     arity = (2, 64)
-    example = binary_example()
+    example = example_model("input x: image[B, 2, 3, 3]", "input g: vector[B, 2]", "y = mul(x, g)", "return y")
 
     def infer(self, ins):
-        return _same_types(ins, "mul")
+        return _elementwise_type(ins, "mul")
 
     def build(self, ins):
-        return _Lambda(lambda *xs: math.prod(xs[1:], start=xs[0]))
+        return _Elementwise(torch.mul, _lifts(ins))
+
+
+@register
+class Subtract(Op):
+    """sub(a, b): elementwise difference a − b; a vector [B, C] broadcasts over a grid/items value (either side)."""
+
+    name, family = "sub", "op"
+    arity = (2, 2)
+    example = example_model("input x: signal[B, 2, 5]", "input v: vector[B, 2]", "y = sub(v, x)", "return y")
+
+    def infer(self, ins):
+        return _elementwise_type(ins, "sub")
+
+    def build(self, ins):
+        return _Elementwise(torch.sub, _lifts(ins))
 
 
 @register

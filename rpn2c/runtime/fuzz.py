@@ -168,7 +168,7 @@ def generate(rng: random.Random) -> str:
             lines.append(f"  {name} = layer({src}) {{\n" + "\n".join(heads) + f"\n{tail}\n  }}")
         elif r < 0.88:
             op = rng.choice(sorted(REGISTRY["op"]) + sorted(REGISTRY["processing"]))
-            args = [src] + ([rng.choice(values)] if op in ("add", "mul", "concat") else [])  # add(x, x) too
+            args = [src] + ([rng.choice(values)] if op in ("add", "mul", "sub", "concat") else [])  # add(x, x) too
             lines.append(f"  {name} = {op}({', '.join(args)})")
         else:
             bname = f"blk{i}"
