@@ -74,10 +74,6 @@ def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, dat
         holder.channel_fusion = h.channel_fusion.component.build([n] * c)
 
 
-def _channel(mod, i):
-    return mod[i] if isinstance(mod, nn.ModuleList) else mod
-
-
 class LayerModule(nn.Module):
     """One IR ``layer`` node: ``post(fuse_h(fuse_c(A_i κ(Z A_a) ψ_cᵀ + b)) + π(x))``."""
 
@@ -129,7 +125,7 @@ class LayerModule(nn.Module):
             outs = self._fused_heads(x, data, aux)
         else:
             outs = [self._head(hd, x, data, aux) for hd in self._holders()]
-        y = _fuse(self.fusion, outs, self.out_kind == "grid") if self.fusion is not None else outs[0]
+        y = literal.fuse(self.fusion, outs, self.out_kind == "grid") if self.fusion is not None else outs[0]
         if self.pi is not None:
             y = y + (self.pi(raw.movedim(1, -1)).movedim(-1, 1) if self.x_kind == "grid" else self.pi(raw))
         for p in self.post:
@@ -161,7 +157,7 @@ class LayerModule(nn.Module):
         return list(y.unbind(1))
 
     def _fuse_channels(self, hd, ys):
-        return ys[0] if len(ys) == 1 else _fuse(hd.channel_fusion, ys, self.out_kind == "grid")
+        return literal.fuse_channels(hd, ys, self.out_kind == "grid")
 
     def _add_bias(self, hd, y):
         return y if hd.bias is None else y + hd.bias
@@ -181,7 +177,7 @@ class LayerModule(nn.Module):
                 k = hd.kappa(z)
                 if "shared_kappa" in hd.kernels:
                     shared = k
-            psi = _channel(hd.psi, c)
+            psi = literal.channel(hd.psi, c)
             if "project_first" in hd.kernels:
                 y = _xi(getattr(hd, "xi_instance"), c, _reconcile(h, psi, k), q, z0, aux)
             else:
@@ -211,7 +207,7 @@ class LayerModule(nn.Module):
             k = hd.kappa(z)
             ys = []
             for c in range(h.channels):
-                y = _reconcile(h, _channel(hd.psi, c), k)
+                y = _reconcile(h, literal.channel(hd.psi, c), k)
                 ys.append(self._add_bias(hd, y))
             ys = [y.transpose(1, 2).reshape(b, y.shape[-1], *out_sp).contiguous() for y in ys]
         return self._fuse_channels(hd, ys)
@@ -253,7 +249,7 @@ class LayerModule(nn.Module):
         cg = cin // g  # input channels per group
         weights = []
         for c in range(h.channels):
-            w = _channel(hd.psi, c).matrix()  # [n, (C/g)·p·d]
+            w = literal.channel(hd.psi, c).matrix()  # [n, (C/g)·p·d]
             n = w.shape[0]
             if d > 1:
                 w = w.reshape(n, cg, p, d).transpose(2, 3)
@@ -316,13 +312,6 @@ def _reconcile(h: HeadSpec, psi, k):
     return y.flatten(-2)
 
 
-def _fuse(fusion, ys, grid):
-    """Fusions act on the feature axis: the last one for items/vectors, the channel axis (1) for grids."""
-    if not grid:
-        return fusion(ys)
-    return fusion([y.movedim(1, -1) for y in ys]).movedim(-1, 1)
-
-
 def _flat(tap, kernel):
     idx = 0
     for c, k in zip(tap, kernel):
@@ -348,5 +337,5 @@ def _own_aux(m, aux: dict) -> dict:
 
 
 def _xi(mod, c, z, q, data, aux):
-    m = _channel(mod, c)
+    m = literal.channel(mod, c)
     return m.apply(z, q, data, _own_aux(m, aux))

@@ -66,9 +66,9 @@ def head(hd, x, data, aux_of, grid_out: bool):
         for slot in ("xi_instance", "xi_attribute_post"):
             if slot in h.xi:
                 k = _interdependence(getattr(hd, slot), c, k, q, z0, aux_of)
-        y = reconciliation(_channel(hd.psi, c), k, h.groups)
+        y = reconciliation(channel(hd.psi, c), k, h.groups)
         ys.append(y if hd.bias is None else y + hd.bias)
-    y = _fuse_channels(hd, ys, grid_out)
+    y = fuse_channels(hd, ys, grid_out)
     return y.squeeze(1) if vec else y
 
 
@@ -80,25 +80,30 @@ def _grid_head(hd, x, grid_out):
     k = hd.kappa(patches(x, geo, h.xi["xi_attribute"].component.mode, spatial))
     ys = []
     for c in range(h.channels):
-        y = reconciliation(_channel(hd.psi, c), k, h.groups)
+        y = reconciliation(channel(hd.psi, c), k, h.groups)
         y = y if hd.bias is None else y + hd.bias
         ys.append(y.transpose(1, 2).reshape(x.shape[0], y.shape[-1], *out_sp))
-    return _fuse_channels(hd, ys, grid_out)
+    return fuse_channels(hd, ys, grid_out)
 
 
 def _interdependence(mod, c, z, q, data, aux_of):
-    m = _channel(mod, c)
+    m = channel(mod, c)
     return interdependence(m, z, q, data, aux_of(m))
 
 
-def _channel(mod, c):
+# shared with the default heads: where a part lives and which axis a fusion reads, no kernel
+def fuse_channels(hd, ys, grid):
+    """A head's channel outputs fused (one channel: itself)."""
+    return ys[0] if len(ys) == 1 else fuse(hd.channel_fusion, ys, grid)
+
+
+def channel(mod, c):
+    """Channel ``c``'s module of a per-channel part (a ModuleList), or the part itself when shared."""
     return mod[c] if isinstance(mod, torch.nn.ModuleList) else mod
 
 
-def _fuse_channels(hd, ys, grid):
-    """Channel fusion on the feature axis (the channel axis 1 of a grid)."""
-    if len(ys) == 1:
-        return ys[0]
+def fuse(fusion, ys, grid):
+    """Fusions act on the feature axis: the last one for items/vectors, the channel axis (1) for grids."""
     if not grid:
-        return hd.channel_fusion(ys)
-    return hd.channel_fusion([y.movedim(1, -1) for y in ys]).movedim(-1, 1)
+        return fusion(ys)
+    return fusion([y.movedim(1, -1) for y in ys]).movedim(-1, 1)
