@@ -136,6 +136,7 @@ class Node:
     trace: dict = field(default_factory=dict)
     plan: list[str] = field(default_factory=list)  # names of the optimiser rules that fired (what runs)
     decisions: list = field(default_factory=list)  # passes.rule.Decision records, per head and slot
+    terms: Any = None  # (before, after): the node's term (ir.terms) as built and as the optimiser rewrote it
 
     def canonical(self) -> dict:
         out: dict[str, Any] = {"id": self.id, "kind": self.kind, "type": _type(self.type), "params": self.params}

@@ -1,10 +1,12 @@
-"""The optimiser driver: canonicalise the graph, then take every kernel decision from the rule tables.
+"""The optimiser: canonicalise the graph, then rewrite every layer's term with the rule tables.
 
-``optimize(graph)`` rewrites the graph (dead code, common operations), then for each layer, head and recurrent
-node tries the rules of every slot and keeps the highest-benefit rule whose guard holds. The decisions are stored
-on the node (``node.decisions``) and are the *only* input the default lowering reads to choose a kernel, so the
-labels shown by ``rpn2c check`` and ``rpn2c explain`` are what runs. ``disable`` switches rules off (the lowering
-then falls back to the next rule of the slot or to the literal form) — the differential tests use it.
+``optimize(graph)`` rewrites the graph (dead code, common operations, shared interdependence), builds each layer's
+and recurrent node's term of paper operations (``rpn2c/ir/terms.py``) and rewrites it to a fixed point with the
+rules of ``rpn2c/passes/rules`` (``passes/rewrite.py``). Each rule that fired becomes a :class:`Decision` on the
+node (``node.decisions``, in firing order, with the spans it replaced and the term before and after); the term
+itself is kept as ``node.terms = (before, after)``. The decisions are the *only* input the default lowering reads
+to choose a kernel, so the labels shown by ``rpn2c check`` and ``rpn2c explain`` are what runs. ``disable``
+switches rules off (the lowering then takes the next rule or the literal form) — the differential tests use it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from rpn2c.ir.graph import Graph
+from rpn2c.ir.terms import TermTable, build_terms, render
 from rpn2c.passes.canonical import common_ops, dead_code, shared_interdependence
+from rpn2c.passes.rewrite import Fired, rewrite
 from rpn2c.passes.rule import Decision, Rule, Site
 from rpn2c.passes.rules import RULES
 
@@ -23,20 +27,45 @@ def rule_names() -> list[str]:
     return [r.name for r in RULES] + list(GRAPH_RULES)
 
 
-def _choose(rules: Iterable[Rule], site: Site, head: str | None) -> list[Decision]:
-    best: dict[str, Rule] = {}
-    for r in rules:
-        if not r.guard(site) or (r.slot in best and r.benefit <= best[r.slot].benefit):
+def _sites(graph: Graph, node) -> dict[str | None, Site]:
+    """What the guards of ``node``'s rules read: per head name, and ``None`` for the node itself."""
+    sites = {None: Site(node, graph=graph)}
+    if node.kind == "layer":
+        preds = graph.preds(node.id)
+        x = graph.node(preds["x"]).type
+        data = graph.node(preds["context"]).type if "context" in preds else x
+        for h, t in zip(node.layer.heads, node.trace["heads"]):
+            sites[h.name] = Site(node, h, t, x, data, graph)
+    return sites
+
+
+def _allowed(sites: dict) -> callable:
+    def allow(rule: Rule, term) -> bool:
+        head = term.info.get("head")
+        if (rule.scope == "head") != (head is not None):
+            return False
+        site = sites[head]
+        if not rule.guard(site):
+            return False
+        if rule.profitable and rule.cost is not None:
+            c = rule.cost(site)
+            return c.flops_after <= c.flops_before
+        return True
+
+    return allow
+
+
+def _decisions(fired: list[Fired], sites: dict) -> list[Decision]:
+    out, seen = [], set()
+    for f in fired:
+        r, head = f.rule, f.before.info.get("head")
+        if (r.name, head) in seen:  # the same rule on another channel of the head
             continue
-        if r.profitable and r.cost is not None:
-            c = r.cost(site)
-            if c.flops_after > c.flops_before:
-                continue
-        best[r.slot] = r
-    out = []
-    for r in sorted(best.values(), key=lambda r: RULES.index(r)):
-        cost = r.cost(site) if r.cost is not None else None
-        out.append(Decision(r.name, r.slot, head, r.location, r.why, r.paper, cost))
+        seen.add((r.name, head))
+        cost = r.cost(sites[head]) if r.cost is not None else None
+        spans = tuple(str(s) for s in sorted(f.spans))
+        out.append(Decision(r.name, r.slot, head, r.location, r.why, r.paper, cost, spans, render(f.before),
+                            render(f.after)))
     return out
 
 
@@ -58,20 +87,17 @@ def optimize(graph: Graph, disable: Iterable[str] = ()) -> Graph:
             node.trace.pop("xi_share", None)
     graph.log = log
     enabled = [r for r in RULES if r.name not in disable]
+    terms = build_terms(graph)
     for node in graph.nodes():
-        decisions: list[Decision] = []
-        if node.kind == "layer":
-            preds = graph.preds(node.id)
-            x = graph.node(preds["x"]).type
-            data = graph.node(preds["context"]).type if "context" in preds else x
-            for h, t in zip(node.layer.heads, node.trace["heads"]):
-                site = Site(node, h, t, x, data, graph)
-                decisions += _choose((r for r in enabled if r.scope == "head"), site, h.name)
-            decisions += _choose((r for r in enabled if r.scope == "layer"), Site(node, graph=graph), None)
-        elif node.kind == "recurrent":
-            decisions += _choose((r for r in enabled if r.scope == "recurrent"), Site(node, graph=graph), None)
-        node.decisions = decisions
-        node.plan = sorted({d.rule for d in decisions})
+        node.decisions, node.terms = [], None
+        if node.id not in terms:
+            continue
+        sites = _sites(graph, node)
+        before = terms[node.id]
+        after, fired = rewrite(before, enabled, TermTable(before), _allowed(sites))
+        node.terms = (before, after)
+        node.decisions = _decisions(fired, sites)
+        node.plan = sorted({d.rule for d in node.decisions})
     return graph
 
 

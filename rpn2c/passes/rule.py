@@ -1,10 +1,13 @@
-"""A rewrite rule of the optimiser, declared once in a table: guard, kernel, benefit, why, paper reference.
+"""A rewrite rule of the optimiser, declared once in a table: pattern, rewrite, guard, benefit, why, paper reference.
 
-Rules are grouped by the *slot* they decide (how a grid head is computed, where ψ is applied, how the heads of a
-layer run ...). Within a slot the rules are alternatives: the driver keeps, among those whose guard holds, the one
-with the highest static ``benefit`` (MLIR's pattern benefit); the literal lowering is the implicit benefit-0
-fallback. A rule marked ``profitable`` also needs its cost estimate to say it does not add work (a choice that
-depends on sizes, such as the order of ψ and an instance ξ). A rule records where it is defined, so ``rpn2c explain`` can point a reader at it.
+A rule's ``pattern`` is a term pattern over the layer IR (``rpn2c/ir/terms.py``); where it matches and the
+``guard`` holds, ``rewrite`` replaces the matched term (usually by a kernel op that maps to one torch call, see
+:func:`to`). Rules matching the same term are alternatives: the driver (``passes/rewrite.py``) tries the highest
+static ``benefit`` first (MLIR's pattern benefit); a term no rule rewrites is lowered literally. A rule marked
+``profitable`` also needs its cost estimate to say it does not add work (a choice that depends on sizes, such as
+the order of ψ and an instance ξ). ``slot`` names the decision a rule takes (how a grid head is computed, where ψ
+is applied ...) for ``rpn2c explain``. A rule records where it is defined, so ``rpn2c explain`` can point a reader
+at it.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from rpn2c.ir.terms import Term
 from rpn2c.passes.cost import Cost
+from rpn2c.passes.rewrite import Match, Pat
 
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,9 +47,13 @@ class Rule:
     benefit: int = 1
     cost: Callable[[Site], Cost] | None = None  # estimated (before, after) for one sample
     profitable: bool = False  # fire only where the cost model estimates no more FLOPs after than before
+    pattern: Pat | None = None  # where the rule applies in a layer's term
+    rewrite: Callable[[Match], Term] | None = None  # the replacement of a match
     location: str = field(default="", compare=False)
 
     def __post_init__(self):
+        if self.pattern is None or self.rewrite is None:
+            raise ValueError(f"rule {self.name!r} needs a pattern and a rewrite")
         if not self.location:
             frame = inspect.stack()[2]  # the table that declares the rule
             try:
@@ -54,9 +63,25 @@ class Rule:
             object.__setattr__(self, "location", f"{where.as_posix()}:{frame.lineno}")
 
 
+def P(op: str | tuple[str, ...], *args, where: Callable[[Term], bool] | None = None) -> Pat:
+    """A pattern: ``P("bias", P("reconcile", "k"))`` matches ``bias(reconcile(k))`` capturing ``k``."""
+    return Pat(op, args, where)
+
+
+def to(op: str) -> Callable[[Match], Term]:
+    """The rewrite "replace the match by kernel op ``op`` on the captured arguments"."""
+
+    def rewrite(m: Match) -> Term:
+        return m.make(op, tuple(m.binds.values()))
+
+    rewrite.__name__ = f"to_{op}"
+    return rewrite
+
+
 @dataclass(frozen=True)
 class Decision:
-    """One rule that fired on one node (and head): what runs, why, and the estimated effect."""
+    """One rule that fired on one node (and head): what runs, why, the estimated effect, and the source spans of
+    the terms it replaced (``before`` → ``after`` as text)."""
 
     rule: str
     slot: str
@@ -65,10 +90,14 @@ class Decision:
     why: str
     paper: str
     cost: Cost | None = None
+    spans: tuple[str, ...] = ()
+    before: str = ""
+    after: str = ""
 
     def to_json(self) -> dict:
         out = {"rule": self.rule, "slot": self.slot, "head": self.head, "defined_at": self.location,
-               "why": self.why, "paper": self.paper}
+               "why": self.why, "paper": self.paper, "spans": list(self.spans), "before": self.before,
+               "after": self.after}
         if self.cost is not None:
             out["cost"] = self.cost.to_json()
         return out

@@ -1,5 +1,6 @@
-"""``rpn2c explain``: for each node, at its source location, the rules that fired, where each rule is defined,
-the kernel chosen and the estimated cost before and after; then the graph rewrites (dead code, merged ops)."""
+"""``rpn2c explain``: for each node, at its source location, its term of paper operations as built and as
+rewritten, the rules that fired in order (where each is defined, the spans it replaced, the term before and after
+and the estimated cost); then the graph rewrites (dead code, merged ops)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ def explain_json(graph: Graph) -> dict:
     for n in graph.nodes():
         if n.kind not in ("layer", "recurrent"):
             continue
-        nodes.append({"node": n.id, "at": str(n.span), "recipe": describe(n), "type": str(n.type),
+        terms = {"term": str(n.terms[0]), "rewritten": str(n.terms[1])} if n.terms else {}
+        nodes.append({"node": n.id, "at": str(n.span), "recipe": describe(n), "type": str(n.type), **terms,
                       "decisions": [d.to_json() for d in n.decisions]})
     return {"model": graph.name, "nodes": nodes, "graph_rewrites": [r.to_json() for r in graph.log]}
 
@@ -29,6 +31,10 @@ def render_explain(graph: Graph) -> str:
             continue
         lines.append("")
         lines.append(f"{n.span}: {n.id} = {n.layer.kind}  {n.type}  ({describe(n)})")
+        if n.terms:
+            lines.append(f"  term       {n.terms[0]}")
+            if n.terms[1] is not n.terms[0]:
+                lines.append(f"  rewritten  {n.terms[1]}")
         if not n.decisions:
             plain = n.kind == "layer" and all(not h.xi for h in n.layer.heads)
             lines.append("  no rule fired: " + ("κ then ψ, no interdependence to fuse" if plain else
@@ -37,6 +43,8 @@ def render_explain(graph: Graph) -> str:
         for d in n.decisions:
             head = f" [head {d.head}]" if d.head and len(getattr(n.layer, "heads", ())) > 1 else ""
             lines.append(f"  {d.slot:<10} {d.rule}{head}   defined at {d.location}")
+            if d.spans:
+                lines.append(f"  {'':<10} replaces the terms written at {', '.join(d.spans)}")
             lines.append(f"  {'':<10} {d.why}")
             lines.append(f"  {'':<10} paper: {d.paper}")
             if d.cost is not None:

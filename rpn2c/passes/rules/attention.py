@@ -3,7 +3,8 @@ scaled_dot_product_attention."""
 
 from __future__ import annotations
 
-from rpn2c.passes.rule import Rule, Site
+from rpn2c.passes.rewrite import Match
+from rpn2c.passes.rule import P, Rule, Site, to
 
 
 def _attention_head(h) -> bool:
@@ -34,13 +35,25 @@ def _causal_only(s: Site) -> bool:
     return hp.softmax and hp.causal and hp.attn_mask is None and hp.key_padding is None and len(s.head.xi) == 1
 
 
+def _instance(t) -> bool:
+    return t.info.get("slot") == "xi_instance"
+
+
+def _horizontal(m: Match):
+    """``fuse_heads(h…)`` → ``fused_sdpa(h…)``: one kernel over the heads, which stay as its arguments (their
+    own rules — causal masks, ψ order — still apply inside)."""
+    return m.make("fused_sdpa", m.root.args)
+
+
 ATTENTION_RULES: tuple[Rule, ...] = (
     Rule("causal_sdpa", "head", "mask", _causal_only,
          "a causal mask and no other: scaled_dot_product_attention(is_causal=True), the kernel skips the blocked "
          "half instead of adding a materialised -inf mask",
-         "RPN 2 §6.4; torch SDPA is_causal (top-left aligned: item t sees items <= t)", benefit=1),
+         "RPN 2 §6.4; torch SDPA is_causal (top-left aligned: item t sees items <= t)", benefit=1,
+         pattern=P(("xi", "xi_kernel"), "k", where=_instance), rewrite=to("sdpa_causal")),
     Rule("fused_heads", "layer", "heads", _fusable,
          "H identical attention heads: values by one einsum, one batched [B, H, N, r] "
          "scaled_dot_product_attention instead of H calls",
-         "RPN 2 §6.4 Transformer as multi-head bilinear ξ; torch SDPA", benefit=2),
+         "RPN 2 §6.4 Transformer as multi-head bilinear ξ; torch SDPA", benefit=2,
+         pattern=P("fuse_heads"), rewrite=_horizontal),
 )

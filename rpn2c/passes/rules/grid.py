@@ -1,14 +1,15 @@
 """Grid heads (images, signals, volumes): the patch interdependence ξ fused with κ and ψ into native kernels.
 
-Slot ``grid``: how ``κ(X·A_patch)·ψᵀ`` is computed — one convolution, a box-sum convolution, im2col, or a patch
-gather (any rank).
-Slot ``pool``: a patch compression κ (ψ = eye) as native max/avg pooling.
+Slot ``grid``: how ``κ(X·A_patch)·ψᵀ`` is computed — one convolution (the whole term
+``bias(reconcile(expand(patches(x))))``), or the ``patches`` term alone as a box-sum convolution, im2col, or a
+patch gather (any rank).
+Slot ``pool``: a patch compression κ (``expand`` on the grid, ψ = eye) as native max/avg pooling.
 """
 
 from __future__ import annotations
 
 from rpn2c.passes.cost import Cost, elements
-from rpn2c.passes.rule import Rule, Site
+from rpn2c.passes.rule import P, Rule, Site, to
 
 
 def _grid_xi(s: Site):
@@ -70,21 +71,24 @@ GRID_RULES: tuple[Rule, ...] = (
          lambda s: _grid_head(s) and _grid_xi(s).mode == "padding" and s.head.kappa.component.elementwise,
          "padding-mode grid ξ + elementwise κ + ψ = one convolution over the C·d expanded channels (κ commutes "
          "with the patch gather; padded cells read κ(0)); ψ reshaped to the conv kernel",
-         "RPN 2 eq (26)-(27), §5.2 grid-based ξ; CNN as a special case (§6.1)", benefit=3, cost=_conv_cost),
+         "RPN 2 eq (26)-(27), §5.2 grid-based ξ; CNN as a special case (§6.1)", benefit=3, cost=_conv_cost,
+         pattern=P("bias", P("reconcile", P("expand", P("patches", "x")))), rewrite=to("conv")),
     Rule("box_sum", "head", "grid",
          lambda s: _grid_head(s) and _grid_xi(s).mode == "aggregation",
          "aggregation-mode grid ξ sums each patch: a depthwise convolution with the patch mask as kernel",
-         "RPN 2 §5.2 (aggregation mode)", benefit=2, cost=_box_cost),
+         "RPN 2 §5.2 (aggregation mode)", benefit=2, cost=_box_cost, pattern=P("patches", "x"), rewrite=to("box_sum")),
     Rule("unfold_patches", "head", "grid",
          lambda s: _grid_head(s) and _grid_xi(s).mode == "padding" and s.trace.geometry.rank <= 2,
          "patches of a 1-D/2-D grid by im2col (F.unfold after padding), then κ per patch and ψ: a strided copy "
          "whose backward is col2im, not an index scatter",
-         "RPN 2 eq (26), §5.2; im2col", benefit=2, cost=_gather_cost),
+         "RPN 2 eq (26), §5.2; im2col", benefit=2, cost=_gather_cost, pattern=P("patches", "x"), rewrite=to("unfold")),
     Rule("gather_patches", "head", "grid",
          lambda s: _grid_head(s) and _grid_xi(s).mode == "padding",
          "patches by index (out-of-grid taps read 0), then κ per patch and ψ: never the [N, P·p] matrix",
-         "RPN 2 eq (26), §5.2", benefit=1, cost=_gather_cost),
+         "RPN 2 eq (26), §5.2", benefit=1, cost=_gather_cost, pattern=P("patches", "x"),
+         rewrite=to("gather_patches")),
     Rule("pool", "head", "pool", _native_pool,
          "a max/min/sum/mean patch compression with zero padding = native pooling (max_pool / depthwise conv)",
-         "RPN 2 §7.2 geometric compression, eq (90)", benefit=2, cost=_pool_cost),
+         "RPN 2 §7.2 geometric compression, eq (90)", benefit=2, cost=_pool_cost,
+         pattern=P("expand", "x", where=lambda t: t.info.get("grid", False)), rewrite=to("pool")),
 )

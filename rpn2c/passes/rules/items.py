@@ -1,16 +1,20 @@
 """Item and vector heads: where ψ is applied relative to the instance ξ, and κ shared across channels.
 
-Slot ``order``: project to n before the instance interdependence (``A(κψᵀ) = (Aκ)ψᵀ``).
-Slot ``share``: one κ_ξ(X) for all channels when ξ has no parameters.
-Slot ``psi``: an identity ψ with its bias as one linear kernel.
-Slot ``xi``: structured interdependence through its own kernel instead of the literal matrix.
-Slot ``graph``: a graph ξ's propagation as one SpMM (CSR, or dense GEMM for dense graphs) instead of gather/scatter.
+Slot ``order``: ``reconcile(xi(k))`` → ``xi(reconcile(k))``: project to n before the instance interdependence
+(``A(κψᵀ) = (Aκ)ψᵀ``).
+Slot ``share``: one ``expand`` term for all channels when ξ has no parameters (the channels' terms become equal
+and interning merges them).
+Slot ``psi``: ``bias(reconcile(k))`` with an identity ψ → ``linear(k)``.
+Slot ``xi``: ``xi`` → ``xi_kernel``: structured interdependence through its own kernel, not the literal matrix.
+Slot ``graph``: a graph ξ's propagation as one SpMM (``spmm``; CSR, or dense GEMM for dense graphs) instead of
+gather/scatter.
 """
 
 from __future__ import annotations
 
 from rpn2c.passes.cost import HINTS, Cost, size
-from rpn2c.passes.rule import Rule, Site
+from rpn2c.passes.rewrite import Match
+from rpn2c.passes.rule import P, Rule, Site, to
 
 
 def _xi_paramless(s: Site) -> bool:
@@ -47,31 +51,61 @@ def _spmm_cost(s: Site) -> Cost:
     return Cost(e * k, e * k, 8 * 2 * e * k, 8 * n_items * k)
 
 
+def _instance_xi(t) -> bool:
+    return t.info.get("slot") == "xi_instance"
+
+
+def _structured(t) -> bool:
+    return getattr(t.info["use"].component, "kind", "") in ("static", "data")
+
+
+def _graph_term(t) -> bool:
+    return getattr(t.info["use"].component, "graph_operator", False)
+
+
+def _reorder(m: Match):
+    """``reconcile(xi(k))`` → ``xi(reconcile(k))``."""
+    xi = m.root.args[0]
+    return m.rebuild(xi, (m.rebuild(m.root, (m.binds["k"],)),), spans=m.spans, prov=(m.rule,))
+
+
+def _one_kappa(m: Match):
+    """The channel index leaves the ``expand`` term: every channel's term is then the same (interned) one."""
+    t = m.root
+    key = tuple(None if i == 4 else v for i, v in enumerate(t.key))  # (node, head, op, slot, channel, what)
+    return m.rebuild(t, key=key, prov=(m.rule,))
+
+
 ITEMS_RULES: tuple[Rule, ...] = (
     Rule("project_first", "head", "order",
          lambda s: _items(s) and "xi_instance" in s.head.xi and "xi_attribute_post" not in s.head.xi,
          "instance ξ commutes with ψ: A(κ ψᵀ) = (A κ)ψᵀ, so reconcile to n first where n ≤ D (the cost "
          "model: ξ then moves n instead of D features per item)",
          "RPN 2 eq (26) associativity; GCN's XW-first (Kipf & Welling)", benefit=2, cost=_project_first_cost,
-         profitable=True),
+         profitable=True, pattern=P("reconcile", P(("xi", "xi_kernel"), "k", where=_instance_xi)),
+         rewrite=_reorder),
     Rule("shared_kappa", "head", "share",
          lambda s: _items(s) and s.head.channels > 1 and _xi_paramless(s) and "xi_instance" not in s.head.xi,
          "parameter-free ξ before κ: κ_ξ(X) is the same for every channel, computed once",
-         "RPN 2 eq (30) multi-channel heads", benefit=1, cost=_share_cost),
+         "RPN 2 eq (30) multi-channel heads", benefit=1, cost=_share_cost,
+         pattern=P("expand", "z", where=lambda t: t.key[4] is not None), rewrite=_one_kappa),
     Rule("linear", "head", "psi",
          lambda s: (_items(s) and s.head.psi.name == "identity" and s.head.groups == 1
                     and s.head.bias in ("tied", "none") and "xi_instance" not in s.head.xi),
          "identity ψ (a dense weight) with a tied bias: ψ applied and the bias added by one F.linear (addmm)",
-         "RPN 2 eq (26) with identity reconciliation: the perceptron", benefit=1),
+         "RPN 2 eq (26) with identity reconciliation: the perceptron", benefit=1,
+         pattern=P("bias", P("reconcile", "k")), rewrite=to("linear")),
     Rule("structured_xi", "head", "xi",
          lambda s: _items(s) and any(getattr(u.component, "kind", "") in ("static", "data")
                                      for u in s.head.xi.values()),
          "chain → shifts/scans, graph → gather/scatter_add on the edge list, bilinear+softmax → "
          "scaled_dot_product_attention: the interdependence matrix is never built",
-         "RPN 2 §5.3-5.5; other_seeds §sparse-matrix view", benefit=1),
+         "RPN 2 §5.3-5.5; other_seeds §sparse-matrix view", benefit=1,
+         pattern=P("xi", "k", where=_structured), rewrite=to("xi_kernel")),
     Rule("graph_spmm", "head", "graph", _graph_xi,
          "a graph ξ's normalised adjacency as a CSR matrix with its transpose (dense when n² ≤ 16·nnz), built "
          "once per graph eagerly and in the traced graph under torch.compile, applied by one SpMM per hop (a "
          "custom op): no [E, K] message tensors; gather/scatter_add remains for edge weights that need gradients",
-         "RPN 2 eq (81)-(84); other_seeds §sparse-matrix view (ξ as a sparse matrix)", benefit=1, cost=_spmm_cost),
+         "RPN 2 eq (81)-(84); other_seeds §sparse-matrix view (ξ as a sparse matrix)", benefit=1, cost=_spmm_cost,
+         pattern=P(("xi", "xi_kernel"), "k", where=_graph_term), rewrite=to("spmm")),
 )

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from rpn2c.passes.rule import Rule, Site
+from rpn2c.passes.rule import P, Rule, to
 
 RECURRENT_RULES: tuple[Rule, ...] = (
     Rule("fused_recurrent", "recurrent", "recurrence",
          lambda s: s.node.layer.kappa_state.name == "identity",
          "identity κ_state: the gate heads and chain feedback are torch's fused RNN/GRU/LSTM kernel (κ on the "
          "input is applied to the whole sequence first)",
-         "RPN 2 eq (175) chain ξ fed back; torch._VF.rnn_tanh/gru/lstm", benefit=2),
+         "RPN 2 eq (175) chain ξ fed back; torch._VF.rnn_tanh/gru/lstm", benefit=2,
+         pattern=P("recur", "x"), rewrite=to("rnn_fused")),
     Rule("time_loop", "recurrent", "recurrence", lambda s: True,
          "a loop over time steps: input gates for all steps at once, the state gates per step (any κ_state)",
-         "RPN 2 eq (175) chain ξ fed back", benefit=1),
+         "RPN 2 eq (175) chain ξ fed back", benefit=1, pattern=P("recur", "x"), rewrite=to("time_loop")),
 )

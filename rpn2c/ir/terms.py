@@ -1,0 +1,169 @@
+"""The optimiser's IR: every layer as a term over the paper's operations, built from the checked graph in one place.
+
+One channel ``c`` of a head, ``Y_c = A_i κ(Z A_a) ψ_cᵀ + b`` (RPN 2 eq (26)-(30)), is the term
+
+    bias(reconcile_c(xi[xi_instance](expand(xi[xi_attribute](input x)))))
+
+(a grid head reads ``patches`` for its grid ξ). Channels meet in ``fuse_channels``, heads in ``fuse_heads``; a
+recurrent layer is ``recur``. These are the *semantic* ops; rules rewrite them into *kernel* ops that map one-to-one
+to torch calls (``conv``, ``unfold``, ``pool``, ``linear``, ``spmm``, ``sdpa_causal`` ...), see
+``rpn2c/passes/rules``.
+
+Terms are immutable and interned per layer (hash-consed): structurally equal terms are one object, so a subterm
+that two channels share after a rewrite is computed once by construction. Identity is ``(op, args, key)``; the
+``info`` payload (node id, head, slot, the component ``Use``), the source ``spans`` a term stands for and its
+provenance ``prov`` (the rules that produced it) do not take part in it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rpn2c.errors import UNKNOWN_SPAN, Span
+from rpn2c.ir.graph import Graph, HeadSpec, Node
+
+SEMANTIC_OPS = ("input", "xi", "patches", "expand", "reconcile", "bias", "fuse_channels", "fuse_heads",
+                "remainder", "process", "recur")
+KERNEL_OPS = ("conv", "box_sum", "unfold", "gather_patches", "pool", "linear", "xi_kernel", "spmm", "sdpa_causal",
+              "fused_sdpa", "rnn_fused", "time_loop")
+
+
+@dataclass(frozen=True)
+class Term:
+    op: str
+    args: tuple[Term, ...] = ()
+    key: tuple = ()  # the attributes that make two terms different (head, slot, channel, component)
+    info: dict = field(default_factory=dict, compare=False, hash=False)
+    spans: frozenset[Span] = field(default=frozenset(), compare=False, hash=False)
+    prov: tuple[str, ...] = field(default=(), compare=False, hash=False)
+
+    @property
+    def label(self) -> str:
+        what = self.info.get("what")
+        return f"{self.op}[{what}]" if what else self.op
+
+    def walk(self):
+        """Every distinct subterm, parents before children."""
+        seen, stack = set(), [self]
+        while stack:
+            t = stack.pop()
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            yield t
+            stack.extend(reversed(t.args))
+
+    def __str__(self) -> str:
+        return render(self)
+
+
+class TermTable:
+    """Interning: ``make`` returns the existing term when an equal one was made before."""
+
+    def __init__(self, *roots: Term):
+        self._terms: dict[Term, Term] = {}
+        for root in roots:  # adopt existing terms, so that rewrites reuse them
+            for t in root.walk():
+                self._terms.setdefault(t, t)
+
+    def make(self, op: str, args=(), key=(), info=None, spans=(), prov=()) -> Term:
+        t = Term(op, tuple(args), tuple(key), dict(info or {}), frozenset(s for s in spans if s != UNKNOWN_SPAN),
+                 tuple(prov))
+        return self._terms.setdefault(t, t)
+
+
+def render(root: Term) -> str:
+    """A term as text; a subterm used more than once is named once (``%1 = ...``) and referred to by name."""
+    uses: dict[int, int] = {}
+    for t in root.walk():
+        for a in t.args:
+            uses[id(a)] = uses.get(id(a), 0) + 1
+    names: dict[int, str] = {}
+    lets: list[str] = []
+
+    def text(t: Term) -> str:
+        if id(t) in names:
+            return names[id(t)]
+        inner = t.info.get("name") if t.op == "input" else ", ".join(text(a) for a in t.args)
+        s = f"{t.label}({inner})"
+        if uses.get(id(t), 0) > 1 and t.op != "input":
+            names[id(t)] = f"%{len(names) + 1}"
+            lets.append(f"{names[id(t)]} = {s}")
+            return names[id(t)]
+        return s
+
+    body = text(root)
+    return "; ".join([*lets, body])
+
+
+# ------------------------------------------------------------------------------------------------ building
+def build_terms(graph: Graph) -> dict[str, Term]:
+    """The term of every layer and recurrent node, from the checked graph (one table per node)."""
+    out = {}
+    for node in graph.nodes():
+        if node.kind == "layer":
+            out[node.id] = _layer(TermTable(), graph, node)
+        elif node.kind == "recurrent":
+            tab = TermTable()
+            x = _input(tab, graph.preds(node.id)["x"])
+            out[node.id] = tab.make("recur", (x,), (node.id,), _info(node, None, what=str(node.layer.cell)),
+                                    (node.span, node.layer.cell.span))
+    return out
+
+
+def _info(node: Node, head: str | None, **extra) -> dict[str, Any]:
+    return {"node": node.id, "head": head, **extra}
+
+
+def _input(tab: TermTable, value: str) -> Term:
+    return tab.make("input", (), (value,), {"name": value})
+
+
+def _layer(tab: TermTable, graph: Graph, node: Node) -> Term:
+    preds = graph.preds(node.id)
+    spec = node.layer
+    x = _input(tab, preds["x"])
+    data = _input(tab, preds["context"]) if "context" in preds else x
+    heads = [_head(tab, node, h, t, data) for h, t in zip(spec.heads, node.trace["heads"])]
+    y = heads[0] if len(heads) == 1 else tab.make("fuse_heads", heads, (node.id,),
+                                                  _info(node, None, what=spec.fusion and spec.fusion.name),
+                                                  (node.span, spec.fusion.span if spec.fusion else UNKNOWN_SPAN))
+    if spec.pi.name != "zero":
+        y = tab.make("remainder", (y, x), (node.id,), _info(node, None, what=spec.pi.name), (spec.pi.span,))
+    for i, p in enumerate(spec.post):
+        y = tab.make("process", (y,), (node.id, i), _info(node, None, what=p.name), (p.span,))
+    return y
+
+
+def _head(tab: TermTable, node: Node, h: HeadSpec, t, data: Term) -> Term:
+    def make(op, args, use=None, channel=None, what=None, **extra):
+        key = (node.id, h.name, op, extra.get("slot"), channel, use.name if use is not None else what)
+        info = _info(node, h.name, what=use.name if use is not None else what, use=use, channel=channel, **extra)
+        return tab.make(op, args, key, info, (use.span,) if use is not None else (node.span,))
+
+    def xi(slot, z, c):
+        use = h.xi[slot]
+        per_channel = getattr(use.component, "kind", "static") not in ("static", "grid")
+        return make("xi", (z,), use, c if per_channel else None, slot=slot)
+
+    if t.grid_kappa:  # a compression κ on the grid: pooling-like, no ψ
+        return make("expand", (data,), h.kappa, grid=True)
+    ys = []
+    for c in range(h.channels):
+        if t.view == "grid":
+            z = make("patches", (data,), h.xi["xi_attribute"], mode=h.xi["xi_attribute"].component.mode)
+        else:
+            z = data
+            for slot in ("xi_attribute", "xi_instance_prior"):
+                if slot in h.xi:
+                    z = xi(slot, z, c)
+        k = make("expand", (z,), h.kappa, None if t.view == "grid" else c)  # a grid head expands once
+        for slot in ("xi_instance", "xi_attribute_post"):
+            if slot in h.xi:
+                k = xi(slot, k, c)
+        y = make("reconcile", (k,), h.psi, c)
+        ys.append(make("bias", (y,), None, c, what=h.bias))
+    if len(ys) == 1:
+        return ys[0]
+    return make("fuse_channels", ys, h.channel_fusion)
