@@ -110,7 +110,11 @@ class _Elementwise(nn.Module):
     def forward(self, x: torch.Tensor, grid: bool = False) -> torch.Tensor:
         if self.identity:
             return x
-        if grid:  # [B, C, *S, d] -> [B, C, d, *S] -> [B, C·d, *S], contiguous (a convolution's layout)
+        if grid:  # [B, C, d, *S] -> [B, C·d, *S], contiguous (a convolution's layout)
+            stacked = getattr(self.kappa, "stacked_basis", None)
+            y = stacked(x, 2) if stacked is not None else None
+            if y is not None:  # the degrees computed straight into that layout
+                return y.flatten(1, 2)
             return self.kappa.basis(x).movedim(-1, 2).flatten(1, 2).contiguous()  # C = 1 flattens to a view
         return self.kappa.basis(x).flatten(-2)
 

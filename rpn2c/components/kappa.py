@@ -87,6 +87,10 @@ class FunctionalKappa(Kappa):
     def basis(self, x):
         return self.spec.fn(x.unsqueeze(-1), **self.kw)
 
+    def stacked_basis(self, x, axis: int):
+        """The basis with its d values stacked at ``axis`` (no layout copy), where the function supports it."""
+        return self.spec.fn(x, **self.kw, axis=axis) if self.spec.stacks_degrees else None
+
     def value_at_zero(self):
         if not self.elementwise:
             return None

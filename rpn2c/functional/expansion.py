@@ -103,6 +103,7 @@ class TransformSpec:
     differentiable: bool = True
     elementwise_when: Callable[..., bool] | None = None
     defaults: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    stacks_degrees: bool = False  # fn(x, axis=k): the d values of each element stacked at axis k, unflattened
 
     def is_elementwise(self, **hp: Any) -> bool:
         """Elementwise for these hyper-parameters."""
@@ -153,9 +154,13 @@ def block_to_attribute(y: Tensor, k: int) -> Tensor:
     return y.unflatten(-1, (k, m)).transpose(-1, -2).flatten(-2)
 
 
-def _three_term(x: Tensor, d: int, p0: Tensor, p1: Tensor,
-                step: Callable[[int, Tensor, Tensor, Tensor], Tensor]) -> Tensor:
-    """[P_1(x), ..., P_d(x)] attribute-major, from P_0, P_1 and ``P_n = step(n, x, P_{n-1}, P_{n-2})``."""
+def _three_term(x: Tensor, d: int, p0: Tensor | float, p1: Tensor,
+                step: Callable[[int, Tensor, Tensor, Tensor], Tensor], axis: int | None = None) -> Tensor:
+    """[P_1(x), ..., P_d(x)] attribute-major, from P_0, P_1 and ``P_n = step(n, x, P_{n-1}, P_{n-2})``.
+
+    A constant P_0 is a Python number (no tensor of ones). ``axis``: the degrees stacked at that axis instead,
+    unflattened (a grid [B, C, *S] with ``axis=2`` gives [B, C, d, *S], a convolution's channel layout, without a
+    copy)."""
     d = _check_degree(d)
     outs = [p1]
     prev2, prev1 = p0, p1
@@ -163,6 +168,8 @@ def _three_term(x: Tensor, d: int, p0: Tensor, p1: Tensor,
         cur = step(n, x, prev1, prev2)
         outs.append(cur)
         prev2, prev1 = prev1, cur
+    if axis is not None:
+        return torch.stack(outs, dim=axis)
     return _flat(torch.stack(outs, dim=-1))
 
 
@@ -573,15 +580,15 @@ def bspline(x: Tensor, *, grid_size: int = 5, order: int = 3, grid_range: Sequen
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def chebyshev(x: Tensor, *, d: int = 2, kind: int = 1) -> Tensor:
+def chebyshev(x: Tensor, *, d: int = 2, kind: int = 1, axis: int | None = None) -> Tensor:
     """Chebyshev T_n (kind=1: T_1 = x) or U_n (kind=2: U_1 = 2x); P_n = 2x P_{n-1} - P_{n-2}, n = 1..d."""
     if kind not in (1, 2):
         raise ValueError("kind must be 1 or 2")
     p1 = x if kind == 1 else 2.0 * x
-    return _three_term(x, d, torch.ones_like(x), p1, lambda n, x, a, b: 2.0 * x * a - b)
+    return _three_term(x, d, 1.0, p1, lambda n, x, a, b: 2.0 * x * a - b, axis=axis)
 
 
-def jacobi(x: Tensor, *, d: int = 2, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
+def jacobi(x: Tensor, *, d: int = 2, alpha: float = 1.0, beta: float = 1.0, axis: int | None = None) -> Tensor:
     """Jacobi P_n^{(α,β)}: P_1 = (α-β)/2 + (α+β+2)x/2;
     2n(n+α+β)(2n+α+β-2) P_n = (2n+α+β-1)[(2n+α+β)(2n+α+β-2)x + α²-β²] P_{n-1} - 2(n+α-1)(n+β-1)(2n+α+β) P_{n-2}.
     """
@@ -597,60 +604,60 @@ def jacobi(x: Tensor, *, d: int = 2, alpha: float = 1.0, beta: float = 1.0) -> T
         c4 = 2 * (n + a - 1) * (n + b - 1) * s
         return ((c2 * x + c3) * p1 - c4 * p2) / c1
 
-    return _three_term(x, d, torch.ones_like(x), 0.5 * (a - b) + 0.5 * (a + b + 2) * x, step)
+    return _three_term(x, d, 1.0, 0.5 * (a - b) + 0.5 * (a + b + 2) * x, step, axis=axis)
 
 
-def hermite(x: Tensor, *, d: int = 2, kind: str = "probabilist") -> Tensor:
+def hermite(x: Tensor, *, d: int = 2, kind: str = "probabilist", axis: int | None = None) -> Tensor:
     """Probabilist's He_n (paper eq 124): He_1 = x, He_n = x He_{n-1} - (n-1) He_{n-2};
     ``kind="physicist"``: H_1 = 2x, H_n = 2x H_{n-1} - 2(n-1) H_{n-2}."""
     if kind == "probabilist":
-        return _three_term(x, d, torch.ones_like(x), x, lambda n, x, a, b: x * a - (n - 1) * b)
+        return _three_term(x, d, 1.0, x, lambda n, x, a, b: x * a - (n - 1) * b, axis=axis)
     if kind == "physicist":
-        return _three_term(x, d, torch.ones_like(x), 2.0 * x, lambda n, x, a, b: 2.0 * x * a - 2.0 * (n - 1) * b)
+        return _three_term(x, d, 1.0, 2.0 * x, lambda n, x, a, b: 2.0 * x * a - 2.0 * (n - 1) * b, axis=axis)
     raise ValueError("kind must be 'probabilist' or 'physicist'")
 
 
-def laguerre(x: Tensor, *, d: int = 2, alpha: float = 1.0) -> Tensor:
+def laguerre(x: Tensor, *, d: int = 2, alpha: float = 1.0, axis: int | None = None) -> Tensor:
     """Generalized Laguerre (paper eq 129–130): P_1 = 1 + α - x,
     P_n = ((2n - 1 + α - x) P_{n-1} - (n - 1 + α) P_{n-2}) / n. (The toolkit's P_1 = 1 + α + x is a sign bug.)"""
     a = float(alpha)
-    return _three_term(x, d, torch.ones_like(x), (1.0 + a) - x,
-                       lambda n, x, p1, p2: ((2 * n - 1 + a - x) * p1 - (n - 1 + a) * p2) / n)
+    return _three_term(x, d, 1.0, (1.0 + a) - x,
+                       lambda n, x, p1, p2: ((2 * n - 1 + a - x) * p1 - (n - 1 + a) * p2) / n, axis=axis)
 
 
-def legendre(x: Tensor, *, d: int = 2) -> Tensor:
+def legendre(x: Tensor, *, d: int = 2, axis: int | None = None) -> Tensor:
     """Legendre (Bonnet): P_1 = x, P_n = ((2n-1) x P_{n-1} - (n-1) P_{n-2}) / n."""
-    return _three_term(x, d, torch.ones_like(x), x, lambda n, x, a, b: ((2 * n - 1) * x * a - (n - 1) * b) / n)
+    return _three_term(x, d, 1.0, x, lambda n, x, a, b: ((2 * n - 1) * x * a - (n - 1) * b) / n, axis=axis)
 
 
-def gegenbauer(x: Tensor, *, d: int = 2, alpha: float = 1.0) -> Tensor:
+def gegenbauer(x: Tensor, *, d: int = 2, alpha: float = 1.0, axis: int | None = None) -> Tensor:
     """Gegenbauer C_n^{(α)}: C_1 = 2αx, C_n = (2x(n-1+α) C_{n-1} - (n+2α-2) C_{n-2}) / n (α=1/2 Legendre, α=1 U_n).
 
     Orthogonal for α > -1/2, α ≠ 0; at α = 0 this recurrence gives the zero sequence (scipy uses a limit instead).
     """
     a = float(alpha)
-    return _three_term(x, d, torch.ones_like(x), 2.0 * a * x,
-                       lambda n, x, p1, p2: (2.0 * (n - 1 + a) * x * p1 - (n + 2 * a - 2) * p2) / n)
+    return _three_term(x, d, 1.0, 2.0 * a * x,
+                       lambda n, x, p1, p2: (2.0 * (n - 1 + a) * x * p1 - (n + 2 * a - 2) * p2) / n, axis=axis)
 
 
-def bessel(x: Tensor, *, d: int = 2) -> Tensor:
+def bessel(x: Tensor, *, d: int = 2, axis: int | None = None) -> Tensor:
     """Bessel polynomials: B_1 = x + 1, B_n = (2n-1) x B_{n-1} + B_{n-2}."""
-    return _three_term(x, d, torch.ones_like(x), x + 1.0, lambda n, x, a, b: (2 * n - 1) * x * a + b)
+    return _three_term(x, d, 1.0, x + 1.0, lambda n, x, a, b: (2 * n - 1) * x * a + b, axis=axis)
 
 
-def reverse_bessel(x: Tensor, *, d: int = 2) -> Tensor:
+def reverse_bessel(x: Tensor, *, d: int = 2, axis: int | None = None) -> Tensor:
     """Reverse Bessel: R_1 = x + 1, R_n = (2n-1) R_{n-1} + x² R_{n-2} (eq 143 misprints B for R)."""
-    return _three_term(x, d, torch.ones_like(x), x + 1.0, lambda n, x, a, b: (2 * n - 1) * a + x * x * b)
+    return _three_term(x, d, 1.0, x + 1.0, lambda n, x, a, b: (2 * n - 1) * a + x * x * b, axis=axis)
 
 
-def fibonacci(x: Tensor, *, d: int = 2) -> Tensor:
+def fibonacci(x: Tensor, *, d: int = 2, axis: int | None = None) -> Tensor:
     """Fibonacci polynomials: F_0 = 0, F_1 = 1, F_n = x F_{n-1} + F_{n-2}."""
-    return _three_term(x, d, torch.zeros_like(x), torch.ones_like(x), lambda n, x, a, b: x * a + b)
+    return _three_term(x, d, 0.0, torch.ones_like(x), lambda n, x, a, b: x * a + b, axis=axis)
 
 
-def lucas(x: Tensor, *, d: int = 2) -> Tensor:
+def lucas(x: Tensor, *, d: int = 2, axis: int | None = None) -> Tensor:
     """Lucas polynomials: L_0 = 2, L_1 = x, L_n = x L_{n-1} + L_{n-2}."""
-    return _three_term(x, d, torch.full_like(x, 2.0), x, lambda n, x, a, b: x * a + b)
+    return _three_term(x, d, 2.0, x, lambda n, x, a, b: x * a + b, axis=axis)
 
 
 def _dim_poly(m: int, d: int = 2, **_: Any) -> int:
@@ -915,22 +922,22 @@ _E: dict[str, TransformSpec] = {
                              "per attr the G+k uniform-knot B-spline basis values (Cox–de Boor)",
                              "basis values at 0 (sum 1 if 0 in range)"),
     "chebyshev": TransformSpec(chebyshev, _dim_poly, True, "T_n (kind 1) or U_n (kind 2), n = 1..d",
-                               "T_n(0) = cos(nπ/2)"),
-    "jacobi": TransformSpec(jacobi, _dim_poly, True, "Jacobi P_n^{(α,β)}(x), n = 1..d", "P_n^{(α,β)}(0) (nonzero)"),
+                               "T_n(0) = cos(nπ/2)", stacks_degrees=True),
+    "jacobi": TransformSpec(jacobi, _dim_poly, True, "Jacobi P_n^{(α,β)}(x), n = 1..d", "P_n^{(α,β)}(0) (nonzero)", stacks_degrees=True),
     "hermite": TransformSpec(hermite, _dim_poly, True, "He_n(x) = x He_{n-1} - (n-1) He_{n-2}, n = 1..d",
-                             "He_n(0): 0, -1, 0, 3, ..."),
+                             "He_n(0): 0, -1, 0, 3, ...", stacks_degrees=True),
     "laguerre": TransformSpec(laguerre, _dim_poly, True, "generalized Laguerre P_n^{(α)}, P_1 = 1 + α - x, n = 1..d",
-                              "binom(n+α, n) (P_1(0) = 1+α)"),
-    "legendre": TransformSpec(legendre, _dim_poly, True, "Legendre P_n(x), n = 1..d", "P_n(0): 0, -1/2, 0, 3/8, ..."),
+                              "binom(n+α, n) (P_1(0) = 1+α)", stacks_degrees=True),
+    "legendre": TransformSpec(legendre, _dim_poly, True, "Legendre P_n(x), n = 1..d", "P_n(0): 0, -1/2, 0, 3/8, ...", stacks_degrees=True),
     "gegenbauer": TransformSpec(gegenbauer, _dim_poly, True, "Gegenbauer C_n^{(α)}(x), C_1 = 2αx, n = 1..d",
-                                "C_n^{(α)}(0): 0, -α, 0, ..."),
-    "bessel": TransformSpec(bessel, _dim_poly, True, "B_n = (2n-1) x B_{n-1} + B_{n-2}, B_1 = x+1", "1"),
+                                "C_n^{(α)}(0): 0, -α, 0, ...", stacks_degrees=True),
+    "bessel": TransformSpec(bessel, _dim_poly, True, "B_n = (2n-1) x B_{n-1} + B_{n-2}, B_1 = x+1", "1", stacks_degrees=True),
     "reverse_bessel": TransformSpec(reverse_bessel, _dim_poly, True, "R_n = (2n-1) R_{n-1} + x² R_{n-2}, R_1 = x+1",
-                                    "(2n-1)!!"),
+                                    "(2n-1)!!", stacks_degrees=True),
     "fibonacci": TransformSpec(fibonacci, _dim_poly, True, "F_n = x F_{n-1} + F_{n-2}, F_0 = 0, F_1 = 1",
-                               "F_n(0): 1, 0, 1, 0, ..."),
+                               "F_n(0): 1, 0, 1, 0, ...", stacks_degrees=True),
     "lucas": TransformSpec(lucas, _dim_poly, True, "L_n = x L_{n-1} + L_{n-2}, L_0 = 2, L_1 = x",
-                           "L_n(0): 0, 2, 0, 2, ..."),
+                           "L_n(0): 0, 2, 0, 2, ...", stacks_degrees=True),
     "wavelet": TransformSpec(wavelet, _dim_wavelet, False,
                              "a^{-σ/2} φ(x/a^σ - τb), σ < s, τ < t; order d: ⊗ (kron) or concat of ⊗ powers",
                              "a^{-σ/2} φ(-τb)", elementwise_when=lambda d=1, **_: d == 1),

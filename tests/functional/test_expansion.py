@@ -538,3 +538,25 @@ def test_gradcheck(name):
     x = (mag * sign).requires_grad_(True)
     hp = hp_for(name, 3, 2, flag=True) if name != "wavelet" else hp_for(name, 3, 2)
     assert torch.autograd.gradcheck(lambda v: spec.fn(v, **hp), (x,), eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------------ grid layout
+_STACKING = sorted(k for k, spec in E.EXPANSIONS.items() if spec.stacks_degrees)
+
+
+@settings(max_examples=25, deadline=None)
+@given(name=hs.sampled_from(_STACKING), d=hs.integers(1, 4), c=hs.integers(1, 3), h=hs.integers(1, 4),
+       seed=hs.integers(0, 2**16))
+def test_degrees_stacked_at_an_axis_equal_the_flat_basis_moved_there(name, d, c, h, seed):
+    """fn(x, axis=2) is the conv layout [B, C, d, *S] of the flat basis, computed without a layout copy."""
+    x = torch.randn(2, c, h, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)) * 0.7
+    fn = E.EXPANSIONS[name].fn
+    flat = fn(x.unsqueeze(-1), d=d).movedim(-1, 2)
+    stacked = fn(x, d=d, axis=2)
+    torch.testing.assert_close(stacked, flat, rtol=1e-12, atol=1e-12)
+    assert stacked.is_contiguous() and stacked.shape == (2, c, d, h, 3)
+
+
+def test_the_three_term_families_all_stack_their_degrees():
+    assert set(_STACKING) == {"chebyshev", "jacobi", "hermite", "laguerre", "legendre", "gegenbauer", "bessel",
+                              "reverse_bessel", "fibonacci", "lucas"}
