@@ -182,9 +182,30 @@ def test_inductor_fullgraph_matches_eager(name):
     _assert_matches_eager(eager, compiled, random_inputs(graph), rtol=1e-9, atol=1e-9)
 
 
+def test_compiled_lstm_keeps_the_fused_kernel_as_one_opaque_op():
+    """torch <= 2.13 cannot differentiate oneDNN's LSTM kernel under AOTAutograd (pytorch/pytorch#158007): inside
+    a compiled graph on CPU the kernel is the custom op ``rpn2c::lstm`` (not a loop over time steps), and with two
+    bidirectional layers and initial states it equals eager in outputs and every gradient, in float64."""
+    torch._dynamo.reset()
+    seen = []
+
+    def record(gm, example_inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    text = _cell_text("lstm")
+    graph = rpn2c.check(text)
+    torch.manual_seed(0)
+    eager = rpn2c.compile(text).double()
+    compiled = torch.compile(rpn2c.compile(text).double(), backend=record, fullgraph=True)
+    compiled._orig_mod.load_state_dict(eager.state_dict())
+    inputs = [x.double() for x in random_inputs(graph)]
+    _assert_matches_eager(eager, compiled, inputs, rtol=1e-10, atol=1e-12)
+    assert "rpn2c.lstm.default" in seen and not any("lstm_cell" in t or "sigmoid" in t for t in seen), seen
+
+
 def test_compiled_lstm_trains_on_cpu_with_inductor():
-    """torch <= 2.13 cannot differentiate oneDNN's LSTM kernel under AOTAutograd (pytorch/pytorch#158007): a
-    compiled LSTM on CPU takes the time loop, and its outputs and gradients equal the eager fused kernel."""
+    """The opaque ``rpn2c::lstm`` under inductor: outputs and gradients equal the eager fused kernel."""
     torch._dynamo.reset()
     inner = torch.nn.LSTM(4, 5, batch_first=True)
     spec = rpn2c.from_torch(inner, (torch.randn(2, 3, 4),))

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rpn2c.functional import rnn_op
 from rpn2c.ir.trace import RecurrentTrace
 from rpn2c.ir.graph import RecurrentSpec
 
@@ -55,12 +56,17 @@ class RecurrentModule(nn.Module):
     def _weights(self, layer: int, direction: int) -> list[torch.Tensor]:
         return [getattr(self, n) for n in self._names[layer * self.spec.directions + direction]]
 
+    def _opaque_lstm(self, x) -> bool:
+        """An LSTM on CPU being compiled: AOTAutograd cannot differentiate oneDNN's mkldnn_rnn_layer in
+        torch <= 2.13 (pytorch/pytorch#158007), so the kernel runs as the opaque op ``rpn2c::lstm``."""
+        return self.cell.states == 2 and x.device.type == "cpu" and torch.compiler.is_compiling()
+
     def _fused_now(self, x) -> bool:
-        """The fused kernel, except an LSTM on CPU being compiled: AOTAutograd's backward of oneDNN's
-        mkldnn_rnn_layer fails in torch <= 2.13 (pytorch/pytorch#158007), so that case takes the time loop."""
+        """The fused kernel; a compiled CPU LSTM with dropout between layers (which the opaque op's recomputing
+        backward cannot redraw) takes the time loop."""
         if not self.fused:
             return False
-        return not (self.cell.states == 2 and x.device.type == "cpu" and torch.compiler.is_compiling())
+        return not (self._opaque_lstm(x) and self.spec.dropout > 0 and self.training)
 
     def forward(self, x, state=None, cell_state=None):
         spec = self.spec
@@ -96,6 +102,8 @@ class RecurrentModule(nn.Module):
         flat = [w for i in range(first, first + layers) for d in range(spec.directions) for w in self._weights(i, d)]
         sl = slice(first * spec.directions, (first + layers) * spec.directions)
         hx = (h0[sl].contiguous(), c0[sl].contiguous()) if self.cell.states == 2 else h0[sl].contiguous()
+        if self._opaque_lstm(x):
+            return rnn_op.lstm(x, *hx, flat, spec.bias, layers, spec.bidirectional)
         kernel = getattr(torch._VF, self.cell.kernel())
         result = kernel(x, hx, flat, spec.bias, layers, spec.dropout, self.training, spec.bidirectional, True)
         return result[0]

@@ -50,7 +50,7 @@ def _train(capsys, tmp_path, spec, data, *extra):
 
 @pytest.mark.slow
 def test_train_compile_recurrent_lstm_spec(capsys, tmp_path):
-    """The LSTM under inductor on CPU (the time loop stands in for oneDNN's kernel, whose backward fails)."""
+    """The LSTM under inductor on CPU (oneDNN's kernel as the opaque op rpn2c::lstm, whose backward recomputes)."""
     spec = tmp_path / "sunspots_lstm.rpn"
     spec.write_text(LSTM_SPEC, encoding="utf-8")
     _train(capsys, tmp_path, spec, "sunspots", "--batch-size", "64")
