@@ -51,3 +51,24 @@ def test_the_program_reads_parameters_live_after_load_convert_and_copy():
     with torch.no_grad():
         c.c1.psi.weight.zero_()
     assert not torch.allclose(c(_x()), b(_x()))  # the copy's program reads the copy's parameters
+
+
+def test_the_emitted_calls_are_the_kernel_ops_of_the_rewritten_terms():
+    """A layer is inlined exactly when its rewritten term is a kernel op on the layer input: with the conv rule
+    off the grid heads stay module calls; pre-processing or a second channel keeps the call too."""
+    from rpn2c.lower.build import CompiledModel
+    from rpn2c.passes import optimize
+
+    graph = optimize(rpn2c.check(CNN), disable={"conv"})
+    assert str(graph.node("c1").terms[1]).startswith("process[relu](bias[tied](reconcile")
+    src = CompiledModel(graph).program_source
+    assert "torch.conv2d(" not in src and src.count("self.c1(") == 1 and src.count("max_pool2d(") == 2
+    text = ("model m {\n  input x: vector[B, 4]\n  a = head(x) { pre = [layer_norm]  out = 3 }\n"
+            "  b = head(a) { channels = 2  out = 3 }\n  y = head(b) { out = 2 }\n  return y\n}\n")
+    model = rpn2c.compile(text).double()
+    src = model.program_source
+    assert "self.a(" in src and "self.b(" in src and src.count("linear(") == 1
+    ref = rpn2c.compile(text, reference=True).double()
+    ref.load_state_dict(model.state_dict())
+    x = torch.randn(5, 4, dtype=torch.float64)
+    assert_close(model(x), ref(x), rtol=1e-12, atol=1e-12)

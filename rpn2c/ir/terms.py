@@ -123,14 +123,16 @@ def _input(tab: TermTable, value: str) -> Term:
 def _layer(tab: TermTable, graph: Graph, node: Node) -> Term:
     preds = graph.preds(node.id)
     spec = node.layer
-    x = _input(tab, preds["x"])
+    raw = x = _input(tab, preds["x"])
+    for i, p in enumerate(spec.pre):
+        x = tab.make("process", (x,), (node.id, "pre", i), _info(node, None, what=p.name), (p.span,))
     data = _input(tab, preds["context"]) if "context" in preds else x
     heads = [_head(tab, node, h, t, data) for h, t in zip(spec.heads, node.trace["heads"])]
     y = heads[0] if len(heads) == 1 else tab.make("fuse_heads", heads, (node.id,),
                                                   _info(node, None, what=spec.fusion and spec.fusion.name),
                                                   (node.span, spec.fusion.span if spec.fusion else UNKNOWN_SPAN))
     if spec.pi.name != "zero":
-        y = tab.make("remainder", (y, x), (node.id,), _info(node, None, what=spec.pi.name), (spec.pi.span,))
+        y = tab.make("remainder", (y, raw), (node.id,), _info(node, None, what=spec.pi.name), (spec.pi.span,))
     for i, p in enumerate(spec.post):
         y = tab.make("process", (y,), (node.id, i), _info(node, None, what=p.name), (p.span,))
     return y
@@ -164,6 +166,7 @@ def _head(tab: TermTable, node: Node, h: HeadSpec, t, data: Term) -> Term:
                 k = xi(slot, k, c)
         y = make("reconcile", (k,), h.psi, c)
         ys.append(make("bias", (y,), None, c, what=h.bias))
-    if len(ys) == 1:
-        return ys[0]
-    return make("fuse_channels", ys, h.channel_fusion)
+    y = ys[0] if len(ys) == 1 else make("fuse_channels", ys, h.channel_fusion)
+    for i, p in enumerate(getattr(h, "post", ())):  # the head's own processing, before the head fusion
+        y = tab.make("process", (y,), (node.id, h.name, "post", i), _info(node, h.name, what=p.name), (p.span,))
+    return y

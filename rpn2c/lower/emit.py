@@ -1,15 +1,16 @@
 """Straight-line emission: a compiled model's dataflow as one generated function (a ``torch.fx`` graph).
 
 The interpreter in ``CompiledModel`` walked its node list, looked each module up by path and dispatched through
-``LayerModule.forward`` on every call. Here the walk happens once: each IR node becomes fx nodes, and the layers
-whose decisions map one-to-one to torch calls are emitted as those calls on the layer's own parameters
-(``get_attr("c1.psi.weight")``), so ``state_dict`` names do not change:
+``LayerModule.forward`` on every call. Here the walk happens once: each IR node becomes fx nodes, and a layer
+whose rewritten term (``node.terms``, see ``rpn2c/ir/terms.py``) is a kernel op on the layer input, under its
+processing, is emitted as that op's torch call on the layer's own parameters (``get_attr("c1.psi.weight")``),
+so ``state_dict`` names do not change (the table ``_KERNELS``):
 
-- a ``conv`` head (identity κ and ψ, one channel, zero padding, full kernel box): ``conv{1,2,3}d`` with the
-  kernel a reshape of ψ and the bias in the call;
-- a ``linear`` head without ξ (identity κ and ψ, one channel): ``F.linear``;
-- a ``pool`` compression with no padding: ``max_pool{1,2,3}d``;
-- activations in ``post``: the activation function itself.
+- ``conv(x)`` (identity κ and ψ, zero padding, full kernel box): ``conv{1,2,3}d`` with the kernel a reshape of ψ
+  and the bias in the call;
+- ``linear(expand[identity](x))``: ``F.linear``;
+- ``pool(x)`` (a max compression with no padding): ``max_pool{1,2,3}d``;
+- ``process`` terms of activations: the activation function itself.
 
 Everything else is a call of the node's module, exactly what the interpreter did; the emitted code therefore
 computes the same function, which the differential tests check on every program. Inlined layers bypass their
@@ -65,25 +66,32 @@ def emit(model: nn.Module, graph, inline: bool = True) -> tuple[Callable, str]:
     return scope["forward"], code.src
 
 
-def _single_plain_head(module, node) -> bool:
-    spec = node.layer
-    return (len(spec.heads) == 1 and not spec.pre and spec.pi.name == "zero" and spec.fusion is None
-            and spec.heads[0].channels == 1 and getattr(module, "head_modules", 0) is None)
+def _kernel_term(node):
+    """The kernel op a layer's rewritten term applies to the layer input, under the layer's processing; None
+    when the term is anything else (several heads or channels, a remainder, pre-processing, head processing)."""
+    term = node.terms[1] if node.terms else None
+    while term is not None and term.op == "process" and term.info.get("head") is None:
+        term = term.args[0]
+    if term is None or term.op not in _KERNELS:
+        return None
+    arg = term.args[0]
+    if term.op == "linear" and arg.op == "expand" and arg.info.get("what") == "identity":
+        arg = arg.args[0]
+    return term if arg.op == "input" else None
+
+
+def _emit_linear(g, nid, module, h, t, x):
+    if h.psi.name != "identity":
+        return None
+    bias = g.get_attr(f"{nid}.bias") if module.bias is not None else None
+    return g.call_function(F.linear, (x, g.get_attr(f"{nid}.psi.weight"), bias))
 
 
 def _emit_layer(g: fx.Graph, nid: str, module, node, x):
-    if not _single_plain_head(module, node):
+    term = _kernel_term(node)
+    if term is None or getattr(module, "head_modules", 0) is not None:
         return None
-    h, t = node.layer.heads[0], node.trace["heads"][0]
-    kernels = module.kernels
-    y = None
-    if "conv" in kernels:
-        y = _emit_conv(g, nid, module, h, t, x)
-    elif "linear" in kernels and not h.xi and h.kappa.name == "identity" and h.psi.name == "identity":
-        bias = g.get_attr(f"{nid}.bias") if module.bias is not None else None
-        y = g.call_function(F.linear, (x, g.get_attr(f"{nid}.psi.weight"), bias))
-    elif "pool" in kernels:
-        y = _emit_pool(g, module, x)
+    y = _KERNELS[term.op](g, nid, module, node.layer.heads[0], node.trace["heads"][0], x)
     if y is None:
         return None
     for i, post in enumerate(module.post):
@@ -105,7 +113,7 @@ def _emit_conv(g, nid, module, h, t, x):
                             "groups": h.groups})
 
 
-def _emit_pool(g, module, x):
+def _emit_pool(g, nid, module, h, t, x):
     pool = module.kappa
     geo = getattr(pool, "geo", None)
     if geo is None or not getattr(pool, "native", False) or pool.metric != "max" or any(geo.pad_before) \
@@ -113,3 +121,6 @@ def _emit_pool(g, module, x):
         return None
     return g.call_function(_MAXPOOL[geo.rank], (x, tuple(geo.kernel), tuple(geo.stride), 0, tuple(geo.dilation)))
 
+
+
+_KERNELS = {"conv": _emit_conv, "linear": _emit_linear, "pool": _emit_pool}  # kernel op -> its torch call
