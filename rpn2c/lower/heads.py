@@ -63,6 +63,9 @@ def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, dat
     if geo is not None and geo.taps is not None:  # kernel-box positions of a patch's taps, built once
         pos = torch.tensor([_flat(tp, geo.kernel) for tp in geo.tap_positions()], dtype=torch.long)
         holder.register_buffer("tap_pos", pos, persistent=False)
+    if geo is not None and "gather_patches" in kernels and all(isinstance(v, int) for v in data.spatial):
+        # hoisted: the (patch, tap) source index of a known grid is built once, not on every call
+        holder.register_buffer("patch_index", geo.patch_index(tuple(data.spatial)), persistent=False)
     if h.bias == "tied":
         holder.bias = nn.Parameter(torch.zeros(n))
     elif h.bias == "untied":
@@ -203,7 +206,8 @@ class LayerModule(nn.Module):
         if "conv" in hd.kernels:
             ys = self._conv(hd, x, geo)
         else:
-            z = self._patches(x, geo, mode, hd.kernels, getattr(hd, "tap_pos", None))  # [B, P, C·p|C]
+            z = self._patches(x, geo, mode, hd.kernels, getattr(hd, "tap_pos", None),
+                              getattr(hd, "patch_index", None))  # [B, P, C·p|C]
             k = hd.kappa(z)
             ys = []
             for c in range(h.channels):
@@ -212,7 +216,7 @@ class LayerModule(nn.Module):
             ys = [y.transpose(1, 2).reshape(b, y.shape[-1], *out_sp).contiguous() for y in ys]
         return self._fuse_channels(hd, ys)
 
-    def _patches(self, x, geo, mode, kernels=frozenset(), tap_pos=None):
+    def _patches(self, x, geo, mode, kernels=frozenset(), tap_pos=None, index=None):
         b, cin = x.shape[:2]
         flat = x.reshape(b, cin, -1)
         if mode == "padding" and "unfold_patches" in kernels:
@@ -222,7 +226,8 @@ class LayerModule(nn.Module):
             xp = _pad(x, geo)
             y = _CONV[geo.rank](xp, kernel, stride=geo.stride, dilation=geo.dilation, groups=cin)
             return y.flatten(2).transpose(1, 2)
-        index = geo.patch_index(tuple(x.shape[2:]), device=x.device)  # [P, p]
+        if index is None:
+            index = geo.patch_index(tuple(x.shape[2:]), device=x.device)  # [P, p]
         taps = flat[:, :, index.clamp(min=0)] * (index >= 0)  # [B, C, P, p], zeros outside
         if mode == "aggregation":
             return taps.sum(-1).transpose(1, 2)  # [B, P, C]

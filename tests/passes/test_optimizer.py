@@ -416,3 +416,21 @@ def test_graph_spmm_exports_with_dynamic_sizes_and_holds_for_any_density():
     for n, e in ((70, 333), (400, 1200), (5, 100)):
         x2, e2 = torch.randn(n, 34, generator=g), torch.randint(0, n, (2, e), generator=g)
         assert_close(program(x2, e2), model(x2, e2), rtol=1e-5, atol=1e-6)
+
+
+def test_gather_patches_builds_its_index_once_with_the_head():
+    """Hoisting: a known grid's (patch, tap) source index is a buffer of the head, not rebuilt per call."""
+    from unittest import mock
+
+    from rpn2c.functional import structure
+
+    text = TARGETS_TEXT["gather_patches"]
+    model, _ = _build(text)
+    assert model.y.patch_index.shape == (2 * 3 * 3, 8)  # 2x2x2 windows on a 3x4x4 volume
+    x = torch.randn(2, 1, 3, 4, 4, dtype=torch.float64)
+    with mock.patch.object(structure, "patch_index", wraps=structure.patch_index) as built:
+        y = model(x)
+    assert built.call_count == 0
+    ref, _ = _build(text, reference=True)
+    ref.load_state_dict(model.state_dict())
+    assert_close(y, ref(x), rtol=1e-12, atol=1e-12)
