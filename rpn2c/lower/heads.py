@@ -211,9 +211,12 @@ class LayerModule(nn.Module):
             k = hd.kappa(z)
             ys = []
             for c in range(h.channels):
-                y = _reconcile(h, literal.channel(hd.psi, c), k)
-                ys.append(self._add_bias(hd, y))
-            ys = [y.transpose(1, 2).reshape(b, y.shape[-1], *out_sp).contiguous() for y in ys]
+                psi = literal.channel(hd.psi, c)
+                if "linear" in hd.kernels:  # ψ and the bias in one addmm
+                    ys.append(F.linear(k, psi.weight, hd.bias))
+                    continue
+                ys.append(self._add_bias(hd, _reconcile(h, psi, k)))
+            ys = [y.transpose(1, 2).reshape(b, y.shape[-1], *out_sp) for y in ys]  # [B, n, *S], a view
         return self._fuse_channels(hd, ys)
 
     def _patches(self, x, geo, mode, kernels=frozenset(), tap_pos=None, index=None):
@@ -291,15 +294,18 @@ def conv_padding(kappa_name: str, geo) -> tuple[int, ...] | None:
 def _unfold(x, geo, tap_pos=None):
     """Padding-mode patches of a 1-D or 2-D grid by im2col (``F.unfold``): ``[B, P, C·p]``, channel-major taps.
 
-    The grid is padded first (any padding mode), so the windows are those of the patch geometry; a tap subset
-    (cylinder/sphere) keeps only its kernel-box positions.
+    Symmetric zero padding is im2col's own; any other padding is applied to the grid first, so the windows are
+    those of the patch geometry. A tap subset (cylinder/sphere) keeps only its kernel-box positions.
     """
     b, c = x.shape[:2]
-    xp = _pad(x, geo)
+    # symmetric zero padding is im2col's own (no padded copy of the grid); other padding is applied first
+    own = geo.padding_mode == "zeros" and tuple(geo.pad_before) == tuple(geo.pad_after)
+    xp, padding = (x, tuple(geo.pad_before)) if own else (_pad(x, geo), (0,) * geo.rank)
     kernel, stride, dilation = geo.kernel, geo.stride, geo.dilation
     if geo.rank == 1:
-        xp, kernel, stride, dilation = xp.unsqueeze(2), (1, *kernel), (1, *stride), (1, *dilation)
-    cols = F.unfold(xp, kernel, dilation=dilation, stride=stride)  # [B, C·box, P]
+        xp, kernel, stride, dilation, padding = (xp.unsqueeze(2), (1, *kernel), (1, *stride), (1, *dilation),
+                                                 (0, *padding))
+    cols = F.unfold(xp, kernel, dilation=dilation, padding=padding, stride=stride)  # [B, C·box, P]
     if tap_pos is not None:  # kernel-box positions of the taps (a buffer built with the head)
         cols = cols.unflatten(1, (c, -1)).index_select(2, tap_pos).flatten(1, 2)
     return cols.transpose(1, 2)

@@ -57,9 +57,10 @@ def test_a_rewrite_stands_for_the_union_of_the_spans_it_replaced():
 
 def test_the_largest_pattern_wins_and_the_next_one_takes_over_when_it_is_off():
     node = _node(CNN, disable={"conv"})
-    assert [d.rule for d in node.decisions] == ["unfold_patches"]
-    assert str(node.terms[1]) == ("process[relu](bias[tied](reconcile[identity](expand[chebyshev]("
-                                  "unfold[grid_patch](input(x))))))")
+    assert [d.rule for d in node.decisions] == ["linear", "unfold_patches"]
+    assert str(node.terms[1]) == "process[relu](linear[tied](expand[chebyshev](unfold[grid_patch](input(x)))))"
+    node = _node(CNN, disable={"conv", "linear", "unfold_patches"})
+    assert [d.rule for d in node.decisions] == ["gather_patches"]
 
 
 def test_shared_kappa_makes_the_channels_read_one_interned_term():

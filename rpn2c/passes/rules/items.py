@@ -90,9 +90,11 @@ ITEMS_RULES: tuple[Rule, ...] = (
          "RPN 2 eq (30) multi-channel heads", benefit=1, cost=_share_cost,
          pattern=P("expand", "z", where=lambda t: t.key[4] is not None), rewrite=_one_kappa),
     Rule("linear", "head", "psi",
-         lambda s: (_items(s) and s.head.psi.name == "identity" and s.head.groups == 1
+         lambda s: ((_items(s) or (s.trace.view == "grid" and not s.trace.grid_kappa))
+                    and s.head.psi.name == "identity" and s.head.groups == 1
                     and s.head.bias in ("tied", "none") and "xi_instance" not in s.head.xi),
-         "identity ψ (a dense weight) with a tied bias: ψ applied and the bias added by one F.linear (addmm)",
+         "identity ψ (a dense weight) with a tied bias: ψ applied and the bias added by one F.linear (addmm); "
+         "on a grid head, on the patches' κ when no convolution took the whole head",
          "RPN 2 eq (26) with identity reconciliation: the perceptron", benefit=1,
          pattern=P("bias", P("reconcile", "k")), rewrite=to("linear")),
     Rule("structured_xi", "head", "xi",
