@@ -126,6 +126,8 @@ class LayerModule(nn.Module):
                     for hd in self._holders()]
         elif "fused_heads" in self.layer_kernels:
             outs = self._fused_heads(x, data, aux)
+        elif "stacked_heads" in self.layer_kernels:
+            outs = self._stacked_heads(data)
         else:
             outs = [self._head(hd, x, data, aux) for hd in self._holders()]
         y = literal.fuse(self.fusion, outs, self.out_kind == "grid") if self.fusion is not None else outs[0]
@@ -158,6 +160,14 @@ class LayerModule(nn.Module):
         if holders[0].bias is not None:
             y = y + torch.stack([hd.bias for hd in holders])[None, :, None, :]
         return list(y.unbind(1))
+
+    def _stacked_heads(self, data):
+        """Identical perceptron heads (rule ``stacked_heads``): κ once, one F.linear with ψ rows stacked."""
+        holders = self._holders()
+        k = holders[0].kappa(data)
+        weight = torch.cat([hd.psi.weight for hd in holders])
+        bias = torch.cat([hd.bias for hd in holders]) if holders[0].bias is not None else None
+        return list(F.linear(k, weight, bias).split([hd.psi.weight.shape[0] for hd in holders], dim=-1))
 
     def _fuse_channels(self, hd, ys):
         return literal.fuse_channels(hd, ys, self.out_kind == "grid")

@@ -109,6 +109,7 @@ TARGETS = {
     "causal_sdpa": SEQ + "  y = head(x) { xi_instance = low_rank_bilinear(rank = 2, causal = true)  out = 4 }",
     "fused_heads": SEQ + "  y = head(x) { heads = 3  xi_instance = low_rank_bilinear(rank = 2, causal = true)"
                          "  out = 4  fusion = concat_linear(out = 4) }",
+    "stacked_heads": SEQ + "  y = head(x) { heads = 3  kappa = chebyshev(d = 2)  out = 2  fusion = concat }",
     "fused_recurrent": SEQ + "  y = recurrent(x) { cell = lstm  out = 3  layers = 2 }",
     "time_loop": SEQ + "  y = recurrent(x) { cell = gru  out = 3  kappa_state = chebyshev(d = 2) }",
     "dead_code": SEQ + "  z = head(x) { out = 7 }\n  y = head(x) { out = 2 }",

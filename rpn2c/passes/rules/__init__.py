@@ -2,9 +2,10 @@
 
 from rpn2c.passes.rules.attention import ATTENTION_RULES
 from rpn2c.passes.rules.grid import GRID_RULES
+from rpn2c.passes.rules.heads import HEAD_RULES
 from rpn2c.passes.rules.items import ITEMS_RULES
 from rpn2c.passes.rules.recurrent import RECURRENT_RULES
 
-RULES = (*GRID_RULES, *ITEMS_RULES, *ATTENTION_RULES, *RECURRENT_RULES)
+RULES = (*GRID_RULES, *ITEMS_RULES, *ATTENTION_RULES, *HEAD_RULES, *RECURRENT_RULES)
 
-__all__ = ["RULES", "GRID_RULES", "ITEMS_RULES", "ATTENTION_RULES", "RECURRENT_RULES"]
+__all__ = ["RULES", "GRID_RULES", "ITEMS_RULES", "ATTENTION_RULES", "HEAD_RULES", "RECURRENT_RULES"]
