@@ -12,7 +12,7 @@ at it.
 
 from __future__ import annotations
 
-import inspect
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -55,12 +55,13 @@ class Rule:
         if self.pattern is None or self.rewrite is None:
             raise ValueError(f"rule {self.name!r} needs a pattern and a rewrite")
         if not self.location:
-            frame = inspect.stack()[2]  # the table that declares the rule
+            frame = sys._getframe(2)  # the table that declares the rule (not inspect.stack(): it reads every
+            filename = frame.f_code.co_filename  # frame's source, minutes once torch_geometric is imported)
             try:
-                where = Path(frame.filename).resolve().relative_to(_PACKAGE_ROOT)
+                where = Path(filename).resolve().relative_to(_PACKAGE_ROOT)
             except ValueError:
-                where = Path(frame.filename).name
-            object.__setattr__(self, "location", f"{where.as_posix()}:{frame.lineno}")
+                where = Path(filename).name
+            object.__setattr__(self, "location", f"{where.as_posix()}:{frame.f_lineno}")
 
 
 def P(op: str | tuple[str, ...], *args, where: Callable[[Term], bool] | None = None) -> Pat:

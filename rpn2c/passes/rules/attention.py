@@ -32,7 +32,8 @@ def _causal_only(s: Site) -> bool:
     if xi is None or xi.name not in ("low_rank_bilinear", "bilinear"):
         return False
     hp = xi.component.hp
-    return hp.softmax and hp.causal and hp.attn_mask is None and hp.key_padding is None and len(s.head.xi) == 1
+    return (hp.softmax and hp.causal and hp.attn_mask is None and hp.key_padding is None
+            and getattr(hp, "window", None) is None and len(s.head.xi) == 1)
 
 
 def _instance(t) -> bool:
