@@ -69,6 +69,8 @@ def test_the_emitted_calls_are_the_kernel_ops_of_the_rewritten_terms():
     src = model.program_source
     assert "self.a(" in src and "self.b(" in src and src.count("linear(") == 1
     ref = rpn2c.compile(text, reference=True).double()
+    assert "linear(" not in ref.program_source and "self.y(" in ref.program_source
+    assert "conv2d(" not in rpn2c.compile(CNN, reference=True).program_source  # the oracle inlines no kernel
     ref.load_state_dict(model.state_dict())
     x = torch.randn(5, 4, dtype=torch.float64)
     assert_close(model(x), ref(x), rtol=1e-12, atol=1e-12)
