@@ -51,6 +51,7 @@ INDUCTOR = {
     "interdependence:low_rank_bilinear": "attention",
     "interdependence:gaussian_rbf_kernel": "pairwise kernels",
     "cell:lstm": "recurrent cell", "cell:gru": "recurrent cell", "cell:rnn": "recurrent cell",
+    "cell:diagonal": "parallel scan (linear recurrence)",
     "expansion:chebyshev": "elementwise expansion", "reconciliation:lorr": "reconciliation",
     "fusion:concat_linear": "fusion",
 }
@@ -69,7 +70,7 @@ def _pair(entry, backend: str, dtype=torch.float64, fullgraph: bool = True):
 
 # ------------------------------------------------------------------------------------------------ the examples
 def test_every_entry_declares_an_example_that_checks_and_runs():
-    assert len(ENTRIES) == 217
+    assert len(ENTRIES) == 220
     for e in ENTRIES:
         text = e.example
         assert text and "{call}" not in text and "{name}" not in text, e.name

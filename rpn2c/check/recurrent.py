@@ -2,10 +2,13 @@
 
 Per layer l and direction: ``W_ih`` [G·H, D_l], ``W_hh`` [G·H, D_s] and (with ``bias``) ``b_ih``, ``b_hh`` [G·H],
 with G the cell's gate count, ``D_l`` = κ's width on the layer input (F for l = 0, H·dirs after) and ``D_s`` =
-κ_state's width on H. The output is the last layer's states, ``sequence[B, T, H·dirs]``.
+κ_state's width on H (the ``diagonal`` cell: ``W_ih`` [H, D_l], ``λ`` [H], ``b_ih`` [H]). The output is the last
+layer's states, ``sequence[B, T, H·dirs]``.
 """
 
 from __future__ import annotations
+
+import math
 
 from rpn2c.check.heads import LayerShapeError, _default, _int_setting, resolve_use
 from rpn2c.check.values import INVALID, Scope, evaluate
@@ -74,6 +77,10 @@ def build_recurrent(settings, scope: Scope, diags: Diagnostics, span: Span):
             refs[key] = (v, given[key].span)
     if len(diags.items) > start or None in (cell, kappa, kappa_state, hidden, layers):
         return None
+    if cell.component.diagonal and kappa_state.name != "identity":
+        diags.error("E0303", f"the '{cell.name}' cell multiplies the state by a vector λ, so 'kappa_state' must be "
+                             f"the identity, got '{kappa_state.name}'", given["kappa_state"].span)
+        return None
     if "cell_state" in refs and cell.component.states < 2:
         diags.error("E0303", f"'cell_state' is only for cells with two states (lstm), not '{cell.name}'",
                     refs["cell_state"][1])
@@ -98,10 +105,10 @@ def infer_recurrent(spec: RecurrentSpec, x: TensorType, states: dict[str, tuple[
         kappa_params += layers * spec.kappa_state.component.count((h,))
     except ShapeRuleError as exc:
         raise LayerShapeError(str(exc), span) from None
-    g = spec.cell.component.gates * h
     params = kappa_params
     for i in range(layers):
-        params += dirs * (g * d_in[i] + g * d_state + (2 * g if spec.bias else 0))
+        shapes = spec.cell.component.parameter_shapes(h, d_in[i], d_state, spec.bias).values()
+        params += dirs * sum(math.prod(s) for s in shapes)
     for key, (t, at) in states.items():
         want = (layers * dirs, h)
         if t.kind != "state":

@@ -21,15 +21,29 @@ class Cell(Component):
     family = "cell"
     gates: ClassVar[int] = 1
     states: ClassVar[int] = 1  # 2 for LSTM (h, c)
+    linear: ClassVar[bool] = False  # h_t = A h_{t−1} + u_t: a parallel scan / the block-Toeplitz matrix apply
+    diagonal: ClassVar[bool] = False  # the state weight is a vector λ (h_t = λ ⊙ h_{t−1} + …), κ_state = identity
 
     @classmethod
     def example_template(cls) -> str:
         return example_model("input x: sequence[B, 5, 4]", "y = recurrent(x) {", "  cell = {call}", "  out = 3", "}",
                              "return y")
 
-    def kernel(self) -> str:
-        """The name of the fused ``torch._VF`` kernel computing this cell over a whole sequence."""
+    def kernel(self) -> str | None:
+        """The name of the fused ``torch._VF`` kernel computing this cell over a whole sequence (None: none)."""
         raise NotImplementedError
+
+    def parameter_shapes(self, hidden: int, d_in: int, d_state: int, bias: bool) -> dict[str, tuple[int, ...]]:
+        """Per layer and direction: name prefix -> shape, in torch's order (``weight_ih, weight_hh, bias_ih,
+        bias_hh``)."""
+        g = self.gates * hidden
+        shapes = {"weight_ih": (g, d_in), "weight_hh": (g, d_state)}
+        return shapes | ({"bias_ih": (g,), "bias_hh": (g,)} if bias else {})
+
+    def state_gates(self, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """The state part ``r = κ_s(h_{t−1}) W_hhᵀ + b_hh`` (``h`` already expanded by κ_state)."""
+        r = h @ weight.transpose(0, 1)
+        return r if bias is None else r + bias
 
     def step(self, a: torch.Tensor, r: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         """New state from the input-gate pre-activations ``a`` and state-gate ones ``r`` (both [B, gates·H])."""
@@ -89,3 +103,49 @@ class LSTM(Cell):
         i, f, g, o = (a + r).chunk(4, dim=-1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         return torch.sigmoid(o) * torch.tanh(c), c
+
+
+@register
+class LinearCell(Cell):
+    """Linear recurrent cell: h_t = a + r = W_ih κ(x_t) + b_ih + A h_{t−1} + b_hh, no nonlinearity (A = W_hh, dense).
+
+    Unrolled, ``h = L (U x + b) + [A^{t+1} h₀]_t`` with ``L`` the block lower-triangular Toeplitz matrix of blocks
+    ``A^{i−j}`` (j ≤ i): seed 004's ``W_RNN`` (blocks ``V^{i−j} U``), whose diagonal blocks are ``U`` (so it is
+    lower- but not strictly lower-triangular). The default lowering is a log-depth parallel scan (rule
+    ``parallel_scan``), the reference lowering builds ``L`` and ``W_RNN`` literally. Weights are named as ``nn.RNN``'s.
+    """
+
+    name = "linear"
+    linear = True
+
+    def kernel(self):
+        return None
+
+    def step(self, a, r, state):
+        return (a + r,)
+
+
+@register
+class DiagonalCell(Cell):
+    """Diagonal linear cell (linear-RNN / S4D / LRU style, real λ): h_t = λ ⊙ h_{t−1} + W_ih κ(x_t) + b_ih.
+
+    ``weight_hh`` is the vector λ ∈ R^H (A = diag(λ)), initialised in [0.5, 0.99); one bias. κ_state must be the
+    identity. The readout ``y_t = C h_t`` is the next head. Seed 004's main-text matrix ``W_xh W_hh^{i−j}``
+    (scalar W_hh) is the case λ = c·1; complex λ (LRU) is not covered.
+    """
+
+    name = "diagonal"
+    linear = True
+    diagonal = True
+
+    def kernel(self):
+        return None
+
+    def parameter_shapes(self, hidden, d_in, d_state, bias):
+        return {"weight_ih": (hidden, d_in), "weight_hh": (hidden,)} | ({"bias_ih": (hidden,)} if bias else {})
+
+    def state_gates(self, h, weight, bias):
+        return h * weight if bias is None else h * weight + bias
+
+    def step(self, a, r, state):
+        return (a + r,)

@@ -71,8 +71,9 @@ class CompiledModel(nn.Module):
                                node.trace.get("xi_share"))
         if node.kind == "recurrent":
             x = g.node(preds["x"]).type
+            fired = kernels(node)[None]
             return RecurrentModule(node.layer, x.features, node.trace["recurrent"], self.reference,
-                                   fused="fused_recurrent" in kernels(node)[None])
+                                   fused="fused_recurrent" in fired, scan="parallel_scan" in fired)
         args = [g.node(preds[f"arg{i}"]).type for i in range(len(preds))]
         comp = node.op.component
         return comp.build(args) if node.op.component.family == "op" else comp.build(args[0])

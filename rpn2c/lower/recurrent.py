@@ -10,6 +10,12 @@ Parameters carry torch's names and layouts (``weight_ih_l0``, ``weight_hh_l0_rev
 - default: the fused torch kernel (``torch._VF.rnn_tanh/rnn_relu/gru/lstm``, what ``nn.RNN`` calls, cuDNN on GPU)
   when κ_state is the identity — κ on the layer input is applied to the whole sequence first; otherwise a loop
   over time steps (a state expansion does not commute with the fused kernel).
+
+Linear cells (``linear``, ``diagonal``: ``h_t = A h_{t−1} + u_t``, ``u_t = W_ih κ(x_t) + b``) with the identity
+κ_state: the default lowering is a log-depth parallel scan over time (rule ``parallel_scan``,
+``rpn2c.functional.scan.linear_scan``); the reference lowering is seed 004's literal matrix
+``h⃗ = W_RNN x⃗ + L (1 ⊗ b) + [A^{t+1} h₀]_t`` with ``L`` block lower-triangular (blocks ``A^{i−j}``) and
+``W_RNN = L (I_T ⊗ W_ih)`` (blocks ``A^{i−j} W_ih``). With another κ_state they take the generic paths.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpn2c.functional import rnn_op
+from rpn2c.functional.scan import linear_scan, recurrence_matrix, transition_powers
 from rpn2c.ir.trace import RecurrentTrace
 from rpn2c.ir.graph import RecurrentSpec
 
@@ -29,32 +36,43 @@ class RecurrentModule(nn.Module):
     """``h_t = cell(κ(x_t) W_ihᵀ + b_ih, κ_s(h_{t−1}) W_hhᵀ + b_hh, state_{t−1})`` over layers and directions."""
 
     def __init__(self, spec: RecurrentSpec, features: int, trace: RecurrentTrace, reference: bool,
-                 fused: bool = False):
-        """``fused``: the optimiser's ``fused_recurrent`` rule fired (identity κ_state); else a time loop."""
+                 fused: bool = False, scan: bool = False):
+        """``fused``: the optimiser's ``fused_recurrent`` rule fired (identity κ_state, a cell with a torch kernel);
+        ``scan``: its ``parallel_scan`` rule fired (a linear cell, identity κ_state); else a time loop."""
         super().__init__()
         self.spec, self.reference = spec, reference
         self.cell = spec.cell.component
-        h, g = spec.hidden, self.cell.gates * spec.hidden
+        h = spec.hidden
         self.kappa = nn.ModuleList(
             [spec.kappa.component.build((features if i == 0 else h * spec.directions,)) for i in range(spec.layers)])
         self.kappa_state = nn.ModuleList([spec.kappa_state.component.build((h,)) for _ in range(spec.layers)])
         self.identity_kappa = spec.kappa.name == "identity"
-        self.fused = fused and spec.kappa_state.name == "identity"
-        self._names: list[list[str]] = []
+        identity_state = spec.kappa_state.name == "identity"
+        self.fused = fused and identity_state and self.cell.kernel() is not None
+        self.scan = scan and identity_state and self.cell.linear
+        self.literal_matrix = identity_state and self.cell.linear  # the reference builds seed 004's W_RNN
+        self._names: list[dict[str, str]] = []
         bound = 1 / math.sqrt(h)
         for i in range(spec.layers):
             for sfx in ("", "_reverse")[: spec.directions]:
-                names = [f"weight_ih_l{i}{sfx}", f"weight_hh_l{i}{sfx}"]
-                shapes = [(g, trace.d_in[i]), (g, trace.d_state)]
-                if spec.bias:
-                    names += [f"bias_ih_l{i}{sfx}", f"bias_hh_l{i}{sfx}"]
-                    shapes += [(g,), (g,)]
-                for name, shape in zip(names, shapes):
-                    self.register_parameter(name, nn.Parameter(torch.empty(shape).uniform_(-bound, bound)))
+                names = {}
+                for prefix, shape in self.cell.parameter_shapes(h, trace.d_in[i], trace.d_state, spec.bias).items():
+                    names[prefix] = name = f"{prefix}_l{i}{sfx}"
+                    low, high = (0.5, 0.99) if self.cell.diagonal and prefix == "weight_hh" else (-bound, bound)
+                    self.register_parameter(name, nn.Parameter(torch.empty(shape).uniform_(low, high)))
                 self._names.append(names)
 
+    def _named(self, layer: int, direction: int) -> dict[str, torch.Tensor]:
+        """This layer and direction's parameters by prefix (``weight_ih``, ``weight_hh``, ``bias_ih``, …)."""
+        return {k: getattr(self, n) for k, n in self._names[layer * self.spec.directions + direction].items()}
+
     def _weights(self, layer: int, direction: int) -> list[torch.Tensor]:
-        return [getattr(self, n) for n in self._names[layer * self.spec.directions + direction]]
+        return list(self._named(layer, direction).values())
+
+    def _input_gates(self, x, w) -> torch.Tensor:
+        """``a = κ(x) W_ihᵀ + b_ih`` for all steps at once, ``[B, T, G·H]``."""
+        a = x @ w["weight_ih"].transpose(0, 1)
+        return a + w["bias_ih"] if "bias_ih" in w else a
 
     def _opaque_lstm(self, x) -> bool:
         """An LSTM on CPU being compiled: AOTAutograd cannot differentiate oneDNN's mkldnn_rnn_layer in
@@ -86,11 +104,14 @@ class RecurrentModule(nn.Module):
             if not self.reference and fused:
                 out = self._kernel(inp, h0, c0, 1, i)
                 continue
+            if self.reference:
+                run = self._matrix_direction if self.literal_matrix else self._reference_direction
+            else:
+                run = self._scan_direction if self.scan else self._loop_direction
             outs = []
             for d in range(spec.directions):
                 s = i * spec.directions + d
                 init = (h0[s], c0[s])[: self.cell.states]
-                run = self._reference_direction if self.reference else self._loop_direction
                 outs.append(run(inp, init, i, d))
             out = torch.cat(outs, dim=-1)
         return out
@@ -110,32 +131,62 @@ class RecurrentModule(nn.Module):
 
     def _loop_direction(self, x, init, layer, direction):
         """A loop over time steps (κ_state is not the identity): input gates for all steps at once."""
-        w = self._weights(layer, direction)
-        a = x @ w[0].transpose(0, 1) + (w[2] if self.spec.bias else 0)  # [B, T, G·H]
+        w = self._named(layer, direction)
+        a = self._input_gates(x, w)  # [B, T, G·H]
         steps = range(x.shape[1] - 1, -1, -1) if direction else range(x.shape[1])
         state, outs = init, [None] * x.shape[1]
         for t in steps:
-            r = self.kappa_state[layer](state[0]) @ w[1].transpose(0, 1) + (w[3] if self.spec.bias else 0)
+            r = self.cell.state_gates(self.kappa_state[layer](state[0]), w["weight_hh"], w.get("bias_hh"))
             state = self.cell.step(a[:, t], r, state)
             outs[t] = state[0]
         return torch.stack(outs, dim=1)
 
+    def _linear_terms(self, x, layer, direction):
+        """A linear cell's transition A (matrix or vector λ) and driving terms ``u_t = W_ih x_t + b_ih + b_hh``."""
+        w = self._named(layer, direction)
+        u = self._input_gates(x, w)
+        return w["weight_hh"], (u + w["bias_hh"] if "bias_hh" in w else u)
+
+    def _scan_direction(self, x, init, layer, direction):
+        """A linear cell by the log-depth parallel scan (``⌈log₂ T⌉`` rounds); backward = the scan on reversed time."""
+        a, u = self._linear_terms(x, layer, direction)
+        if direction:
+            return linear_scan(u.flip(1), a, init[0]).flip(1)
+        return linear_scan(u, a, init[0])
+
     # ------------------------------------------------------------------------------------------- reference
+    def _matrix_direction(self, x, init, layer, direction):
+        """Seed 004's literal matrix: ``h⃗ = W_RNN x⃗ + L (1 ⊗ b) + [A^{k_t} h₀]_t``, ``W_RNN = L (I_T ⊗ W_ih)``,
+        ``k_t = t + 1`` (forward) or ``T − t`` (backward, where ``L`` is block upper-triangular)."""
+        w = self._named(layer, direction)
+        b, n, d = x.shape
+        a = torch.diag(w["weight_hh"]) if self.cell.diagonal else w["weight_hh"]
+        lower = recurrence_matrix(a, n, reverse=bool(direction))  # [T·H, T·H], blocks A^{i−j}
+        w_rnn = lower @ torch.kron(torch.eye(n, dtype=x.dtype, device=x.device), w["weight_ih"])  # [T·H, T·D]
+        h = x.reshape(b, n * d) @ w_rnn.transpose(0, 1)
+        bias = sum(w[k] for k in ("bias_ih", "bias_hh") if k in w)
+        if torch.is_tensor(bias):
+            h = h + lower @ bias.repeat(n)
+        steps = torch.arange(n, device=x.device)
+        powers = transition_powers(a, n)[n - steps if direction else steps + 1]  # [T, H, H]
+        h = h.reshape(b, n, -1) + torch.einsum("thk,bk->bth", powers, init[0])
+        return h
+
     def _reference_direction(self, x, init, layer, direction):
         """Literal form: the fed-back state comes from the materialised chain matrix over the output rows."""
-        w = self._weights(layer, direction)
+        w = self._named(layer, direction)
         b, n = x.shape[:2]
         hidden = self.spec.hidden
         chain = torch.diag(x.new_ones(n - 1), -1 if direction == 0 else 1)  # [T, T]: row t reads t∓1
         first = n - 1 if direction else 0
         eye = torch.eye(n, dtype=x.dtype, device=x.device)
         rows = [x.new_zeros(b, n, hidden) for _ in range(self.cell.states)]  # H (and C) as produced so far
-        a = x @ w[0].transpose(0, 1) + (w[2] if self.spec.bias else 0)
+        a = self._input_gates(x, w)
         steps = range(n - 1, -1, -1) if direction else range(n)
         for t in steps:
             fed = [torch.einsum("s,bsh->bh", chain[t], rows_k) + (init_k if t == first else 0)
                    for rows_k, init_k in zip(rows, init)]
-            r = self.kappa_state[layer](fed[0]) @ w[1].transpose(0, 1) + (w[3] if self.spec.bias else 0)
+            r = self.cell.state_gates(self.kappa_state[layer](fed[0]), w["weight_hh"], w.get("bias_hh"))
             new = self.cell.step(a[:, t], r, tuple(fed))
             onehot = eye[t]  # write row t functionally (autograd needs the earlier rows intact)
             rows = [rows_k + onehot[None, :, None] * s[:, None, :] for rows_k, s in zip(rows, new)]
@@ -144,5 +195,8 @@ class RecurrentModule(nn.Module):
     def extra_repr(self) -> str:
         s = self.spec
         return (f"cell={s.cell}, hidden={s.hidden}, layers={s.layers}, bidirectional={s.bidirectional}, "
-                f"lowering={'reference' if self.reference else ('fused' if self.fused else 'loop')}")
+                f"lowering={'reference' if self.reference else self._default_form()}")
+
+    def _default_form(self) -> str:
+        return "fused" if self.fused else "scan" if self.scan else "loop"
 

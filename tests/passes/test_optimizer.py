@@ -112,6 +112,7 @@ TARGETS = {
     "stacked_heads": SEQ + "  y = head(x) { heads = 3  kappa = chebyshev(d = 2)  out = 2  fusion = concat }",
     "fused_recurrent": SEQ + "  y = recurrent(x) { cell = lstm  out = 3  layers = 2 }",
     "time_loop": SEQ + "  y = recurrent(x) { cell = gru  out = 3  kappa_state = chebyshev(d = 2) }",
+    "parallel_scan": SEQ + "  y = recurrent(x) { cell = linear  out = 3  layers = 2  bidirectional = true }",
     "dead_code": SEQ + "  z = head(x) { out = 7 }\n  y = head(x) { out = 2 }",
     "shared_xi": "  input x: nodes[N, 3]\n  input edges: edges[2, E]\n"
                  "  a = head(x) { xi_instance = graph(edges = edges, norm = \"symmetric\")  out = 4  post = [relu] }\n"

@@ -1,0 +1,52 @@
+"""Linear recurrences ``h_t = A h_{t−1} + u_t`` by a log-depth parallel scan, and their literal matrices.
+
+``A`` is a scalar (0-d), a diagonal given as a vector ``[H]`` (``h_t = λ ⊙ h_{t−1} + u_t``) or a dense matrix
+``[H, H]``. The scan is Hillis–Steele's inclusive scan on the pairs ``(A, u_t)``: after the round with stride
+``s`` every ``h_t`` holds ``Σ_{k<2s} A^k u_{t−k}``, using ``A^s`` from repeated squaring, so ``⌈log₂ T⌉`` rounds
+of one batched multiply each. It never divides by ``A`` (the closed form ``λ^t·cumsum(u_j / λ^j)`` overflows for
+small ``|λ|``), so any ``λ`` that keeps the outputs finite is exact.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _times(a: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """``A v`` on the last axis of ``v``: a matrix product for a dense ``A``, else an elementwise one."""
+    return v @ a.transpose(-1, -2) if a.dim() == 2 else v * a
+
+
+def linear_scan(u: torch.Tensor, a: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
+    """``h_t = A h_{t−1} + u_t`` along dim −2 of ``u [..., T, H]``, ``h_{−1} = h0 [..., H]`` (or 0)."""
+    if h0 is not None:
+        u = torch.cat([(u[..., :1, :] + _times(a, h0).unsqueeze(-2)), u[..., 1:, :]], dim=-2)
+    h, power, s, n = u, a, 1, u.shape[-2]
+    while s < n:
+        h = torch.cat([h[..., :s, :], h[..., s:, :] + _times(power, h[..., :-s, :])], dim=-2)
+        power = power @ power if a.dim() == 2 else power * power
+        s *= 2
+    return h
+
+
+def transition_powers(a: torch.Tensor, n: int) -> torch.Tensor:
+    """``[A^0, A^1, …, A^n]`` stacked (``[n+1, H, H]`` dense, ``[n+1, *a.shape]`` otherwise), by repeated products."""
+    one = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device) if a.dim() == 2 else torch.ones_like(a)
+    out = [one]
+    for _ in range(n):
+        out.append(out[-1] @ a if a.dim() == 2 else out[-1] * a)
+    return torch.stack(out)
+
+
+def recurrence_matrix(a: torch.Tensor, n: int, reverse: bool = False) -> torch.Tensor:
+    """The block lower-triangular Toeplitz matrix ``L[i, j] = A^{i−j}`` (j ≤ i) of ``h = L u``, ``[n·H, n·H]``
+    (``reverse``: block upper-triangular ``A^{j−i}``, the recurrence run from the last step back). A scalar or
+    diagonal ``A`` is written as the dense ``a·I`` / ``diag(λ)`` first: this is the literal matrix."""
+    if a.dim() < 2:
+        a = torch.diag(a.expand(1) if a.dim() == 0 else a)
+    hidden = a.shape[-1]
+    powers = transition_powers(a, n)  # [n+1, H, H]
+    i = torch.arange(n, device=a.device)
+    lag = (i[:, None] - i[None, :]) * (-1 if reverse else 1)
+    blocks = powers[lag.clamp(min=0)] * (lag >= 0).to(a.dtype)[:, :, None, None]  # [n, n, H, H]
+    return blocks.permute(0, 2, 1, 3).reshape(n * hidden, n * hidden)
