@@ -1,13 +1,44 @@
-"""Converter for torch_geometric.nn.GCNConv (registered once torch_geometric is imported).
+"""Converters for torch_geometric.nn.GCNConv and GATConv (registered once torch_geometric is imported).
 
 GCNConv = a head with a graph instance ξ from the edge list, symmetric normalisation D^-1/2 (A+I) D^-1/2 with PyG's
 ``add_remaining_self_loops`` and target-side degrees (catalog §5.3: the paper's eq 176/177 are column/row
 normalisations, neither is Kipf's; §8 item 13), κ identity, ψ identity = Θ, and the bias added after aggregation.
+
+GATConv = ``heads = H`` heads fused by concat (or mean), head h: a graph_attention instance ξ (scores
+LeakyReLU(a_srcᵀ W_h x_j + a_dstᵀ W_h x_i), softmax over the edges into i), κ identity, ψ identity = W_h and its
+slice of the bias added after aggregation.
 """
 
 from __future__ import annotations
 
-from rpn2c.frontends.torch_import import Context, Value, register_converter
+from dataclasses import dataclass
+
+import torch
+
+from rpn2c.frontends.torch_import import Context, Link, Value, register_converter
+
+
+def _node_inputs(ctx: Context, f: int, batched: bool = True) -> tuple[Value, Value]:
+    """The node features ``x`` ([N, F], or [B, N, F] where ``batched``) and the edge list, declared."""
+    x, ei = ctx.get("x"), ctx.get("edge_index")
+    if not isinstance(ei, Value):
+        ctx.fail(f"edge_index={type(ei).__name__}", "only an edge list [2, E] (not a SparseTensor adjacency)")
+    if not isinstance(x, Value):
+        ctx.fail(f"x={type(x).__name__}", "expected a node feature tensor")
+    if x.kind is None:
+        if len(x.shape) == 2:
+            ctx.declare(x, "items", f"nodes[{{items}}, {x.shape[1]}]", batched=False, item_axis=0, item_symbol="N")
+        elif len(x.shape) == 3 and batched:
+            ctx.declare(x, "items", f"nodes[B, {{items}}, {x.shape[2]}]", item_axis=1, item_symbol="N")
+        else:
+            ctx.fail(None, f"node features of shape {list(x.shape)}")
+    elif x.kind != "items" or x.time_major:
+        ctx.fail(None, f"node features must be nodes [N, F]{' or [B, N, F]' if batched else ''}, got a {x.kind} "
+                       "value")
+    if x.features != f:
+        ctx.fail(f"in_channels={f}", f"the input has {x.features} features")
+    ctx.declare(ei, "edges", "edges[2, E]")
+    return x, ei
 
 
 def gcn_conv(m, ctx: Context) -> Value:
@@ -19,24 +50,9 @@ def gcn_conv(m, ctx: Context) -> Value:
                                 "recomputes it on every call")
     if getattr(m, "aggr", "add") != "add" or getattr(m, "flow", "source_to_target") != "source_to_target":
         ctx.fail(f"aggr={m.aggr!r}, flow={m.flow!r}", "only sum aggregation from source to target")
-    x, ei, ew = ctx.get("x"), ctx.get("edge_index"), ctx.get("edge_weight")
-    if not isinstance(ei, Value):
-        ctx.fail(f"edge_index={type(ei).__name__}", "only an edge list [2, E] (not a SparseTensor adjacency)")
-    if not isinstance(x, Value):
-        ctx.fail(f"x={type(x).__name__}", "expected a node feature tensor")
     f = m.in_channels
-    if x.kind is None:
-        if len(x.shape) == 2:
-            ctx.declare(x, "items", f"nodes[{{items}}, {x.shape[1]}]", batched=False, item_axis=0, item_symbol="N")
-        elif len(x.shape) == 3:
-            ctx.declare(x, "items", f"nodes[B, {{items}}, {x.shape[2]}]", item_axis=1, item_symbol="N")
-        else:
-            ctx.fail(None, f"node features of shape {list(x.shape)}")
-    elif x.kind != "items" or x.time_major:
-        ctx.fail(None, f"node features must be nodes [N, F] or [B, N, F], got a {x.kind} value")
-    if x.features != f:
-        ctx.fail(f"in_channels={f}", f"the input has {x.features} features")
-    ctx.declare(ei, "edges", "edges[2, E]")
+    x, ei = _node_inputs(ctx, f)
+    ew = ctx.get("edge_weight")
     graph = [f"edges = {ei.name}"]
     uses = [ei]
     if ew is not None:
@@ -65,7 +81,78 @@ def gcn_conv(m, ctx: Context) -> Value:
     return y
 
 
+@dataclass(frozen=True)
+class _Entry(Link):
+    """compiled tensor = source[index]: one head's attention vector ``att_src[0, h]`` of GATConv's [1, H, C]."""
+
+    index: tuple[int, ...] = ()
+
+    def apply(self, t: torch.Tensor) -> torch.Tensor:
+        return t[self.index]
+
+    def scatter(self, g: torch.Tensor, source_shape) -> torch.Tensor:
+        out = g.new_zeros(tuple(source_shape))
+        out[self.index] = g.reshape(out[self.index].shape)
+        return out
+
+
+def _param_entry(ctx: Context, compiled: str, torch_local: str, index: tuple[int, ...]) -> None:
+    """``ctx.param`` for one entry ``torch_local[index]`` of a tensor (a Link slices rows only)."""
+    ctx.param(compiled, torch_local)
+    b = ctx.builder
+    b.links[compiled] = _Entry(b.links[compiled].source, index=index)
+    b.tensors[compiled] = b.tensors[compiled][index].clone()
+
+
+def gat_conv(m, ctx: Context) -> Value:
+    """torch_geometric.nn.GATConv(x, edge_index): H heads of additive edge attention, concatenated or averaged."""
+    if m.lin is None:
+        ctx.fail(f"in_channels={m.in_channels}", "separate source/target projections (a bipartite GAT) have no "
+                                                 "graph_attention setting")
+    if m.edge_dim is not None or m.lin_edge is not None:
+        ctx.fail(f"edge_dim={m.edge_dim}", "edge features in the scores have no graph_attention setting")
+    if getattr(m, "res", None) is not None:
+        ctx.fail("residual=True", "the residual projection is not converted")
+    if getattr(m, "aggr", "add") != "add" or getattr(m, "flow", "source_to_target") != "source_to_target":
+        ctx.fail(f"aggr={m.aggr!r}, flow={m.flow!r}", "only sum aggregation from source to target")
+    for arg in ("edge_attr", "size", "return_attention_weights"):
+        if ctx.get(arg) is not None:
+            ctx.fail(f"{arg}=...", "only GATConv(x, edge_index)")
+    f, h, c = m.in_channels, m.heads, m.out_channels
+    x, ei = _node_inputs(ctx, f, batched=False)
+    xi = [f"edges = {ei.name}", f"rank = {c}", f"negative_slope = {float(m.negative_slope)!r}"]
+    if not m.add_self_loops:
+        xi.append("self_loops = false")
+    if m.dropout > 0:
+        xi.append(f"dropout = {float(m.dropout)!r}")
+    fuse = "concat" if m.concat else "mean"
+    settings = ([f"heads = {h}"] if h > 1 else []) + [f"xi_instance = graph_attention({', '.join(xi)})", f"out = {c}"]
+    if m.bias is None:
+        settings.append("bias = false")
+    if h > 1:
+        settings.append(f"fusion = {fuse}")
+    name = ctx.name("gat")
+    loops = "one self-loop per node replacing the listed ones" if m.add_self_loops else "the edges as listed"
+    bias = "no bias" if m.bias is None else f"{'its slice of' if m.concat else 'all of'} the bias after aggregation"
+    comment = [f"{ctx.where()}({f} -> {h} x {c}, {fuse}): {h} graph attention head(s) fused by {fuse}; per head:",
+               f"  ξ_instance = softmax over the edges into each node ({loops}) of",
+               f"  LeakyReLU_{m.negative_slope}(a_srcᵀ W x_j + a_dstᵀ W x_i) (W, a = lin.weight, att_src/att_dst slices),",
+               f"  κ identity, ψ identity = W (lin.weight again: ξ and ψ hold copies), {bias}"]
+    y = ctx.head(x, settings, comment=comment, name=name, uses=[ei])
+    for i in range(h):
+        p = name if h == 1 else f"{name}.heads.h{i}"
+        rows = (i * c, (i + 1) * c)
+        ctx.param(f"{p}.psi.weight", "lin.weight", rows=rows)
+        ctx.param(f"{p}.xi_instance.weight", "lin.weight", rows=rows, transpose=True)
+        _param_entry(ctx, f"{p}.xi_instance.att_src", "att_src", (0, i))
+        _param_entry(ctx, f"{p}.xi_instance.att_dst", "att_dst", (0, i))
+        if m.bias is not None:
+            ctx.param(f"{p}.bias", "bias", rows=rows if m.concat else None)
+    return y
+
+
 def register_all() -> None:
-    from torch_geometric.nn import GCNConv
+    from torch_geometric.nn import GATConv, GCNConv
 
     register_converter(GCNConv, gcn_conv)
+    register_converter(GATConv, gat_conv)

@@ -388,15 +388,7 @@ def test_symmetric_normalization_hand_written(g):
 def test_symmetric_normalization_matches_pyg_gcn_norm(g):
     gcn = pytest.importorskip("torch_geometric.nn.conv.gcn_conv")
     n, e, seed, weighted = g
-    ei, w = _random_graph(n, e, seed, weighted, loops=True)
-    # make self-loops unique: PyG keeps one of several, we sum them
-    loops = ei[0] == ei[1]
-    first = torch.ones(ei.shape[1], dtype=torch.bool)
-    seen = set()
-    for k in torch.nonzero(loops).flatten().tolist():
-        first[k] = ei[0, k].item() not in seen
-        seen.add(ei[0, k].item())
-    ei, w = ei[:, first], (w[first] if w is not None else None)
+    ei, w = _random_graph(n, e, seed, weighted, loops=True)  # duplicated edges and self-loops included
     e_idx, e_w = gcn.gcn_norm(ei, w, n, add_self_loops=True, dtype=DT)
     ref = torch.zeros(n, n, dtype=DT).index_put_((e_idx[1], e_idx[0]), e_w, accumulate=True)
     _close(S.graph_adjacency(ei, n, w, normalization="symmetric", dtype=DT), ref)
@@ -408,6 +400,18 @@ def test_self_loops_keep_existing_weight():
     A = S.graph_adjacency(ei, 3, w, self_loops=True, fill=0.5)
     _close(A.diagonal(), torch.tensor([0.5, 5.0, 0.5], dtype=DT))
     assert A[1, 0] == 2.0 and A[2, 1] == 3.0
+
+
+def test_duplicated_self_loops_keep_the_last_listed_weight():
+    """PyG's add_remaining_self_loops: one loop per node with its last listed weight (not their sum), eagerly and
+    compiled (where the replaced loops stay as zero-weight placeholders)."""
+    ei = torch.tensor([[2, 0, 2, 0, 1], [2, 1, 2, 0, 2]])
+    w = torch.tensor([4.0, 2.0, 6.0, 1.5, 3.0], dtype=DT)
+    want = torch.tensor([[1.5, 0, 0], [2.0, 0.5, 0], [0, 3.0, 6.0]], dtype=DT)
+    _close(S.graph_adjacency(ei, 3, w, self_loops=True, fill=0.5), want)
+    f = torch.compile(S.graph_norm_weights, fullgraph=True, backend="aot_eager")
+    src, dst, ww = f(ei, 3, w, True, "none", fill=0.5)
+    _close(torch.zeros(3, 3, dtype=DT).index_put_((dst, src), ww, accumulate=True), want)
 
 
 @SET

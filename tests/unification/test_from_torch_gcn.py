@@ -19,6 +19,7 @@ from unification_helpers import assert_matches_torch, compile_or_skip, n_example
 
 import rpn2c
 from rpn2c.frontends import register_converter
+from tests.unification.graph_cases import edge_lists, has_duplicate_self_loops
 
 try:
     from torch_geometric.nn import GCNConv
@@ -65,28 +66,13 @@ def convert_dense_gcn(m: DenseGCN, ctx) -> rpn2c.frontends.Value:
 register_converter(DenseGCN, convert_dense_gcn)
 
 
-@st.composite
-def graphs(draw, self_loops=True):
-    """(n, edge_index): random directed edges, duplicates allowed, at most one self-loop per node."""
-    n = draw(st.integers(1, 6))
-    pairs = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=12))
-    seen, keep = set(), []
-    for s, t in pairs:
-        if s == t and (not self_loops or s in seen):
-            continue
-        if s == t:
-            seen.add(s)
-        keep.append((s, t))
-    ei = torch.tensor(keep, dtype=torch.long).reshape(-1, 2).T.contiguous()
-    return n, ei
-
-
 @needs_pyg
 @settings(max_examples=n_examples(40), deadline=None)
-@given(graphs(), st.integers(1, 3), st.integers(1, 4), st.booleans(), st.booleans(), st.booleans(),
+@given(edge_lists(), st.integers(1, 3), st.integers(1, 4), st.booleans(), st.booleans(), st.booleans(),
        st.booleans(), st.booleans(), st.integers(0, 2**16))
 def test_gcnconv_matches_pyg(graph, fin, fout, weighted, normalize, self_loops, bias, batched, seed):
-    """GCNConv (normalize, add_self_loops, bias, edge weights, a batch axis): outputs and gradients equal PyG's."""
+    """GCNConv (normalize, add_self_loops, bias, edge weights, a batch axis) on any edge list (duplicated edges and
+    self-loops, isolated nodes): outputs and gradients equal PyG's."""
     n, ei = graph
     torch.manual_seed(seed)
     self_loops = self_loops and normalize  # PyG adds self-loops only while normalising
@@ -100,7 +86,7 @@ def test_gcnconv_matches_pyg(graph, fin, fout, weighted, normalize, self_loops, 
 
 
 @settings(max_examples=n_examples(25), deadline=None)
-@given(graphs(self_loops=False), st.integers(1, 3), st.integers(1, 4), st.integers(0, 2**16))
+@given(edge_lists(loops=False), st.integers(1, 3), st.integers(1, 4), st.integers(0, 2**16))
 def test_dense_gcn_via_registered_converter(graph, fin, fout, seed):
     """A user module converted through register_converter: Â X W + b equals the spec (graphs without self-loops,
     where Kipf's A + I and PyG's remaining self-loops agree)."""
@@ -128,7 +114,7 @@ def test_existing_self_loops_follow_pyg_not_a_plus_i():
 
 @needs_pyg
 @settings(max_examples=n_examples(15), deadline=None)
-@given(graphs(), st.integers(1, 3), st.integers(0, 2**16), st.data())
+@given(edge_lists(), st.integers(1, 3), st.integers(0, 2**16), st.data())
 def test_gcn_is_permutation_equivariant(graph, fin, seed, data):
     """f(P X, P A Pᵀ) = P f(X, A) for the compiled spec: relabelling nodes permutes the output rows."""
     n, ei = graph
@@ -142,3 +128,44 @@ def test_gcn_is_permutation_equivariant(graph, fin, seed, data):
     for reference in (False, True):
         model = compile_or_skip(spec, reference)
         torch.testing.assert_close(model(x[perm], inv[ei], w), model(x, ei, w)[perm])
+
+
+@needs_pyg
+def test_duplicated_weighted_self_loops_keep_the_last_one_as_pyg():
+    """Node 0 lists self-loops of weight 2 and 3, node 1 of weight 5 and 7: PyG's add_remaining_self_loops keeps the
+    last listed weight (3 and 7), not their sum; duplicated non-loop edges (1 -> 2 twice) add up."""
+    ei = torch.tensor([[0, 1, 0, 1, 1, 1], [0, 1, 0, 2, 2, 1]])
+    w = torch.tensor([2.0, 5.0, 3.0, 0.5, 0.25, 7.0], dtype=torch.float64)
+    assert has_duplicate_self_loops(ei)
+    x = rand(4, 2)
+    m = GCNConv(2, 3).double()
+    a = torch.tensor([[3.0, 0, 0, 0], [0, 7.0, 0, 0], [0, 0.75, 1.0, 0], [0, 0, 0, 1.0]], dtype=torch.float64)
+    d = a.sum(1).rsqrt()
+    want = (d[:, None] * a * d[None, :]) @ x @ m.lin.weight.T + m.bias
+    torch.testing.assert_close(m(x, ei, w), want)
+    for reference in (False, True):
+        model = compile_or_skip(rpn2c.from_torch(m, (x, ei, w)), reference)
+        torch.testing.assert_close(model(x, ei, w), want)
+
+
+@needs_pyg
+@settings(max_examples=n_examples(60), deadline=None)
+@given(edge_lists(max_nodes=8, max_edges=16), st.booleans(), st.integers(0, 2**16))
+def test_gcn_norm_equals_pyg_on_every_edge_list(graph, weighted, seed):
+    """The graph ξ's symmetric normalisation with self-loops equals PyG's gcn_norm as a matrix, on held-out edge
+    lists with duplicated edges, duplicated (weighted) self-loops and isolated nodes."""
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+    from rpn2c.functional import structure
+
+    n, ei = graph
+    w = torch.rand(ei.shape[1], dtype=torch.float64, generator=torch.Generator().manual_seed(seed)) + 0.1
+    w = w if weighted else None
+    e_idx, e_w = gcn_norm(ei, w, n, add_self_loops=True, dtype=torch.float64)
+    want = torch.zeros(n, n, dtype=torch.float64).index_put_((e_idx[1], e_idx[0]), e_w, accumulate=True)
+    got = structure.graph_adjacency(ei, n, w, normalization="symmetric", dtype=torch.float64)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14)
+    src, dst, ww = structure.graph_norm_weights(ei, n, w, normalization="symmetric", dtype=torch.float64)
+    x = rand(n, 3, seed=seed)
+    for op in (None, structure.graph_operator(src, dst, ww, n)):  # gather/scatter and the SpMM/GEMM operand
+        torch.testing.assert_close(structure.graph_propagate(x, src, dst, ww, n, 0, op), want @ x)

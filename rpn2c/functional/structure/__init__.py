@@ -73,6 +73,9 @@ from rpn2c.functional.structure.graph import (  # noqa: F401
     pagerank_matrix,
     pagerank_iterations,
     pagerank_propagate,
+    attention_edges,
+    edge_softmax,
+    edge_aggregate,
     DENSE_MAX,
     DENSE_RATIO,
 )
@@ -117,4 +120,7 @@ __all__ = [
     "pagerank_matrix",
     "pagerank_iterations",
     "pagerank_propagate",
+    "attention_edges",
+    "edge_softmax",
+    "edge_aggregate",
 ]

@@ -65,8 +65,9 @@ def graph_norm_weights(
        0): the 0/1 OR for unweighted graphs, and the toolkit's rule for weighted ones; ``"sum"`` gives
        ``A + Aᵀ`` (PyG ``to_undirected(reduce="add")``). Duplicate edges are summed first.
     2. Self-loops (``self_loops=None`` means: on for ``symmetric``, off otherwise), with PyG
-       ``add_remaining_self_loops`` semantics: a node with self-loop(s) keeps its weight (duplicates summed; PyG
-       keeps one), a node without gets ``fill``. Added before normalisation, as the toolkit does.
+       ``add_remaining_self_loops`` semantics: every listed self-loop is replaced by one loop per node, whose
+       weight is that of the node's last listed self-loop (PyG's index assignment; unweighted: 1), or ``fill``
+       where the node has none. Added before normalisation, as the toolkit does.
     3. Normalisation: ``"none"``; ``"row"`` ``D⁻¹A`` with ``D`` the row sums (weighted in-degree at the target),
        every output row with non-zero sum sums to 1; ``"column"`` ``A D⁻¹`` with column sums (weighted
        out-degree at the source); ``"symmetric"`` ``w_e / sqrt(deg[dst] deg[src])`` with ``deg`` the row sums,
@@ -101,12 +102,13 @@ def graph_norm_weights(
     if self_loops is None:
         self_loops = normalization == "symmetric"
     if self_loops:
-        # add_remaining_self_loops: loop weight = Σ existing loop weights, or ``fill`` where a node has none
+        # add_remaining_self_loops: loop weight = the weight of the node's last listed self-loop, ``fill`` if none
         on_diag = src == dst
         is_loop = on_diag if valid is None else on_diag & valid
-        has_loop = torch.zeros(n, dtype=torch.long, device=dev).index_add_(0, src, is_loop.long()) > 0
-        loop_w = torch.zeros(n, dtype=dt, device=dev).index_add_(0, src, torch.where(is_loop, w, 0.0))
-        loop_w = torch.where(has_loop, loop_w, torch.full_like(loop_w, fill))
+        m = src.numel()
+        pos = torch.where(is_loop, torch.arange(m, device=dev), -1)
+        last = torch.full((n,), -1, dtype=torch.long, device=dev).scatter_reduce_(0, src, pos, "amax")
+        loop_w = torch.cat([w, w.new_full((1,), fill)])[torch.where(last >= 0, last, m)]  # index m: ``fill``
         nodes = torch.arange(n, device=dev)
         keep = ~on_diag if valid is None else valid & ~on_diag
         valid = torch.cat([keep, torch.ones(n, dtype=torch.bool, device=dev)])
@@ -205,6 +207,51 @@ def graph_propagate(x: Tensor, src: Tensor, dst: Tensor, w: Tensor | None, n: in
         msg = msg * w.to(x.dtype).unsqueeze(1)
     out = flat.new_zeros(n, flat.shape[1]).scatter_add_(0, dst.unsqueeze(1).expand_as(msg), msg)
     return out.reshape(n, *rest).movedim(0, d)
+
+
+def attention_edges(edge_index: Tensor, n: int, self_loops: bool = True,
+                    device: torch.device | str | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Edges ``(src, dst, valid)`` an edge softmax runs over (GAT; PyG ``remove_self_loops`` + ``add_self_loops``).
+
+    ``self_loops``: every listed self-loop is dropped and one loop per node ``0..n-1`` appended; otherwise the list
+    is kept as given. Duplicated edges stay separate entries (each its own softmax term). ``valid`` is None (all
+    entries are edges) eagerly; under ``torch.compile`` the dropped loops stay as ``valid = False`` placeholders
+    (a fixed length, no data-dependent shapes).
+    """
+    ei = edge_index.to(edge_index.device if device is None else device).long()
+    src, dst = ei[0], ei[1]
+    if not self_loops:
+        return src, dst, None
+    nodes = torch.arange(n, device=ei.device)
+    valid = torch.cat([src != dst, torch.ones(n, dtype=torch.bool, device=ei.device)])
+    src, dst = torch.cat([src, nodes]), torch.cat([dst, nodes])
+    if torch.compiler.is_compiling():
+        return src, dst, valid
+    return src[valid], dst[valid], None
+
+
+def edge_softmax(scores: Tensor, dst: Tensor, n: int, valid: Tensor | None = None) -> Tensor:
+    """``α_e = exp(s_e) / Σ_{e': dst_e' = dst_e} exp(s_e')``: softmax of ``scores [..., E]`` over the edges into each
+    target node (edges on the last axis; ``valid = False`` entries get 0 and are left out).
+
+    Stabilised by the per-target maximum (``scatter_reduce`` amax, no gradient: it cancels), summed by
+    ``index_add``: O(E) memory, never an ``n x n`` tensor.
+    """
+    lead = scores.shape[:-1]
+    idx = dst.expand(*lead, -1)
+    s = scores if valid is None else scores.masked_fill(~valid, float("-inf"))
+    top = scores.new_full((*lead, n), float("-inf")).scatter_reduce(-1, idx, s.detach(), "amax")
+    top = top.masked_fill(torch.isinf(top), 0.0)  # targets without (valid) edges
+    ex = torch.exp(s - top.gather(-1, idx))
+    den = scores.new_zeros((*lead, n)).index_add(-1, dst, ex).gather(-1, idx)
+    return ex / torch.where(den > 0, den, 1.0)
+
+
+def edge_aggregate(z: Tensor, src: Tensor, dst: Tensor, alpha: Tensor, n: int) -> Tensor:
+    """``y[..., i, :] = Σ_{e: dst_e = i} α[..., e] z[..., src_e, :]`` for per-edge (per-sample) weights ``α [..., E]``
+    (items on axis -2): gather, scale, ``index_add``; messages ``[..., E, D]``, never ``n x n``."""
+    msg = z.index_select(-2, src) * alpha.unsqueeze(-1).to(z.dtype)
+    return z.new_zeros((*msg.shape[:-2], n, z.shape[-1])).index_add(-2, dst, msg)
 
 
 def multihop_graph(A: Tensor, hops: int, accumulate: bool = False, include_identity: bool = True) -> Tensor:
