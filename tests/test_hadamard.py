@@ -3,7 +3,7 @@
 Broadcasting (docs/semantics.md, "Elementwise operations and broadcasting"): ``add``/``mul``/``sub`` of a grid
 ``[B, C, *S]`` or items ``[B, N, F]`` with vectors ``[B, C]`` / ``[B, F]`` equal torch's broadcasting of the
 vector viewed as ``[B, C, 1, ...]`` / ``[B, 1, F]``, in both lowerings, outputs and gradients, in float64.
-Each spec in ``examples/specs/`` (squeeze-and-excitation, FiLM, GLU, GEGLU, SwiGLU, Π-net CCP, highway) equals a
+Each spec in ``examples/specs/`` (squeeze-and-excitation, FiLM, GLU, GEGLU, SwiGLU, Π-net CCP and NCP, highway) equals a
 hand-written torch module with the same weights: outputs and parameter gradients, both lowerings. (Highway is the
 survey's convex gate R ⊙ A + (1 − R) ⊙ B.)
 """
@@ -180,6 +180,33 @@ class CCP(nn.Module):
         return self.c(x)
 
 
+class _Vector(nn.Module):
+    """An input-free learnable vector (NCP's b₁): the compiled spec holds it as the bias of a psi = zero head."""
+
+    weight = None
+
+    def __init__(self, k):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(k))
+
+
+class NCP(nn.Module):
+    """Π-net NCP (the survey's eq. NCP): x₁ = (A₁z) ⊙ b₁, x_n = (A_n z) ⊙ (S_n x_{n−1} + b_n), y = C x_N + β."""
+
+    def __init__(self, d, k, o, degree=3):
+        super().__init__()
+        self.a = nn.ModuleList(nn.Linear(d, k, bias=False) for _ in range(degree))
+        self.s = nn.ModuleList(nn.Linear(k, k) for _ in range(degree - 1))  # S_n x + b_n
+        self.b1 = _Vector(k)
+        self.c = nn.Linear(k, o)
+
+    def forward(self, z):
+        x = self.a[0](z) * self.b1.bias
+        for a, s in zip(self.a[1:], self.s):
+            x = a(z) * s(x)
+        return self.c(x)
+
+
 class Highway(nn.Module):
     def __init__(self, f):
         super().__init__()
@@ -202,20 +229,25 @@ CASES = {
     "geglu": (_glu(F.gelu), {"a": "w", "g": "v"}, [(2, 5, 8)]),
     "swiglu": (_glu(F.silu), {"a": "w", "g": "v"}, [(2, 5, 8)]),
     "ccp": (lambda: CCP(8, 16, 4), {"x1": "u.0", "u2": "u.1", "u3": "u.2", "y": "c"}, [(3, 8)]),
+    "ncp": (lambda: NCP(8, 16, 4), {"a1": "a.0", "a2": "a.1", "a3": "a.2", "b1": "b1", "s2": "s.0", "s3": "s.1",
+                                    "y": "c"}, [(3, 8)]),
     "highway": (lambda: Highway(8), {"h": "h", "t": "t"}, [(3, 8)]),
 }
 
 
 def _copy_weights(model, module, links):
-    """The torch module's weights into the compiled model: head ``h`` = ``nn.Linear`` (ψ = weight, bias)."""
+    """The torch module's weights into the compiled model: head ``h`` = ``nn.Linear`` (ψ = weight, bias); a module
+    without a weight is a psi = zero head (its bias only)."""
     state = {}
     for head, lin in links.items():
         linear = module.get_submodule(lin)
-        state[f"{head}.psi.weight"] = linear.weight.detach().clone()
+        if linear.weight is not None:
+            state[f"{head}.psi.weight"] = linear.weight.detach().clone()
         if linear.bias is not None:
             state[f"{head}.bias"] = linear.bias.detach().clone()
     model.load_state_dict(state, strict=True)
-    return {f"{head}.psi.weight": f"{lin}.weight" for head, lin in links.items()} | {
+    return {f"{head}.psi.weight": f"{lin}.weight" for head, lin in links.items()
+            if module.get_submodule(lin).weight is not None} | {
         f"{head}.bias": f"{lin}.bias" for head, lin in links.items() if module.get_submodule(lin).bias is not None}
 
 
@@ -249,15 +281,19 @@ def test_spec_header_states_formula_and_inferred_shapes(name):
     assert want and all(have.get(k) == v for k, v in want.items()), (want, have)
 
 
-def test_ccp_is_a_cubic_polynomial():
-    """Degree exactly 3: along a ray z = t·u the output's 4th finite difference is 0, its 3rd is not."""
+@pytest.mark.parametrize("name, degree", [("ccp", 3), ("ncp", 3)])
+def test_polynomial_degree(name, degree):
+    """Degree exactly N: along a ray z = t·u the output's (N+1)-th finite difference is 0, its N-th is not."""
     torch.manual_seed(0)
-    model = rpn2c.compile_file(SPECS / "ccp.rpn").double()
+    model = rpn2c.compile_file(SPECS / f"{name}.rpn").double()
+    with torch.no_grad():
+        for p in model.parameters():  # nonzero biases: the zero-initialised b_n would lower NCP's degree
+            p.copy_(torch.randn_like(p))
     u = _rand(1, 8)
-    ys = torch.stack([model(t * u) for t in torch.arange(6, dtype=torch.float64)])
-    d3, d4 = ys.diff(n=3, dim=0), ys.diff(n=4, dim=0)
-    assert_close(d4, torch.zeros_like(d4), atol=1e-9, rtol=0)
-    assert d3.abs().max() > 1e-6
+    ys = torch.stack([model(t * u) for t in torch.arange(degree + 3, dtype=torch.float64)])
+    top, past = ys.diff(n=degree, dim=0), ys.diff(n=degree + 1, dim=0)
+    assert_close(past, torch.zeros_like(past), atol=1e-6 * top.abs().max().item(), rtol=0)
+    assert top.abs().max() > 1e-6
 
 
 def test_se_gate_is_per_channel():

@@ -315,7 +315,7 @@ class Elaborator:
         if xt is None or (ctx_id is not None and ct is None) or any(t is None for t in aux.values()):
             return None
         try:
-            out, params, traces = infer_layer(spec, xt, ct, aux, v.span)
+            out, params, traces = infer_layer(spec, xt, ct, aux, v.span, label=name)
         except LayerShapeError as exc:
             self._shape_error(exc, v, name, xt)
             return None

@@ -27,6 +27,7 @@ HEAD_KEYS = ("kappa", "psi", "xi_attribute", "xi_attribute_post", "xi_instance",
              "channel_fusion", "bias", "out", "groups")
 LAYER_KEYS = ("fusion", "pi", "pre", "post")
 SINGLE_HEAD_KEYS = HEAD_KEYS + LAYER_KEYS + ("heads",)
+DECL_KEYS = HEAD_KEYS + ("post", "tie")  # a `head name { ... }` of a layer: also its own processing and a tie
 AUX_KINDS = {"edges": ("edges",), "weight": ("edge_weight",), "key_padding": ("mask",), "attn_mask": ("mask",),
              "keys": ("items",)}
 XI_SLOTS = ("xi_attribute", "xi_instance_prior", "xi_instance", "xi_attribute_post")
@@ -161,8 +162,10 @@ def build_layer(kind: str, head_decls, settings, scope: Scope, diags: Diagnostic
     for s in settings:
         if s.key not in allowed_layer:
             hint = did_you_mean(s.key, allowed_layer)
-            if kind == "layer" and s.key in HEAD_KEYS:
+            if kind == "layer" and s.key in DECL_KEYS:
                 hint = f"'{s.key}' belongs inside a `head name {{ ... }}` block of the layer"
+            elif s.key == "tie":
+                hint = "a tie names an earlier head of the same `layer`: declare both heads there"
             diags.error("E0304", f"unknown {kind} setting '{s.key}'", s.span, suggestion=hint)
         elif s.key in layer_settings:
             diags.error("E0308", f"setting '{s.key}' is given twice", s.span)
@@ -178,8 +181,8 @@ def build_layer(kind: str, head_decls, settings, scope: Scope, diags: Diagnostic
             names_seen.add(h.name)
             hs = {}
             for s in h.settings:
-                if s.key not in HEAD_KEYS:
-                    hint = did_you_mean(s.key, HEAD_KEYS)
+                if s.key not in DECL_KEYS:
+                    hint = did_you_mean(s.key, DECL_KEYS)
                     if s.key in LAYER_KEYS:
                         hint = f"'{s.key}' is a layer setting: put it after the heads"
                     diags.error("E0304", f"unknown head setting '{s.key}'", s.span, suggestion=hint)
@@ -187,6 +190,8 @@ def build_layer(kind: str, head_decls, settings, scope: Scope, diags: Diagnostic
                     diags.error("E0308", f"setting '{s.key}' is given twice", s.span)
                 else:
                     hs[s.key] = s
+            if "tie" in hs:
+                _check_tie(hs["tie"], h.name, names_seen, [d.name for d in head_decls], diags)
             head_settings.append((h.name, hs, h.span))
     else:
         copies = 1
@@ -250,8 +255,28 @@ def _build_head(name, hs: dict[str, ast.Setting], compress, scope, diags, span) 
         bias = mapping[v]
     if None in (kappa, psi, cf, channels, groups) or ("out" in hs and out is None):
         return None
+    post = _uses(hs["post"].value, "post", scope, diags) if "post" in hs else []
+    if post is None:
+        return None
+    tie = hs["tie"].value if "tie" in hs else None  # checked by _check_tie
     return HeadSpec(name, kappa, psi, xi, channels, cf, bias, out, groups,
-                    hs["groups"].span if "groups" in hs else span)
+                    hs["groups"].span if "groups" in hs else span, post,
+                    tie.text if isinstance(tie, ast.Name) else None, tie.span if tie is not None else span)
+
+
+def _check_tie(s: ast.Setting, name: str, earlier: set[str], declared: list[str], diags: Diagnostics) -> None:
+    """``tie = other``: ``other`` names a head declared before this one in the same layer."""
+    v = s.value
+    if not isinstance(v, ast.Name) or len(v.parts) != 1:
+        diags.error("E0303", "'tie' takes the name of an earlier head of this layer", v.span)
+    elif v.text == name:
+        diags.error("E0207", f"head '{name}' cannot tie to itself", v.span)
+    elif v.text not in declared:
+        diags.error("E0201", f"'tie' names no head of this layer: '{v.text}'", v.span,
+                    suggestion=did_you_mean(v.text, [d for d in declared if d != name]))
+    elif v.text not in earlier - {name}:
+        diags.error("E0207", f"head '{name}' ties to '{v.text}', which is declared after it: a tie names an "
+                             "earlier head", v.span)
 
 
 # ------------------------------------------------------------------------------------------------ shape rule
@@ -262,8 +287,10 @@ def _need_int(v, what, span) -> int:
 
 
 def infer_layer(spec: LayerSpec, x: TensorType, ctx: TensorType | None, aux: dict[str, TensorType],
-                span: Span) -> tuple[TensorType, int, list[HeadTrace]]:
-    """Output type, parameter count and per-head traces of a layer, or LayerShapeError."""
+                span: Span, label: str | None = None) -> tuple[TensorType, int, list[HeadTrace]]:
+    """Output type, parameter count and per-head traces of a layer, or LayerShapeError. ``label`` (the value's
+    name) names the head of a ``head``/``compress`` expression in messages: its internal head name is not the
+    user's."""
     params = 0
     xt = x
     for p in spec.pre:
@@ -275,7 +302,12 @@ def infer_layer(spec: LayerSpec, x: TensorType, ctx: TensorType | None, aux: dic
         raise LayerShapeError(f"cross interdependence needs items on both sides, got {x} and {ctx}", span)
     if ctx is not None:  # the queries' width sizes ξ's weights too
         _need_int(x.features, "the query's feature count", span)
-    traces = [_infer_head(h, xt, data, aux, span) for h in spec.heads]
+    traces = [_infer_head(h, xt, data, aux, span, h.name if spec.kind == "layer" or label is None else label)
+              for h in spec.heads]
+    _tie_heads(spec, traces)
+    for h, t in zip(spec.heads, traces):
+        for p in h.post:
+            t.params += _processing(p, _head_type(x, t, t.n))
     params += sum(t.params for t in traces)
     widths = [t.n for t in traces]
     outs = {str(t.n_out) for t in traces}
@@ -289,13 +321,7 @@ def infer_layer(spec: LayerSpec, x: TensorType, ctx: TensorType | None, aux: dic
             raise LayerShapeError(err, spec.fusion.span)
         width = spec.fusion.component.out_features(widths)
         params += spec.fusion.component.count(widths)
-    t0 = traces[0]
-    if t0.view == "grid":
-        out = grid(x.batch, width, t0.spatial_out)
-    elif t0.view == "items":
-        out = items(x.batch, t0.n_out, width, batched=x.batched, role="sequence" if x.time_major else (x.role or "items"))
-    else:
-        out = vector(x.batch, width)
+    out = _head_type(x, traces[0], width)
     pi = spec.pi.component
     if pi.name != "zero":
         m_in = _need_int(x.features, "the remainder's input features", spec.pi.span)
@@ -312,6 +338,37 @@ def infer_layer(spec: LayerSpec, x: TensorType, ctx: TensorType | None, aux: dic
     return out, params, traces
 
 
+def _head_type(x: TensorType, t: HeadTrace, width) -> TensorType:
+    """The type of a head's output (or of the fused heads') of the given width."""
+    if t.view == "grid":
+        return grid(x.batch, width, t.spatial_out)
+    if t.view == "items":
+        return items(x.batch, t.n_out, width, batched=x.batched, role="sequence" if x.time_major else (x.role or "items"))
+    return vector(x.batch, width)
+
+
+def _tie_signature(h: HeadSpec, t: HeadTrace) -> dict:
+    """What fixes a head's parameter shapes: its components per slot, widths and parameter count."""
+    return {"κ": h.kappa.name, "ψ": h.psi.name, **{k: u.name for k, u in sorted(h.xi.items())},
+            "channels": h.channels, "channel fusion": h.channel_fusion.name, "groups": h.groups, "bias": h.bias,
+            "out": t.n, "κ's width": t.d, "parameter count": t.params}
+
+
+def _tie_heads(spec: LayerSpec, traces: list[HeadTrace]) -> None:
+    """A tied head uses its target's parameters: their shapes must agree; they are counted once (the target's)."""
+    signatures = {h.name: _tie_signature(h, t) for h, t in zip(spec.heads, traces)}
+    for h, t in zip(spec.heads, traces):
+        if h.tie is None:
+            continue
+        mine, theirs = signatures[h.name], signatures[h.tie]
+        diff = [f"{k} {theirs.get(k, 'none')} vs {mine.get(k, 'none')}" for k in {**theirs, **mine}
+                if mine.get(k) != theirs.get(k)]
+        if diff:
+            raise LayerShapeError(f"head '{h.name}' ties to '{h.tie}', but their parameters differ "
+                                  f"('{h.tie}' vs '{h.name}'): " + ", ".join(diff), h.tie_span)
+        t.params = 0
+
+
 def _processing(use: Use, t: TensorType) -> int:
     err = use.component.check(t)
     if err:
@@ -319,7 +376,7 @@ def _processing(use: Use, t: TensorType) -> int:
     return use.component.count(t)
 
 
-def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span) -> HeadTrace:
+def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span, label: str) -> HeadTrace:
     kappa: Kappa = h.kappa.component
     psi = h.psi.component
     grid_xi = h.xi.get("xi_attribute") if isinstance(h.xi.get("xi_attribute"), Use) else None
@@ -370,7 +427,7 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span) -> Head
             if tr.n != feat_out[0]:
                 raise LayerShapeError(f"psi = eye needs out = D = {feat_out[0]}, got out = {tr.n}", span)
             tr.n_out, tr.params = None, params
-            return _finish(h, tr, span)
+            return _finish(h, tr, span, label)
         nz = math.prod(spatial_out) if all(is_known(s) for s in spatial_out) else "P"
         tr.nz = nz
     else:
@@ -404,7 +461,7 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span) -> Head
     if x is not data and str(n_out) != str(x.items):
         raise LayerShapeError(f"with a context input the head must map back to the query's {x.items} items "
                               f"(an instance ξ such as attention), got {n_out}", span)
-    return _finish(h, tr, span)
+    return _finish(h, tr, span, label)
 
 
 def _apply_xi(h, slot, axis, size, x, data, aux, mz, nz, params):
@@ -443,11 +500,11 @@ def _group_width(h: HeadSpec, tr: HeadTrace, n: int, span: Span) -> int:
     return tr.d // g
 
 
-def _finish(h: HeadSpec, tr: HeadTrace, span: Span) -> HeadTrace:
+def _finish(h: HeadSpec, tr: HeadTrace, span: Span, label: str) -> HeadTrace:
     psi = h.psi.component
     if tr.grid_kappa:
         if h.bias == "untied":  # a pooling head keeps the grid: there is no item axis to untie the bias over
-            raise LayerShapeError(f"head '{h.name}' pools an image (a grid κ with psi = eye): `bias = \"untied\"` "
+            raise LayerShapeError(f"head '{label}' pools an image (a grid κ with psi = eye): `bias = \"untied\"` "
                                   "needs an item axis; use to_items() first or drop the setting", span)
         return tr
     n = h.out
@@ -456,7 +513,7 @@ def _finish(h: HeadSpec, tr: HeadTrace, span: Span) -> HeadTrace:
             n = tr.d
         else:
             at = h.psi.span if h.psi.span.line >= 1 else span  # a default ψ has no span of its own
-            raise LayerShapeError(f"head '{h.name}' needs its output width: add `out = n`", at)
+            raise LayerShapeError(f"head '{label}' needs its output width: add `out = n`", at)
     d = tr.d
     if h.groups > 1:
         d = _group_width(h, tr, n, span)

@@ -380,6 +380,8 @@ class _BilinearHP(HP):
     scale: Optional[float] = Field(None, description="logit scale; default 1/sqrt(rank)")
     bias: bool = Field(False, description="biases on the query/key projections")
     causal: bool = Field(False, description="item t attends only to items <= t")
+    window: Optional[int] = Field(None, ge=0, description="local window: item i attends only to items j with "
+                                                          "|i − j| <= window (with causal: i − window <= j <= i)")
     key_padding: Optional[ValueRef] = Field(None, description="[B, Nc] mask input over context items")
     attn_mask: Optional[ValueRef] = Field(None, description="[Nq, Nc] or [B, Nq, Nc] mask input")
     keys: Optional[ValueRef] = Field(None, description="items input the keys are computed from "
@@ -463,6 +465,15 @@ class _BilinearXi(XiModule):
         self.modes = {k: t.mask_mode for k, t in aux_types.items()}
         self.is_causal_kernel = False  # set by the lowering where the optimiser's causal_sdpa rule fired
 
+    @property
+    def is_causal_kernel(self) -> bool:
+        """SDPA's own causal mask: only where the causal mask is the only one (a window narrows it further)."""
+        return self._causal_kernel and self.hp.window is None
+
+    @is_causal_kernel.setter
+    def is_causal_kernel(self, value: bool) -> None:
+        self._causal_kernel = value
+
     def _qk(self, q, c, aux):
         if self.hp.keys is not None:
             c = aux["keys"]
@@ -470,8 +481,9 @@ class _BilinearXi(XiModule):
         kk = c if self.full else c @ self.w_k + (self.b_k if self.b_k is not None else 0)
         return qq, kk
 
-    def _additive_mask(self, aux, nq, nc, dtype, device):
-        """All masks as one additive float mask [.., Nq, Nc] (-inf = blocked), or None."""
+    def _additive_mask(self, aux, nq, nc, dtype, device, literal=False):
+        """All masks as one additive float mask [.., Nq, Nc] (-inf = blocked), or None. The window's band is
+        built from item indices, or (``literal``, the reference) as the 0/1 band matrix R of ones."""
         bias = None
 
         def add(m, mode):
@@ -485,6 +497,9 @@ class _BilinearXi(XiModule):
 
         if self.hp.causal:
             add(torch.ones(nq, nc, dtype=torch.bool, device=device).triu(1), "block")
+        if self.hp.window is not None:
+            band = structure.band_matrix if literal else structure.band_blocked
+            add(band(nq, nc, self.hp.window, device=device), "keep" if literal else "block")
         if self.hp.attn_mask is not None:
             add(aux["attn_mask"], self.modes.get("attn_mask", "block"))
         if self.hp.key_padding is not None:
@@ -494,13 +509,15 @@ class _BilinearXi(XiModule):
     def matrix(self, q, c, aux, size=None):
         qq, kk = self._qk(q, c, aux)
         logits = (qq @ kk.transpose(-1, -2)) * self.scale
-        mask = self._additive_mask(aux, q.shape[-2], c.shape[-2], q.dtype, q.device)
+        mask = self._additive_mask(aux, q.shape[-2], c.shape[-2], q.dtype, q.device, literal=True)
         if not self.hp.softmax:
             # without softmax a blocked pair has weight 0 (not -inf); finite additive masks are added
             return logits if mask is None else torch.where(torch.isneginf(mask), 0.0, logits + mask)
-        if mask is not None:
-            logits = logits + mask
-        return torch.softmax(logits, dim=-1)
+        if mask is None:
+            return torch.softmax(logits, dim=-1)
+        logits = logits + mask
+        empty = torch.isneginf(logits).all(-1, keepdim=True)  # a query with no key left: a zero row (as SDPA)
+        return torch.where(empty, 0.0, torch.softmax(torch.where(empty, 0.0, logits), dim=-1))
 
     def apply(self, z, q, c, aux):
         if not self.hp.softmax:

@@ -28,6 +28,7 @@ from rpn2c.components.registry import HP, REGISTRY, ValueRef, lookup, register
 from rpn2c.components.xi import _BilinearXi
 from rpn2c.components.xi_kernels import KERNEL_ENTRIES, NORMS, normalize_matrix
 from rpn2c.functional import reconciliation as recon
+from rpn2c.functional import structure
 from rpn2c.ir.types import is_known
 
 #: learnable reconciliation families that can fabricate a ξ matrix (the constant ones are ``constant``/``zero``/...)
@@ -628,6 +629,8 @@ def _bilinear_masks(p, aux):
 def _bilinear_bias(p, aux, rows, cols, dtype):
     """Additive mask of bilinear part ``p`` at the entries ``(rows, cols)`` (broadcast together), or None."""
     terms = [_mask_term(cols > rows, "block", dtype)] if p.hp.causal else []
+    if p.hp.window is not None:
+        terms.append(_mask_term(structure.band_outside(rows, cols, p.hp.window), "block", dtype))
     for m, mode in _bilinear_masks(p, aux):
         r = rows if m.shape[-2] != 1 else torch.zeros_like(rows)
         terms.append(_mask_term(m[..., r, cols], mode, dtype))

@@ -67,14 +67,22 @@ class HeadSpec:
     out: int | None
     groups: int = 1  # ψ block-diagonal over g feature groups (grouped convolution)
     groups_span: Span = field(default=UNKNOWN_SPAN, compare=False, repr=False)
+    post: list[Use] = field(default_factory=list)  # the head's own processing, before the layer's head fusion
+    tie: str | None = None  # an earlier head of the same layer whose parameters this head uses
+    tie_span: Span = field(default=UNKNOWN_SPAN, compare=False, repr=False)
 
     def canonical(self) -> dict:
-        return {
+        out = {
             "name": self.name, "kappa": self.kappa.canonical(), "psi": self.psi.canonical(),
             "xi": {k: v.canonical() for k, v in sorted(self.xi.items())}, "channels": self.channels,
             "channel_fusion": self.channel_fusion.canonical(), "bias": self.bias, "out": self.out,
             "groups": self.groups,
         }
+        if self.post:  # only when given: programs without them keep their hashes
+            out["post"] = [p.canonical() for p in self.post]
+        if self.tie is not None:
+            out["tie"] = self.tie
+        return out
 
 
 @dataclass

@@ -107,6 +107,13 @@ class LayerModule(nn.Module):
                 holder = nn.Module()
                 _build_head(holder, h, t, x, data, aux_types, reference, head_kernels(h.name), shares)
                 self.heads[h.name] = holder
+        self._ties = []  # (module, parameter name, module holding it): a tied head's parts read its target's
+        for h, t, hd in zip(spec.heads, traces, self._holders()):
+            if h.post:
+                hd.head_post = nn.ModuleList([u.component.build(_with_features(out, t.n)) for u in h.post])
+            if h.tie is not None:
+                self._ties += _tie(hd, self.heads[h.tie])
+        self._bind_ties()
         self.fusion = spec.fusion.component.build([t.n for t in traces]) if spec.fusion is not None else None
         pi = spec.pi.component
         self.pi = pi.build(x.features, out.features) if pi.name != "zero" else None
@@ -115,8 +122,22 @@ class LayerModule(nn.Module):
     def _holders(self):
         return [self] if not hasattr(self, "heads") else list(self.heads.values())
 
+    def _bind_ties(self):
+        """Point each tied head's parameters at its target's (per call: conversions may replace them)."""
+        for mod, name, src in self._ties:
+            mod.__dict__[name] = getattr(src, name)
+
+    def _head_post(self, outs):
+        """Each head's own processing (``post`` inside a ``head name { ... }``), before the head fusion."""
+        for i, hd in enumerate(self._holders()):
+            for p in getattr(hd, "head_post", ()):
+                outs[i] = p(outs[i])
+        return outs
+
     def forward(self, x, context=None, aux=None):
         aux = aux or {}
+        if self._ties:
+            self._bind_ties()
         raw = x
         for p in self.pre:
             x = p(x)
@@ -130,6 +151,7 @@ class LayerModule(nn.Module):
             outs = self._stacked_heads(data)
         else:
             outs = [self._head(hd, x, data, aux) for hd in self._holders()]
+        outs = self._head_post(outs)
         y = literal.fuse(self.fusion, outs, self.out_kind == "grid") if self.fusion is not None else outs[0]
         if self.pi is not None:
             y = y + (self.pi(raw.movedim(1, -1)).movedim(-1, 1) if self.x_kind == "grid" else self.pi(raw))
@@ -291,6 +313,27 @@ class LayerModule(nn.Module):
         if hd.bias is not None and not tied:
             ys = [y + hd.bias.transpose(0, 1).reshape(1, -1, *y.shape[2:]) for y in ys]
         return ys
+
+
+def _with_features(t: TensorType, n: int) -> TensorType:
+    """``t`` with its feature (grid: channel) axis of width ``n``: the type of one head's output."""
+    shape = list(t.shape)
+    shape[1 if t.kind == "grid" else -1] = n
+    return t.with_shape(shape)
+
+
+def _tie(holder: nn.Module, target: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
+    """Drop ``holder``'s own head parameters (not its ``head_post``): it reads ``target``'s at the same paths, so
+    ``state_dict`` holds each tensor once and the gradients of both heads accumulate in it."""
+    links = []
+    for path, _ in list(holder.named_parameters()):
+        if path.startswith("head_post."):
+            continue
+        owner, _, name = path.rpartition(".")
+        mod = holder.get_submodule(owner)
+        del mod._parameters[name]
+        links.append((mod, name, target.get_submodule(owner)))
+    return links
 
 
 def conv_padding(kappa_name: str, geo) -> tuple[int, ...] | None:

@@ -17,7 +17,7 @@ from lark.exceptions import UnexpectedCharacters
 
 import rpn2c.components  # noqa: F401  (registers every component)
 from rpn2c.check.elaborate import OP_FAMILIES, elaborate
-from rpn2c.check.heads import HEAD_KEYS, LAYER_KEYS, SINGLE_HEAD_KEYS
+from rpn2c.check.heads import DECL_KEYS, LAYER_KEYS, SINGLE_HEAD_KEYS
 from rpn2c.check.loader import load
 from rpn2c.check.recurrent import RECURRENT_KEYS
 from rpn2c.components.registry import FAMILIES, SLOT_FAMILIES, Entry, lookup, names
@@ -28,7 +28,7 @@ from rpn2c.syntax.format import format_program
 from rpn2c.syntax.parser import grammar_text, parse
 
 # the settings each kind of `{ ... }` body accepts (the checker's own tables)
-SETTING_KEYS = {"head": SINGLE_HEAD_KEYS, "compress": SINGLE_HEAD_KEYS, "layer": LAYER_KEYS, "decl": HEAD_KEYS,
+SETTING_KEYS = {"head": SINGLE_HEAD_KEYS, "compress": SINGLE_HEAD_KEYS, "layer": LAYER_KEYS, "decl": DECL_KEYS,
                 "recurrent": RECURRENT_KEYS}
 HEAD_KINDS = ("head", "compress", "recurrent", "layer")
 BODY_KEYWORDS = ("input", "return")

@@ -79,6 +79,7 @@ from rpn2c.functional.structure.graph import (  # noqa: F401
     DENSE_MAX,
     DENSE_RATIO,
 )
+from rpn2c.functional.structure.band import band_blocked, band_matrix, band_outside  # noqa: F401
 from rpn2c.functional.structure.spmm import CSRPair, csr_mm, csr_pair  # noqa: F401
 
 __all__ = [
@@ -123,4 +124,8 @@ __all__ = [
     "attention_edges",
     "edge_softmax",
     "edge_aggregate",
+    # local windows
+    "band_matrix",
+    "band_blocked",
+    "band_outside",
 ]
