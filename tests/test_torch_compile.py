@@ -11,6 +11,7 @@ import torch
 from torch.testing import assert_close
 
 import rpn2c
+from rpn2c.components.sequence import random_tokens
 from rpn2c.functional import structure as S
 
 pytestmark = pytest.mark.compile
@@ -49,6 +50,8 @@ def random_inputs(graph, seed=1):
             shape = [shape[1], shape[0], *shape[2:]]
         if t.kind == "edges":
             out.append(torch.randint(0, SIZES["N"], shape, generator=g))
+        elif t.kind == "tokens":
+            out.append(random_tokens(graph, nid, shape, g))
         elif t.kind == "mask" and t.mask_mode in ("keep", "block"):
             m = torch.rand(shape, generator=g) < 0.5
             if len(shape) >= 2 and shape[-1] == shape[-2]:  # every query keeps itself: no all-blocked row

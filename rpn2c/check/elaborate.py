@@ -195,7 +195,7 @@ class Elaborator:
             self.diags.error("E0309", f"an edge list has 2 rows (sources, targets), got {dims[0]}", te.dims[0].span)
             return None
         batched = True
-        if te.kind == "nodes" and len(dims) == 2:
+        if (te.kind, len(dims)) in (("nodes", 2), ("tokens", 1)):  # one graph / one sequence: B = 1 implicit
             dims, batched = [1, *dims], False
         time_major = te.kind in ("time_major", "state")
         if time_major:  # written [T, B, F] / [S, B, H]; sample-first inside
@@ -401,6 +401,7 @@ class Elaborator:
             return None
         comp = use.component
         try:
+            _refuse_tokens(fname, comp, types)
             if entry.family == "op":
                 out = comp.infer(types)
                 params = comp.count(types)
@@ -504,6 +505,16 @@ class Elaborator:
             if current is None:
                 return None
         return current
+
+
+def _refuse_tokens(fname: str, comp, types: list[TensorType]) -> None:
+    """Token ids are integers, not features: only an op declaring ``reads_tokens`` (the embedding) reads them."""
+    if getattr(comp, "reads_tokens", False):
+        return
+    for i, t in enumerate(types):
+        if t.kind == "tokens":
+            raise ShapeRuleError(f"'{fname}' cannot read {t}: token ids are integers, not features; embed them "
+                                 "first with `embedding(x, vocab = V, dim = d)`", arg=i)
 
 
 def elaborate(root: Unit, sources: dict[str, str], model: str | None = None,

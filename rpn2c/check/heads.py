@@ -293,6 +293,10 @@ def infer_layer(spec: LayerSpec, x: TensorType, ctx: TensorType | None, aux: dic
     user's."""
     params = 0
     xt = x
+    for t in (x, ctx):
+        if t is not None and t.kind == "tokens":
+            raise LayerShapeError(f"a {spec.kind} cannot read {t}: token ids are integers, not features; embed "
+                                  "them first with `embedding(x, vocab = V, dim = d)`", span)
     for p in spec.pre:
         params += _processing(p, xt)
     data = ctx if ctx is not None else xt

@@ -4,6 +4,7 @@ from rpn2c.components import cells, fusion, kappa, kappa_compression, kappa_expa
 from rpn2c.components import xi_kernels, xi_learned, xi_structural  # noqa: F401,E402  (registration: ξ catalog)
 from rpn2c.components import xi_graph_attention  # noqa: F401,E402  (registration: GAT's edge attention)
 from rpn2c.components import xi_recurrence  # noqa: F401,E402  (registration: seed 004's recurrence ξ)
+from rpn2c.components import sequence  # noqa: F401,E402  (registration: tokens, positions, readouts)
 from rpn2c.components.registry import REGISTRY, Entry, all_entries, lookup, names
 
 __all__ = ["REGISTRY", "Entry", "all_entries", "lookup", "names"]

@@ -2,8 +2,9 @@
 
 Split conventions (every loader follows them):
 
-* classification / regression: ``train`` and ``test`` are ``(inputs, targets)``; inputs are float32, class
-  targets int64 in ``[0, num_classes)``, regression targets float32 ``[n, target_dim]``.
+* classification / regression: ``train`` and ``test`` are ``(inputs, targets)``; inputs are float32 (int64 ids
+  for a ``tokens`` input), class targets int64 in ``[0, num_classes)``, regression targets float32
+  ``[n, target_dim]``.
 * node_classification: ``train`` and ``test`` are ``(x, edge_index, y, mask)`` over the *same* full graph:
   ``x`` float32 ``[N, F]``, ``edge_index`` int64 ``[2, E]`` (every undirected edge stored in both directions,
   no duplicates, no self loops), ``y`` int64 ``[N]``, ``mask`` bool ``[N]`` (train mask in ``train``, test mask

@@ -14,11 +14,13 @@
 | basic_motions | UEA BasicMotions (.ts in sktime / aeon)         | classification (4)  | sequence[B, 100, 6]    |
 | karate        | networkx Zachary karate club, 'club' label      | node_classification | graph[N, 34]           |
 | drosophila    | graspologic larval mushroom body connectome     | node_classification | graph[N, 4]            |
+| majority      | generated from the seed (``data/tokens.py``)    | classification (4)  | tokens[B, 16]          |
 
 Splits: image/tabular sets use a seeded stratified 80/20 split and are standardized with training statistics;
 time series are split chronologically (seed unused); UCR/UEA sets keep the archive's train/test files; graphs use
-a seeded stratified node split. ``root`` points file-backed sets (UCR/UEA, drosophila) at a directory holding
-the files instead of the installed package's copy, and is ignored by the others.
+a seeded stratified node split; generated token tasks draw their samples from the seed. ``root`` points
+file-backed sets (UCR/UEA, drosophila) at a directory holding the files instead of the installed package's copy,
+and is ignored by the others.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import torch
 from .dataset import (Dataset, fit_standardizer, forecasting_dataset, node_dataset, stratified_split,
                       undirected_edge_index)
 from .formats import load_ucr
+from .tokens import majority
 
 TEST_FRACTION = 0.2
 
@@ -214,6 +217,7 @@ _DESC = {
     "basic_motions": "UEA BasicMotions (sktime/aeon .ts), 6-axis smartwatch, 100 steps, 4 activities",
     "karate": "Zachary's karate club (networkx), 34 members, 78 ties, split into 2 clubs",
     "drosophila": "larval Drosophila mushroom body connectome, left (graspologic), 209 neurons, 4 cell types",
+    "majority": "generated token sequences (16 ids of 4), label = the most frequent id, 2000 + 500 samples",
 }
 
 
@@ -236,6 +240,7 @@ _REGISTRY: dict[str, _Entry] = {
     **{n: _Entry(_ucr(n), _DESC[n]) for n in _UCR},
     "karate": _Entry(_karate, _DESC["karate"]),
     "drosophila": _Entry(_drosophila, _DESC["drosophila"]),
+    "majority": _Entry(lambda seed, root: majority(seed, _DESC["majority"]), _DESC["majority"]),
 }
 
 

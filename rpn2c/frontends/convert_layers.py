@@ -1,8 +1,9 @@
 """Converters for torch's feed-forward layers: Linear, convolutions, pooling, normalisation, activations,
-dropout, flatten. Each docstring states the RPN 2 recipe the module becomes."""
+dropout, flatten, embedding. Each docstring states the RPN 2 recipe the module becomes."""
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from rpn2c.frontends.torch_import import Context, Value, lit, per_axis, register_converter
@@ -296,8 +297,34 @@ def flatten(m: nn.Flatten, ctx: Context) -> Value:
                   prefix="flat", kind="vector")
 
 
+# ------------------------------------------------------------------------------------------------ embedding
+def embedding(m: nn.Embedding, ctx: Context) -> Value:
+    """nn.Embedding = the embedding op: tokens [B, T] -> sequence [B, T, d], κ one-hot (e_x ∈ R^V), ψ = Wᵀ
+    (computed as a row gather), padding_idx kept; max_norm, scale_grad_by_freq and sparse have no RPN 2 form."""
+    for option, value in (("max_norm", m.max_norm), ("scale_grad_by_freq", m.scale_grad_by_freq or None),
+                          ("sparse", m.sparse or None)):
+        if value is not None:
+            ctx.fail(f"{option}={value}", "it changes the weights or their gradient outside the model's function")
+    x = ctx.arg(0)
+    if x.kind is None:
+        if len(x.shape) != 2 or x.dtype is None or x.dtype.is_floating_point or x.dtype == torch.bool:
+            ctx.fail(None, f"expected batched integer ids [B, T], got {x.dtype} {list(x.shape)}")
+        ctx.declare(x, "tokens", "tokens[B, {items}]", item_axis=1, item_symbol="T")
+    elif x.kind != "tokens":
+        ctx.fail(None, f"it reads token ids, got a {x.kind} value {list(x.shape)}")
+    kwargs = f"vocab = {m.num_embeddings}, dim = {m.embedding_dim}"
+    pad = "" if m.padding_idx is None else f", padding_idx = {m.padding_idx}"
+    y = ctx.op("embedding", [x], kwargs + pad, prefix="emb", kind="items", time_major=False,
+               comment=[f"{ctx.where()}({m.num_embeddings}, {m.embedding_dim}): y[b, t] = W[x[b, t]],",
+                        f"  κ one-hot (e_x ∈ R^{m.num_embeddings}), ψ = Wᵀ, computed as a row gather"
+                        + ("" if m.padding_idx is None else f"; row {m.padding_idx} is zero and gets no gradient")])
+    ctx.param(f"{y.name}.weight", "weight")
+    return y
+
+
 def register_all() -> None:
     register_converter(nn.Linear, linear)
+    register_converter(nn.Embedding, embedding)
     for cls in (nn.Conv1d, nn.Conv2d, nn.Conv3d):
         register_converter(cls, conv)
     for cls in (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d):

@@ -4,6 +4,8 @@ Layouts (``kind``):
 - ``vector`` ``[B, F]``: one feature vector per sample (no item axis).
 - ``items``  ``[B, N, F]``: N interdependent items (tokens, time steps, nodes) with F features each.
 - ``grid``   ``[B, C, *S]``: C channels over a 1-, 2- or 3-D spatial grid (an image is ``[B, C, H, W]``).
+- ``tokens`` ``[B, T]``: integer token ids (``tokens[T]``: one sequence, the sample axis implicit); only an
+  embedding reads them.
 - ``edges``  ``[2, E]`` int64 edge list (source row 0, target row 1); ``edge_weight`` ``[E]``.
 - ``mask``   attention masks, with explicit polarity ``block`` (True = blocked), ``keep`` (True = attend) or
   ``add`` (float added to the logits).
@@ -34,6 +36,7 @@ TYPE_CONSTRUCTORS: dict[str, tuple[str, tuple[int, ...]]] = {
     "grid": ("grid", (3, 4, 5)),
     "time_major": ("items", (3,)),
     "state": ("state", (3,)),
+    "tokens": ("tokens", (1, 2)),
     "edges": ("edges", (2,)),
     "edge_weight": ("edge_weight", (1,)),
     "block_mask": ("mask", (1, 2, 3)),

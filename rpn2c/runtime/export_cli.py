@@ -47,6 +47,8 @@ def example_inputs(graph, dims: dict[str, int] | None = None, *, dtype=None, see
     input, the symbolic name of each axis. Edge lists index the nodes of the graph input; masks attend to all."""
     import torch
 
+    from rpn2c.components.sequence import random_tokens
+
     dims = dict(dims or {})
     gen = torch.Generator().manual_seed(seed)
     dtype = dtype or torch.get_default_dtype()
@@ -59,6 +61,8 @@ def example_inputs(graph, dims: dict[str, int] | None = None, *, dtype=None, see
         shape, axis_names = layouts[n]
         if t.kind == "edges":
             v = torch.randint(0, nodes, shape, generator=gen)
+        elif t.kind == "tokens":
+            v = random_tokens(graph, n, shape, gen)
         elif t.kind == "edge_weight":
             v = torch.rand(shape, generator=gen, dtype=dtype) + 0.5
         elif t.kind == "mask":

@@ -331,6 +331,8 @@ def random_inputs(graph, gen) -> list:
     first item count, edge indices stay in range)."""
     import torch
 
+    from rpn2c.components.sequence import random_tokens
+
     dims, low, items = _dims(graph)
     out = []
     for nid in graph.inputs:
@@ -342,6 +344,8 @@ def random_inputs(graph, gen) -> list:
         shape = [(symbol or dims.get(d, 3)) if isinstance(d, str) else d for d in shape]
         if t.kind == "edges":
             out.append(torch.randint(0, low, shape, generator=gen))
+        elif t.kind == "tokens":
+            out.append(random_tokens(graph, nid, shape, gen))
         elif t.kind == "mask":
             out.append(torch.rand(shape, generator=gen) > 0.5 if t.mask_mode != "add" else torch.zeros(shape))
         elif t.kind == "edge_weight":

@@ -20,8 +20,8 @@ from rpn2c.ir.types import TensorType
 from .config import BindError
 
 _DIM_NAMES = {"vector": "BF", "tabular": "BF", "sequence": "BTF", "nodes": "BNF", "set": "BNF", "items": "BNF",
-              "image": "BCHW", "signal": "BCL", "volume": "BCDHW"}
-_FEATURE_KINDS = ("vector", "items", "grid")
+              "image": "BCHW", "signal": "BCL", "volume": "BCDHW", "tokens": "BT"}
+_FEATURE_KINDS = ("vector", "items", "grid", "tokens")
 
 
 def _dim_name(t: TensorType, i: int) -> str:
@@ -102,7 +102,21 @@ def samples_from_array(array: torch.Tensor, graph: Graph, source: str, spec: str
         array = array.reshape(array.shape[0], *declared)
     _match(name, t, declared, tuple(array.shape[1:]), source,
            f"an array of shape {_shape(tuple(array.shape))}", spec)
-    return array
+    return _token_ids(array, graph, name, source) if t.kind == "tokens" else array
+
+
+def _token_ids(array: torch.Tensor, graph: Graph, name: str, source: str) -> torch.Tensor:
+    """A user array read as numbers, as the int64 ids a tokens input takes (whole numbers below the vocabulary)."""
+    from rpn2c.components.sequence import token_bound
+
+    bound = token_bound(graph, name)
+    if array.is_floating_point() and not bool((array == array.round()).all()):
+        raise BindError(f"{source}: input '{name}' takes integer token ids, the array holds fractions")
+    ids = array.long()
+    if ids.numel() and (int(ids.min()) < 0 or (bound is not None and int(ids.max()) >= bound)):
+        raise BindError(f"{source}: input '{name}' takes token ids in [0, {bound}), the array holds "
+                        f"{int(ids.min())} .. {int(ids.max())}")
+    return ids
 
 
 def _bind_samples(types: dict[str, TensorType], ds: Dataset, spec: str) -> Binding:

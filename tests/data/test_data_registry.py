@@ -20,7 +20,7 @@ SKLEARN_SETS = {  # name: (n_total, input shape per item, classes)
 def test_available_lists_every_name_with_a_one_line_description():
     names = available()
     assert set(SKLEARN_SETS) | {"sunspots", "co2", "macrodata", "karate", "drosophila", "italy_power",
-                                "gunpoint", "basic_motions"} == set(names)
+                                "gunpoint", "basic_motions", "majority"} == set(names)
     assert all(isinstance(d, str) and d and "\n" not in d for d in names.values())
 
 
