@@ -195,6 +195,26 @@ def transformer_encoder_layer(m: nn.TransformerEncoderLayer, ctx: Context) -> Va
     return y
 
 
+def transformer_encoder(m: nn.TransformerEncoder, ctx: Context) -> Value:
+    """nn.TransformerEncoder = its layers in order (each an nn.TransformerEncoderLayer, converted as above, with the
+    encoder's masks), then the optional final norm as layer_norm processing.
+
+    torch's fast path (eval, no grad) runs the same arithmetic, except that with a key-padding mask and nested
+    tensors it returns 0 at padded positions; the spec returns the math path's values there (a note says so)."""
+    x = ctx.get("src")
+    kw = {"src_mask": ctx.get("mask"), "src_key_padding_mask": ctx.get("src_key_padding_mask"),
+          "is_causal": bool(ctx.get("is_causal"))}
+    if kw["src_key_padding_mask"] is not None and getattr(m, "use_nested_tensor", False):
+        ctx.builder.notes.append(f"{ctx.where()}: torch's nested-tensor fast path (eval, no grad) returns 0 at padded "
+                                 "positions; this spec returns the values torch computes with gradients enabled")
+    for i, layer in enumerate(m.layers):
+        x = ctx.child(layer, f"layers.{i}", [x], kw)
+    if m.norm is not None:
+        x = ctx.child(m.norm, "norm", [x], {})
+    return x
+
+
 def register_all() -> None:
     register_converter(nn.MultiheadAttention, multihead_attention)
     register_converter(nn.TransformerEncoderLayer, transformer_encoder_layer)
+    register_converter(nn.TransformerEncoder, transformer_encoder)

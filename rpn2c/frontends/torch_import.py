@@ -1,6 +1,6 @@
 """``rpn2c.from_torch``: a torch module -> an equivalent RPN 2 spec (readable text + weights in rpn2c's naming).
 
-    spec = rpn2c.from_torch(module, example_inputs)        # module: nn.Sequential of supported layers, or one
+    spec = rpn2c.from_torch(module, example_inputs)        # module: a supported layer, a stack, or a model
     model = spec.compile()                                 # = rpn2c.compile(spec.text) + .to(dtype) + weights + eval
     model(*example_inputs) == module(*example_inputs)      # primary output (RNN: output, MHA: attn_output)
 
@@ -12,8 +12,10 @@ How it works:
 2. The module tree is walked structurally: ``nn.Sequential`` containers (not subclasses with their own forward) are
    flattened in order; every other module needs a converter, looked up by exact class (or a base class whose
    ``forward`` it does not override). Built-in converters cover the torch layers listed in docs/unification.md;
-   :func:`register_converter` adds more. Anything else, or an option a converter cannot represent exactly, raises
-   :class:`TorchImportError` (a :class:`rpn2c.SpecTypeError`, code E0390) naming the module path, class and option.
+   :func:`register_converter` adds more. A module with no converter whose class defines its own ``forward`` (a
+   whole model, a residual block) is traced with torch.fx and converted node by node (``fx_import``). Anything
+   else, or an option a converter cannot represent exactly, raises :class:`TorchImportError` (a
+   :class:`rpn2c.SpecTypeError`, code E0390) naming the module path, class and option.
 3. Each converter emits spec statements through a :class:`Context` and links every compiled parameter or buffer to
    the torch tensor it comes from (:class:`Link`: a row slice, a transpose, a reshape).
 
@@ -329,6 +331,17 @@ class Context:
         """``[path] torch.nn.Class`` for comments."""
         return f"[{self.path or 'root'}] {type(self.module).__name__}"
 
+    def child(self, module: nn.Module, local: str, args: list, kwargs: dict) -> Value:
+        """The submodule ``local`` of this module applied to ``args`` (Values) by its converter; its output has this
+        module's output shape (a shape-preserving stage such as an encoder layer or a norm)."""
+        fn = _find_converter(module)
+        path = f"{self.path}.{local}" if self.path else local
+        if fn is None:
+            raise TorchImportError(path, _class_name(module), None, "no RPN 2 converter is registered for this class")
+        call = _Call((), {}, torch.empty(self.output_shape, device="meta"))
+        base = f"{self._base}_{local}" if self._base else local
+        return fn(module, Context(self.builder, module, path, args, kwargs, call, base))
+
     # -------------------------------------------------------------------------------------------- recorded call
     @property
     def output_shape(self) -> tuple[int, ...]:
@@ -575,8 +588,11 @@ def _sequential(module: nn.Module) -> bool:
     return isinstance(module, nn.Sequential) and type(module).forward is nn.Sequential.forward
 
 
-def _convert(b: _Builder, module: nn.Module, path: str, args: list, kwargs: dict, base: str) -> Value:
-    call = b.next_call(module)
+def _convert(b: _Builder, module: nn.Module, path: str, args: list, kwargs: dict, base: str,
+             call: _Call | None = None) -> Value:
+    """``module`` called on ``args`` (Values) as spec statements; ``call``: its recorded call (default: the next one
+    the example run recorded for it)."""
+    call = call if call is not None else b.next_call(module)
     if _sequential(module):
         if kwargs or len(args) != 1:
             raise TorchImportError(path, _class_name(module), None, "nn.Sequential takes exactly one input")
@@ -587,12 +603,14 @@ def _convert(b: _Builder, module: nn.Module, path: str, args: list, kwargs: dict
     if isinstance(module, nn.Identity):
         return args[0]
     fn = _find_converter(module)
+    own = type(module).forward is not nn.Module.forward and not type(module).__module__.startswith("torch.")
+    if fn is None and own:
+        from rpn2c.frontends.fx_import import convert_traced  # a whole model: its forward traced with torch.fx
+
+        return convert_traced(b, module, path, args, kwargs, base, call)
     if fn is None:
-        own = type(module).forward is not nn.Module.forward and not type(module).__module__.startswith("torch.")
-        hint = ("a module with its own forward is not walked (its code is not executed); register a converter with "
-                "rpn2c.frontends.torch_import.register_converter(cls, fn)" if own else
-                "no RPN 2 converter is registered for this class (see docs/unification.md for the supported list)")
-        raise TorchImportError(path, _class_name(module), None, hint)
+        raise TorchImportError(path, _class_name(module), None, "no RPN 2 converter is registered for this class "
+                                                                "(see docs/unification.md for the supported list)")
     ctx = Context(b, module, path, args, kwargs, call, base)
     out = fn(module, ctx)
     if not isinstance(out, Value):
