@@ -192,9 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extend(sub) -> None:
     """Commands contributed by later stages (train, eval, predict, show, lsp) register here."""
-    from rpn2c.runtime import lsp, train_cli
+    from rpn2c.runtime import lsp, show, train_cli
 
     train_cli.register(sub)
+    show.register(sub)
     lsp.register(sub)
     from rpn2c.runtime import export_cli
 

@@ -1,4 +1,4 @@
-"""``rpn2c train / eval / predict / show``: the training workflow on the command line.
+"""``rpn2c train / eval / predict``: the training workflow on the command line (``show``: ``runtime/show.py``).
 
 Exit status as for the other commands: 0 ok, 1 spec errors and data/checkpoint mismatches, 2 usage errors
 (unknown dataset, missing file, bad option). The training code, the datasets and matplotlib are imported inside
@@ -721,91 +721,9 @@ def _prediction_rows(task, out, index, targets) -> list[dict]:
     return rows
 
 
-# ------------------------------------------------------------------------------------------------ show
-def _random_inputs(graph, dims: dict[str, int]):
-    """One random sample for every input, symbolic dims from ``dims`` (B = 1, others 8 by default)."""
-    import torch
-
-    from rpn2c.train.config import TrainError
-
-    inputs = {}
-    for name in graph.inputs:
-        t = graph.node(name).type
-        if t.kind in ("edges", "edge_weight"):
-            raise TrainError(f"input '{name}' is {t}: an edge list cannot be made up; pass --data with a graph "
-                             "dataset (e.g. --data karate)")
-        shape = list(t.shape if t.batched else t.shape[1:])
-        shape = [d if isinstance(d, int) else dims.get(str(d), 1 if str(d) == "B" else 8) for d in shape]
-        if getattr(t, "time_major", False):
-            shape[0], shape[1] = shape[1], shape[0]
-        if t.kind == "mask":
-            fill = {"block": False, "keep": True}.get(t.mask_mode)
-            inputs[name] = torch.full(shape, fill) if fill is not None else torch.zeros(shape)
-        else:
-            inputs[name] = torch.randn(shape)
-    return inputs
-
-
-@_guard
-def cmd_show(args) -> int:
-    import torch
-
-    from rpn2c.train import plots
-    from rpn2c.train.binding import bind
-    from rpn2c.train.interdependence import check_layer, layer_matrices
-    from rpn2c.train.loop import seed_everything
-
-    dims = {}
-    for item in args.dim or []:
-        key, sep, value = item.partition("=")
-        if not sep or not value.isdigit():
-            raise _Usage(f"--dim {item}: expected NAME=INTEGER (e.g. T=16)")
-        dims[key] = int(value)
-    graph, _ = _graph(args)
-    check_layer(graph, args.layer)
-    seed_everything(args.seed)
-    if args.from_checkpoint:
-        from rpn2c.train import checkpoint
-
-        ckpt = _load_checkpoint(args.from_checkpoint)
-        if checkpoint.model_params(ckpt):
-            graph, _ = _graph(args, checkpoint.model_params(ckpt))
-            check_layer(graph, args.layer)
-        model = _compile(graph, reference=True)
-        checkpoint.restore(ckpt, graph, model, path=args.from_checkpoint)
-    else:
-        model = _compile(graph, reference=True)
-    model = model.double()
-    if args.data:
-        dataset = _dataset(args.data, args.seed)
-        binding = bind(graph, dataset, args.spec)
-        split = dataset.train if args.split == "train" else dataset.test
-        if dataset.task == "node_classification":
-            inputs = binding.inputs(split[0].double(), split[1])
-            where = f"{args.data} graph"
-        else:
-            n = split[0].shape[0]
-            if not 0 <= args.index < n:
-                raise _Usage(f"--index {args.index}: the {args.split} split has {n} samples")
-            inputs = binding.inputs(split[0][args.index:args.index + 1].double())
-            where = f"{args.data} {args.split} sample {args.index}"
-    else:
-        inputs = {k: v.double() if v.is_floating_point() else v for k, v in _random_inputs(graph, dims).items()}
-        where = "random input " + ", ".join(f"{k}{list(v.shape)}" for k, v in inputs.items())
-    mats = layer_matrices(model, args.layer, inputs)
-    path = Path(args.out) if args.out else Path(f"{Path(args.spec).stem}-{args.layer}.png")
-    panels = [{"matrix": m.matrix, "title": m.title, "rows": m.rows, "cols": m.cols} for m in mats]
-    plots.matrices(panels, path, title=f"{graph.name}.{args.layer}: interdependence matrices ({where})")
-    for m in mats:
-        r, c = m.matrix.shape
-        _out(f"{args.layer}: {m.title}: {r}×{c}, {int(torch.count_nonzero(m.matrix))} non-zero")
-    _out(f"wrote {path}")
-    return EXIT_OK
-
-
 # ------------------------------------------------------------------------------------------------ parser
 def register(sub) -> None:
-    """Add ``train``, ``eval``, ``predict`` and ``show`` to the ``rpn2c`` sub-command parser."""
+    """Add ``train``, ``eval`` and ``predict`` to the ``rpn2c`` sub-command parser."""
 
     from rpn2c.runtime.common import add_spec_command
 
@@ -879,16 +797,3 @@ def register(sub) -> None:
     s.add_argument("--input", metavar="FILE", help=".npy array [n, *sample] or .csv rows (flattened samples)")
     s.add_argument("--out", metavar="FILE", help="CSV file (default: standard output)")
     s.add_argument("--device", default="cpu")
-
-    s = spec_cmd("show", "draw a layer's interdependence matrices (grid, chain, graph, attention) as a PNG",
-                 cmd_show)
-    s.add_argument("--layer", required=True, help="layer name as in the spec (y.attn for block layers)")
-    s.add_argument("--out", metavar="FILE.png", help="picture file (default <spec-stem>-<layer>.png)")
-    s.add_argument("--data", metavar="NAME", help="take the input from this dataset (graphs need it for edges)")
-    s.add_argument("--split", choices=["test", "train"], default="test")
-    s.add_argument("--index", type=int, default=0, help="which sample of the split (default 0)")
-    s.add_argument("--dim", action="append", metavar="NAME=N",
-                   help="size of a symbolic dim for random input (default B=1, others 8); repeatable")
-    s.add_argument("--checkpoint", dest="from_checkpoint", metavar="CKPT",
-                   help="use trained weights (learned ξ such as attention)")
-    s.add_argument("--seed", type=int, default=0, help="seed of the random weights / input (default 0)")

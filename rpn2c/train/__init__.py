@@ -8,7 +8,8 @@
     binding = bind(model.graph, ds)
     model, history = fit(model, ds, binding, cfg)   # epochs scored on a validation split; history.stopped says why
 
-The command line (``rpn2c train / eval / predict / show``) lives in ``rpn2c.runtime.train_cli``.
+The command line (``rpn2c train / eval / predict``) lives in ``rpn2c.runtime.train_cli``, ``rpn2c show`` in
+``rpn2c.runtime.show``.
 """
 
 from importlib import import_module

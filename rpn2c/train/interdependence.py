@@ -68,10 +68,32 @@ def check_layer(graph: Graph, name: str) -> None:
                          f"identity); layers with one: {listing}")
 
 
-def _get(root: nn.Module, path: str) -> nn.Module:
+def layer_module(root: nn.Module, path: str) -> nn.Module:
+    """The sub-module of a layer by its spec path (``y.attn``)."""
     for part in path.split("."):
         root = getattr(root, part)
     return root
+
+
+def layer_call(model: nn.Module, module: nn.Module, inputs: dict[str, torch.Tensor]) -> tuple[tuple, object]:
+    """(arguments, output) of the layer ``module`` in an eval-mode forward pass of ``model`` on ``inputs``; the
+    program calls the layer modules for this pass (an inlined layer would bypass the hooks)."""
+    captured: dict = {}
+    handles = [module.register_forward_pre_hook(lambda mod, args: captured.setdefault("args", args)),
+               module.register_forward_hook(lambda mod, args, out: captured.setdefault("out", out))]
+    was_training, inline = model.training, getattr(model, "_inline", False)
+    model.eval()
+    if inline:
+        model.emit(inline=False)
+    try:
+        model(**inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.train(was_training)
+        if inline:
+            model.emit(inline=True)
+    return tuple(captured["args"]), captured["out"]
 
 
 def _labels(component: str, axis: str) -> tuple[str, str]:
@@ -90,21 +112,9 @@ def layer_matrices(model: nn.Module, layer: str, inputs: dict[str, torch.Tensor]
     batch for data-dependent ones)."""
     graph: Graph = model.graph
     check_layer(graph, layer)
-    module = _get(model, layer)
-    captured: dict = {}
-
-    def hook(mod, args):
-        captured["args"] = args
-
-    handle = module.register_forward_pre_hook(hook)
-    was_training = model.training
-    model.eval()
-    try:
-        model(**inputs)
-    finally:
-        handle.remove()
-        model.train(was_training)
-    x, context, aux = (list(captured["args"]) + [None, None])[:3]
+    module = layer_module(model, layer)
+    args, _ = layer_call(model, module, inputs)
+    x, context, aux = (list(args) + [None, None])[:3]
     if graph.node(layer).kind == "recurrent":
         return _recurrent_chains(graph, layer, x)
     aux = aux or {}

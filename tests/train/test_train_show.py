@@ -106,9 +106,9 @@ def test_show_with_trained_weights_and_a_data_sample(capsys, tmp_path):
 
 @pytest.mark.parametrize("spec, argv, message", [
     ("transformer", ["--layer", "y.atn"], "model 'transformer' has no layer 'y.atn'; did you mean 'y.attn'?"),
-    ("cnn", ["--layer", "conv1"], "model 'cnn' has no layer 'conv1' (layers with an interdependence function: c1, c2)"),
+    ("cnn", ["--layer", "conv1"], "model 'cnn' has no layer 'conv1' (layers: c1, p1, c2, p2, h, y)"),
     ("cnn", ["--layer", "c11"], "has no layer 'c11'; did you mean 'c1'?"),
-    ("cnn", ["--layer", "h"], "layer 'h' of model 'cnn' has no interdependence function"),
+    ("cnn", ["--layer", "h", "--view", "xi"], "layer 'h' of model 'cnn' has no interdependence function"),
     ("cnn", ["--layer", "x"], "'x' is an input node of model 'cnn', not a head layer"),
     ("gcn", ["--layer", "h"], "pass --data with a graph dataset (e.g. --data karate)"),
 ])

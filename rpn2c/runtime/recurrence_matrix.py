@@ -1,0 +1,113 @@
+"""The sparse-matrix view of a recurrent layer (seed 004's lower-triangular recurrence matrix).
+
+Elman cell (``rnn``): the unrolled linear recurrence with σ replaced by the identity, block ``(t, s) = V^{t−s} U``
+for ``s ≤ t`` (forward; upper for the backward direction), layers composed, bias ``Σ_k V^k b``: exact for a linear
+cell and for relu where every pre-activation is ≥ 0; tanh/relu applied at every step are not one matrix. Gated cells
+(gru, lstm): the exact pre-activation map over time, rows ``[a_t; r_t] = [W_ih x_t + b_ih; W_hh h_{t∓1} + b_hh]``
+per layer and direction on ``u = [vec X; vec H_0; …]``, ``H_l`` the layer's own outputs (the chain ξ feeding the
+state back); the cell maps them to ``h_t``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rpn2c.runtime.layer_matrix import LayerMatrix, ViewError, _kron
+
+
+def recurrent_matrix(name, module, x, state_args, sample) -> LayerMatrix:
+    """The matrix view of a recurrent layer (identity κ, zero initial state) for sample ``sample`` of ``x``."""
+    spec = module.spec
+    cell = spec.cell.component
+    if spec.kappa.name != "identity" or spec.kappa_state.name != "identity":
+        raise ViewError(f"layer '{name}': a non-identity κ on the input or the state is not linear")
+    if any(s is not None for s in state_args):
+        raise ViewError(f"layer '{name}': the view assumes a zero initial state")
+    x = x[sample]
+    if cell.name == "rnn":
+        return _elman(name, module, x)
+    return _gated(name, module, x)
+
+
+def _elman(name, module, x) -> LayerMatrix:
+    """σ = identity: ``h_t = U x_t + V h_{t∓1} + b`` unrolled, block ``(t, s) = V^{|t−s|} U`` on the causal
+    side."""
+    spec = module.spec
+    steps = x.shape[0]
+    m = torch.eye(x.numel(), dtype=torch.float64)
+    bias = torch.zeros(x.numel(), dtype=torch.float64)
+    for layer in range(spec.layers):
+        blocks, shifts = [], []
+        for d in range(spec.directions):
+            w = [p.double() for p in module._weights(layer, d)]
+            u, v = w[0], w[1]
+            b = (w[2] + w[3]) if spec.bias else torch.zeros(len(u), dtype=torch.float64)
+            powers = [torch.eye(len(v), dtype=torch.float64)]
+            for _ in range(steps - 1):
+                powers.append(v @ powers[-1])
+            rows = []
+            for t in range(steps):
+                row = []
+                for s in range(steps):
+                    k = t - s if d == 0 else s - t
+                    row.append(powers[k] @ u if k >= 0 else torch.zeros_like(u))
+                rows.append(torch.cat(row, 1))
+            blocks.append(torch.cat(rows, 0))  # [T·H, T·F]
+            acc = [sum(powers[: (t + 1 if d == 0 else steps - t)], torch.zeros_like(v)) @ b for t in range(steps)]
+            shifts.append(torch.stack(acc))  # [T, H]
+        # directions concatenate per step: row (t, d, o)
+        h = spec.hidden
+        layer_m = torch.stack([bk.unflatten(0, (steps, h)) for bk in blocks], 1).flatten(0, 2)
+        layer_b = torch.stack(shifts, 1).flatten()
+        m, bias = layer_m @ m, layer_m @ bias + layer_b
+    return LayerMatrix(name, "recurrence (linearised)", m, bias, x.flatten(), tuple(x.shape),
+                       (steps, spec.hidden * spec.directions),
+                       "σ = identity: block (t, s) = V^{t−s} U for s ≤ t (forward), bias Σ_k V^k b, layers "
+                       "composed; exact when σ acts as the identity (relu with every pre-activation ≥ 0); with "
+                       "tanh/relu applied at every step no single matrix is the layer",
+                       layout=("items", steps, steps))
+
+
+def _gated(name, module, x) -> LayerMatrix:
+    """Rows ``[a_t; r_t] = [W_ih x_t + b_ih; W_hh h_{t∓1} + b_hh]`` per layer, direction, step;
+    ``u = [vec X; vec H_0; …; vec H_{L−1}]`` with ``H_l`` the layer's own outputs."""
+    spec = module.spec
+    steps, h = x.shape[0], spec.hidden
+    outs, inp = [], x[None]
+    for layer in range(spec.layers):
+        zeros = inp.new_zeros(1, h)
+        init = (zeros, zeros)[: spec.cell.component.states]
+        out = torch.cat([module._reference_direction(inp.double(), init, layer, d).double()
+                         for d in range(spec.directions)], -1)
+        outs.append(out[0])
+        inp = out
+    sizes = [x.numel()] + [o.numel() for o in outs]
+    offsets = torch.tensor([0] + sizes).cumsum(0).tolist()
+    chain = [torch.diag(torch.ones(steps - 1, dtype=torch.float64), -1),
+             torch.diag(torch.ones(steps - 1, dtype=torch.float64), 1)]
+    rows, biases = [], []
+    for layer in range(spec.layers):
+        width = x.shape[1] if layer == 0 else h * spec.directions
+        for d in range(spec.directions):
+            w = [p.double() for p in module._weights(layer, d)]
+            g = len(w[0])
+            block = torch.zeros(steps, 2, g, offsets[-1], dtype=torch.float64)
+            a = _kron(torch.eye(steps, dtype=torch.float64), w[0])  # [T·G, T·F]: input side, per step
+            block[:, 0, :, offsets[layer]:offsets[layer + 1]] = a.reshape(steps, g, steps * width)
+            own = _kron(chain[d], w[1])  # [T·G, T·H]: the state fed back by the chain
+            sel = torch.zeros(steps * h, steps * h * spec.directions, dtype=torch.float64)
+            for t in range(steps):  # h^{(d)}_t inside H_l's rows (t, d', o)
+                sel[t * h:(t + 1) * h, (t * spec.directions + d) * h:(t * spec.directions + d + 1) * h] = torch.eye(h)
+            block[:, 1, :, offsets[layer + 1]:offsets[layer + 2]] = (own @ sel).reshape(steps, g, -1)
+            rows.append(block.flatten(0, 2))
+            b = torch.stack([w[2], w[3]]) if spec.bias else torch.zeros(2, g, dtype=torch.float64)
+            biases.append(b.expand(steps, 2, g).flatten())
+    m = torch.cat(rows)
+    u = torch.cat([x.flatten().double()] + [o.flatten() for o in outs])
+    g = len(module._weights(0, 0)[0])
+    return LayerMatrix(name, "recurrence (pre-activation)", m, torch.cat(biases), u, tuple(x.shape),
+                       (spec.layers * spec.directions, steps, 2, g),
+                       f"{spec.cell.component.name}: gate pre-activations [W_ih x_t + b_ih; W_hh h_(t∓1) + b_hh] "
+                       "per layer, direction and step, on u = [vec X; vec H_0; ...] (the layer's own outputs fed "
+                       "back by the chain); the cell maps them to h_t",
+                       factors={f"H_{i}": o for i, o in enumerate(outs)})

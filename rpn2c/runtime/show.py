@@ -1,0 +1,238 @@
+"""``rpn2c show``: a layer's interdependence matrices, or the layer as one sparse matrix (seed 004), as a
+picture or as data.
+
+``--view xi`` draws the literal ξ matrices (``rpn2c.train.interdependence``); ``--view matrix`` the layer's matrix
+``vec(y) = M·vec(x) + b`` (``rpn2c.runtime.layer_matrix``). The default picks ξ for layers that have one and the
+matrix for the others (perceptrons, pooling, recurrent layers without a chain picture). ``--format npz|npy|json``
+writes the matrix view as data; without ``--layer`` every layer is shown.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rpn2c.runtime.common import EXIT_OK, _err, _out, _Usage, add_spec_command
+from rpn2c.runtime.train_cli import _compile, _dataset, _graph, _guard, _load_checkpoint
+
+FORMATS = ("png", "npz", "npy", "json")
+
+
+def _random_inputs(graph, dims: dict[str, int]):
+    """One random sample for every input, symbolic dims from ``dims`` (B = 1, others 8 by default)."""
+    import torch
+
+    from rpn2c.train.config import TrainError
+
+    inputs = {}
+    for name in graph.inputs:
+        t = graph.node(name).type
+        if t.kind in ("edges", "edge_weight"):
+            raise TrainError(f"input '{name}' is {t}: an edge list cannot be made up; pass --data with a graph "
+                             "dataset (e.g. --data karate)")
+        shape = list(t.shape if t.batched else t.shape[1:])
+        shape = [d if isinstance(d, int) else dims.get(str(d), 1 if str(d) == "B" else 8) for d in shape]
+        if getattr(t, "time_major", False):
+            shape[0], shape[1] = shape[1], shape[0]
+        if t.kind == "mask":
+            fill = {"block": False, "keep": True}.get(t.mask_mode)
+            inputs[name] = torch.full(shape, fill) if fill is not None else torch.zeros(shape)
+        elif t.kind == "tokens":
+            from rpn2c.components.sequence import random_tokens
+
+            inputs[name] = random_tokens(graph, name, shape)
+        else:
+            inputs[name] = torch.randn(shape)
+    return inputs
+
+
+def _dims(items) -> dict[str, int]:
+    dims = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not value.isdigit():
+            raise _Usage(f"--dim {item}: expected NAME=INTEGER (e.g. T=16)")
+        dims[key] = int(value)
+    return dims
+
+
+def _model(args, graph):
+    """The reference-lowered model in float64 (trained weights with ``--checkpoint``) and its graph."""
+    if not args.from_checkpoint:
+        return graph, _compile(graph, reference=True).double()
+    from rpn2c.train import checkpoint
+
+    ckpt = _load_checkpoint(args.from_checkpoint)
+    graph, _ = _graph(args, checkpoint.model_params(ckpt) or None)
+    model = _compile(graph, reference=True)
+    checkpoint.restore(ckpt, graph, model, path=args.from_checkpoint)
+    return graph, model.double()
+
+
+def _inputs(args, graph):
+    """The model inputs (one data sample, the whole graph, or random) and a phrase saying which."""
+    from rpn2c.train.binding import bind
+
+    if not args.data:
+        made_up = _random_inputs(graph, _dims(args.dim))
+        inputs = {k: v.double() if v.is_floating_point() else v for k, v in made_up.items()}
+        return inputs, "random input " + ", ".join(f"{k}{list(v.shape)}" for k, v in inputs.items())
+    dataset = _dataset(args.data, args.seed)
+    binding = bind(graph, dataset, args.spec)
+    split = dataset.train if args.split == "train" else dataset.test
+    def real(x):  # token ids stay integers
+        return x.double() if x.is_floating_point() else x
+
+    if dataset.task == "node_classification":
+        return binding.inputs(real(split[0]), split[1]), f"{args.data} graph"
+    n = split[0].shape[0]
+    if not 0 <= args.index < n:
+        raise _Usage(f"--index {args.index}: the {args.split} split has {n} samples")
+    return binding.inputs(real(split[0][args.index:args.index + 1])), f"{args.data} {args.split} sample {args.index}"
+
+
+@_guard
+def cmd_show(args) -> int:
+    from rpn2c.runtime.layer_matrix import ViewError
+    from rpn2c.train.config import TrainError
+
+    try:
+        return _show(args)
+    except ViewError as exc:  # a named layer without a view (every layer: those are named and skipped)
+        raise TrainError(str(exc)) from None
+
+
+def _show(args) -> int:
+    from rpn2c.runtime.layer_matrix import check_matrix_layer, matrix_layers
+    from rpn2c.train.interdependence import check_layer, layers_with_xi
+    from rpn2c.train.loop import seed_everything
+
+    graph, _ = _graph(args)
+    if args.layer:
+        check_matrix_layer(graph, args.layer)
+        if args.view == "xi":
+            check_layer(graph, args.layer)
+    layers = [args.layer] if args.layer else (layers_with_xi(graph) if args.view == "xi" else matrix_layers(graph))
+    if args.format == "npy" and len(layers) != 1:
+        raise _Usage("--format npy holds one matrix: name a --layer (or use --format npz)")
+    seed_everything(args.seed)
+    graph, model = _model(args, graph)
+    inputs, where = _inputs(args, graph)
+    if args.format == "png":
+        return _pictures(args, graph, model, inputs, where, layers, set(layers_with_xi(graph)))
+    return _data(args, graph, model, inputs, layers, args.format)
+
+
+def _views(args, model, inputs, layers):
+    """(layer, matrix view) for each layer; without ``--layer`` the layers that have none are named and skipped."""
+    from rpn2c.runtime.layer_matrix import ViewError, layer_matrix
+
+    for layer in layers:
+        try:
+            yield layer, layer_matrix(model, layer, inputs)
+        except ViewError as exc:
+            if args.layer:
+                raise
+            _err(f"{layer}: no matrix view: {exc}")
+
+
+def _pictures(args, graph, model, inputs, where, layers, xi) -> int:
+    from rpn2c.train import plots
+    from rpn2c.train.interdependence import layer_matrices
+
+    stem = Path(args.spec).stem
+    folder = Path(args.out) if args.out and not args.layer else Path(f"{stem}-show")
+    by_xi = [layer for layer in layers if args.view == "xi" or (args.view == "auto" and layer in xi)]
+    views = dict(_views(args, model, inputs, [layer for layer in layers if layer not in by_xi]))
+    for layer in [layer for layer in layers if layer in by_xi or layer in views]:
+        path = Path(args.out) if args.out and args.layer else (
+            Path(f"{stem}-{layer}.png") if args.layer else folder / f"{layer}.png")
+        if layer in by_xi:
+            mats = layer_matrices(model, layer, inputs)
+            panels = [{"matrix": m.matrix, "title": m.title, "rows": m.rows, "cols": m.cols} for m in mats]
+            title = f"{graph.name}.{layer}: interdependence matrices ({where})"
+            lines = [(m.title, m.matrix) for m in mats]
+        else:
+            lm = views[layer]
+            panels = _matrix_panels(lm)
+            title = f"{graph.name}.{layer}: {lm.kind} as one matrix, vec(y) = M·u + b ({where})"
+            lines = [(f"{lm.kind}: M", lm.matrix)]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        plots.matrices(panels, path, title=title)
+        for text, m in lines:
+            r, c = m.shape
+            _out(f"{layer}: {text}: {r}×{c}, {int((m != 0).sum())} non-zero")
+        _out(f"wrote {path}")
+    return EXIT_OK
+
+
+def _matrix_panels(lm) -> list[dict]:
+    """M with its magnitudes (zeros white), its sparsity pattern (unless M is 0/1), and the data-dependent slices
+    of attention."""
+    import torch
+
+    rows, cols = f"output entry ({'×'.join(map(str, lm.out_shape))}, row-major)", "input entry u"
+    pattern = (lm.matrix != 0).double()
+    panels = [{"matrix": lm.matrix, "title": f"M ({lm.kind})", "rows": rows, "cols": cols}]
+    if not torch.equal(pattern, lm.matrix):
+        panels.append({"matrix": pattern, "title": "sparsity pattern of M", "rows": rows, "cols": cols})
+    if "tensor" in lm.factors:
+        panels += [{"matrix": t, "title": f"T[{h}]: attention of head {h} (data-dependent)", "rows": "query item i",
+                    "cols": "key item j"} for h, t in enumerate(lm.factors["tensor"][:2])]
+    return panels
+
+
+def _data(args, graph, model, inputs, layers, fmt) -> int:
+    import numpy as np
+
+    views = [view for _, view in _views(args, model, inputs, layers)]
+    summaries = [v.summary() for v in views]
+    stem = Path(args.spec).stem
+    name = args.layer or "all"
+    if fmt == "json":
+        text = json.dumps(summaries[0] if args.layer else {"model": graph.name, "layers": summaries}, indent=2,
+                          ensure_ascii=False)
+        if not args.out:
+            _out(text)
+            return EXIT_OK
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+        _out(f"wrote {args.out}")
+        return EXIT_OK
+    path = Path(args.out) if args.out else Path(f"{stem}-{name}.{fmt}")
+    if fmt == "npy":
+        np.save(path, views[0].matrix.numpy())
+    else:
+        arrays = {}
+        for v in views:
+            arrays.update({f"{v.layer}/M": v.matrix, f"{v.layer}/b": v.bias, f"{v.layer}/u": v.u})
+            arrays.update({f"{v.layer}/{k}": t for k, t in v.factors.items()})
+        with open(path, "wb") as fh:  # np.savez would append .npz to any other name
+            np.savez(fh, **{k: t.detach().numpy() for k, t in arrays.items()})
+    for s in summaries:
+        _out(f"{s['layer']}: {s['kind']}: {s['shape'][0]}×{s['shape'][1]}, {s['nnz']} non-zero")
+    _out(f"wrote {path}")
+    return EXIT_OK
+
+
+def register(sub) -> None:
+    """Add ``show`` to the ``rpn2c`` sub-command parser."""
+    s = add_spec_command(sub, "show", "draw a layer's interdependence matrices, or the layer as one sparse matrix "
+                                      "(PNG, or npz/npy/json data)", cmd_show)
+    s.add_argument("--layer", help="layer name as in the spec (y.attn for block layers; default: every layer)")
+    s.add_argument("--view", choices=["auto", "xi", "matrix"], default="auto",
+                   help="xi: the interdependence matrices; matrix: the layer as vec(y) = M·vec(x) + b (seed 004); "
+                        "auto (default): xi where the layer has one, else the matrix")
+    s.add_argument("--format", choices=FORMATS, default="png",
+                   help="png picture, or the matrix view as data: npz (M, b, u and factors per layer), npy (M), "
+                        "json (shape, non-zeros, bandwidths, structure)")
+    s.add_argument("--out", metavar="FILE",
+                   help="output file (default <spec-stem>-<layer>.<format>; a folder for pictures of every layer; "
+                        "json: standard output)")
+    s.add_argument("--data", metavar="NAME", help="take the input from this dataset (graphs need it for edges)")
+    s.add_argument("--split", choices=["test", "train"], default="test")
+    s.add_argument("--index", type=int, default=0, help="which sample of the split (default 0)")
+    s.add_argument("--dim", action="append", metavar="NAME=N",
+                   help="size of a symbolic dim for random input (default B=1, others 8); repeatable")
+    s.add_argument("--checkpoint", dest="from_checkpoint", metavar="CKPT",
+                   help="use trained weights (learned ξ such as attention)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the random weights / input (default 0)")
