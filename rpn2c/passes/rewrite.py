@@ -31,6 +31,11 @@ class Pat:
     def ops(self) -> tuple[str, ...]:
         return self.op if isinstance(self.op, tuple) else (self.op,)
 
+    def __str__(self) -> str:
+        op = "|".join(self.ops)
+        args = ", ".join(str(a) for a in self.args) if self.args else "…"
+        return f"{op}({args})"
+
 
 @dataclass
 class Match:

@@ -145,3 +145,13 @@ def test_terms_are_immutable():
     t = Term("input", key=("x",))
     with pytest.raises(AttributeError):
         t.op = "expand"  # type: ignore[misc]
+
+
+def test_every_rule_is_in_the_optimiser_doc():
+    from pathlib import Path
+
+    from rpn2c.passes import rule_names
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "optimizer.md").read_text(encoding="utf-8")
+    assert [n for n in rule_names() if f"`{n}`" not in doc] == []
+    assert [op for op in KERNEL_OPS if f"`{op}`" not in doc] == []
