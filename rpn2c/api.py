@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from pathlib import Path
 
 import rpn2c.components  # noqa: F401  (registers every component)
@@ -9,6 +11,20 @@ from rpn2c.check.budget import Limits
 from rpn2c.check.elaborate import elaborate
 from rpn2c.check.loader import load, read_spec
 from rpn2c.ir.graph import Graph
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Pause the cyclic garbage collector while the compiler allocates (parse trees, validated hyper-parameters,
+    terms, modules): otherwise full collections, each walking every object torch and the caller hold, run
+    several times per build of a large spec. The collector resumes afterwards, as it was."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def check(text: str | bytes, file: str = "<string>", *, model: str | None = None, path: str | Path | None = None,
@@ -19,8 +35,9 @@ def check(text: str | bytes, file: str = "<string>", *, model: str | None = None
     lowers the resource budgets, e.g. ``limits={"max_params": 4 * 10**9, "max_memory": 16 * 2**30}``
     (:class:`rpn2c.Limits`). ``bytes`` are decoded as UTF-8 (a bad byte is a located error).
     """
-    unit, sources = load(text, file, path=Path(path) if path else None, root=Path(root) if root else None)
-    return elaborate(unit, sources, model, params, limits)
+    with _collector_paused():
+        unit, sources = load(text, file, path=Path(path) if path else None, root=Path(root) if root else None)
+        return elaborate(unit, sources, model, params, limits)
 
 
 def check_file(path: str | Path, *, model: str | None = None, root: str | Path | None = None,
@@ -42,8 +59,9 @@ def compile(text: str, file: str = "<string>", *, model: str | None = None, refe
     from rpn2c.lower.build import CompiledModel
     from rpn2c.passes import optimize
 
-    graph = optimize(check(text, file, model=model, path=path, root=root, params=params, limits=limits))
-    module = CompiledModel(graph, reference=reference)
+    with _collector_paused():
+        graph = optimize(check(text, file, model=model, path=path, root=root, params=params, limits=limits))
+        module = CompiledModel(graph, reference=reference)
     if torch_compile:
         import torch
 

@@ -291,3 +291,22 @@ def test_malformed_user_data_files_name_the_file(tmp_path):
         with pytest.raises((ValueError, OSError)) as info:
             load_path(kind, tmp_path / path)
         assert where in str(info.value), (kind, str(info.value))
+
+
+def test_the_compiler_leaves_the_garbage_collector_as_it_found_it():
+    """check/compile pause the cyclic collector while they allocate and restore it, on errors too."""
+    import gc
+
+    text = "model m {\n  input x: vector[B, 4]\n  y = head(x) { out = 2 }\n  return y\n}\n"
+    assert gc.isenabled()
+    rpn2c.compile(text)
+    assert gc.isenabled()
+    with pytest.raises(rpn2c.SpecError):
+        rpn2c.check(text.replace("out = 2", "out = -2"))
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        rpn2c.check(text)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
