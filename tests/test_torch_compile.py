@@ -188,7 +188,10 @@ def test_inductor_fullgraph_matches_eager(name):
 def test_compiled_lstm_keeps_the_fused_kernel_as_one_opaque_op():
     """torch <= 2.13 cannot differentiate oneDNN's LSTM kernel under AOTAutograd (pytorch/pytorch#158007): inside
     a compiled graph on CPU the kernel is the custom op ``rpn2c::lstm`` (not a loop over time steps), and with two
-    bidirectional layers and initial states it equals eager in outputs and every gradient, in float64."""
+    bidirectional layers and initial states it equals eager in outputs and every gradient, in float64; in training
+    mode the backward replays the forward's tape (no tape is left behind)."""
+    from rpn2c.functional import rnn_op
+
     torch._dynamo.reset()
     seen = []
 
@@ -203,8 +206,10 @@ def test_compiled_lstm_keeps_the_fused_kernel_as_one_opaque_op():
     compiled = torch.compile(rpn2c.compile(text).double(), backend=record, fullgraph=True)
     compiled._orig_mod.load_state_dict(eager.state_dict())
     inputs = [x.double() for x in random_inputs(graph)]
+    rnn_op._TAPES.clear()
     _assert_matches_eager(eager, compiled, inputs, rtol=1e-10, atol=1e-12)
     assert "rpn2c.lstm.default" in seen and not any("lstm_cell" in t or "sigmoid" in t for t in seen), seen
+    assert compiled.training and not rnn_op._TAPES
 
 
 def test_compiled_lstm_trains_on_cpu_with_inductor():

@@ -124,7 +124,8 @@ class RecurrentModule(nn.Module):
         sl = slice(first * spec.directions, (first + layers) * spec.directions)
         hx = (h0[sl].contiguous(), c0[sl].contiguous()) if self.cell.states == 2 else h0[sl].contiguous()
         if self._opaque_lstm(x):
-            return rnn_op.lstm(x, *hx, flat, spec.bias, layers, spec.bidirectional)
+            record = self.training and torch.is_grad_enabled()  # keep the tape where a backward is expected
+            return rnn_op.lstm(x, *hx, flat, spec.bias, layers, spec.bidirectional, record)
         kernel = getattr(torch._VF, self.cell.kernel())
         result = kernel(x, hx, flat, spec.bias, layers, spec.dropout, self.training, spec.bidirectional, True)
         return result[0]
