@@ -74,3 +74,18 @@ def test_the_emitted_calls_are_the_kernel_ops_of_the_rewritten_terms():
     ref.load_state_dict(model.state_dict())
     x = torch.randn(5, 4, dtype=torch.float64)
     assert_close(model(x), ref(x), rtol=1e-12, atol=1e-12)
+
+
+def test_a_single_head_with_a_head_fusion_is_not_inlined_as_its_head():
+    """Found by the fuzz harness: `head(x) { fusion = ... }` fuses its one head; the term keeps the fusion, so
+    the emitter does not inline the head's F.linear alone (the fusion changes the width)."""
+    text = ("model m {\n  input x: sequence[B, 2, 8]\n  v0 = head(x) {\n    fusion = concat_linear(out = 3)\n"
+            "    out = 2\n  }\n  y = head(v0) { out = 4 }\n  return y\n}\n")
+    model = rpn2c.compile(text).double()
+    assert str(model.graph.node("v0").terms[1]).startswith("fuse_heads[concat_linear](")
+    assert "self.v0(" in model.program_source
+    ref = rpn2c.compile(text, reference=True).double()
+    ref.load_state_dict(model.state_dict())
+    x = torch.randn(3, 2, 8, dtype=torch.float64)
+    assert model(x).shape == (3, 2, 4)
+    assert_close(model(x), ref(x), rtol=1e-12, atol=1e-12)

@@ -128,7 +128,7 @@ def _layer(tab: TermTable, graph: Graph, node: Node) -> Term:
         x = tab.make("process", (x,), (node.id, "pre", i), _info(node, None, what=p.name), (p.span,))
     data = _input(tab, preds["context"]) if "context" in preds else x
     heads = [_head(tab, node, h, t, data) for h, t in zip(spec.heads, node.trace["heads"])]
-    y = heads[0] if len(heads) == 1 else tab.make("fuse_heads", heads, (node.id,),
+    y = heads[0] if len(heads) == 1 and spec.fusion is None else tab.make("fuse_heads", heads, (node.id,),
                                                   _info(node, None, what=spec.fusion and spec.fusion.name),
                                                   (node.span, spec.fusion.span if spec.fusion else UNKNOWN_SPAN))
     if spec.pi.name != "zero":

@@ -8,7 +8,7 @@ operation thrown in:
   layers (with or without a state expansion), then pooling over items and a vector head;
 - graphs: graph-interdependence heads on an edge list;
 - vectors: heads and multi-head layers with random κ, ψ (dense, low-rank, masked, VeRA), π, channel counts and
-  channel / head fusions.
+  channel / head fusions (also a head fusion on a single head).
 """
 
 from __future__ import annotations
@@ -122,6 +122,9 @@ def _vector_program(draw):
         out = draw(st.sampled_from([2, 3, 4]))
         if draw(st.booleans()):
             body, new_width = draw(_head_body(width, out))
+            if draw(st.integers(0, 3)) == 0:  # a head fusion on the single head (it changes the width)
+                new_width = draw(st.sampled_from([2, 5]))
+                body += f"  fusion = concat_linear(out = {new_width})"
             heads = f"{{ {body}"
         else:
             bodies = [draw(_head_body(width, out)) for _ in range(draw(st.integers(2, 3)))]
