@@ -177,7 +177,10 @@ class _PatchBase(GridXi):
         return _per_axis(hp.stride if hp.stride is not None else 1, rank, "stride")
 
     def geometry(self, rank):
-        before, after, taps = self.extents(rank)
+        try:
+            before, after, taps = self.extents(rank)
+        except ValueError as exc:  # e.g. a kernel box over structure.MAX_PATCH_BOX (cuboid half-extents)
+            raise ShapeRuleError(str(exc)) from None
         kernel = tuple(b + a + 1 for b, a in zip(before, after))
         stride = self.stride(rank)
         hp = self.hp
@@ -194,9 +197,9 @@ def _taps(offsets: torch.Tensor, before: tuple[int, ...]) -> tuple[tuple[int, ..
 
 
 class _CylinderFields(HP):
-    radius: int = Field(1, ge=0, description="disc radius r (eq 65)")
-    depth: int = Field(0, ge=0, description="p_d: depth taps before the centre (3-D grids)")
-    depth_after: Optional[int] = Field(None, ge=0, description="p'_d (default p_d)")
+    radius: int = Field(1, ge=0, le=64, description="disc radius r (eq 65)")
+    depth: int = Field(0, ge=0, le=64, description="p_d: depth taps before the centre (3-D grids)")
+    depth_after: Optional[int] = Field(None, ge=0, le=64, description="p'_d (default p_d)")
 
 
 class _CylinderHP(_ShapedPatchHP, _CylinderFields):
@@ -243,7 +246,7 @@ class CylinderPatch(_PatchBase):
 
 
 class _SphereHP(_ShapedPatchHP):
-    radius: int = Field(1, ge=0, description="ball radius r (eq 65)")
+    radius: int = Field(1, ge=0, le=32, description="ball radius r (eq 65)")
 
     @field_validator("packing")
     @classmethod

@@ -557,3 +557,12 @@ def test_csr_mm_is_a_well_formed_custom_op_and_compiles_in_one_graph():
     compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
     torch.testing.assert_close(compiled(x), f(x))
     torch.testing.assert_close(torch.autograd.grad(compiled(x).sum(), x)[0], torch.autograd.grad(f(x).sum(), x)[0])
+
+
+def test_patch_offsets_refuse_a_kernel_box_over_the_limit_before_enumerating():
+    """A hostile extent is refused from arithmetic alone (no 10^18-element meshgrid)."""
+    with pytest.raises(ValueError, match="larger than the 1,048,576 allowed"):
+        S.cylinder_offsets(10**9)
+    with pytest.raises(ValueError, match="4,004,001 positions"):  # 2001²
+        S.cuboid_offsets((1000, 1000), (1000, 1000))
+    assert S.cuboid_offsets((511, 511), (511, 511)).shape == (1023 * 1023, 2)  # the largest box allowed

@@ -13,6 +13,8 @@ from torch import Tensor
 
 from rpn2c.functional.structure._common import _dtype, _to_sparse, _tuple, IntOrTuple, PaddingMode, SparseFormat
 
+MAX_PATCH_BOX = 2**20  # kernel-box positions of one patch (a 1023×1023 window; the paper's largest is 9×9)
+
 
 # ----------------------------------------------------------------------------------------------------------
 # patch shapes (catalog §3.2)
@@ -46,6 +48,10 @@ def cuboid_offsets(
     d = _tuple(dilation, ndim, 1, "dilation")
     if any(x < 0 for x in b + a) or any(x < 1 for x in d):
         raise ValueError("patch extents must be >= 0 and dilations >= 1")
+    box = math.prod(b[i] + a[i] + 1 for i in range(ndim))
+    if box > MAX_PATCH_BOX:  # checked before anything is enumerated: a hostile radius must not exhaust memory
+        raise ValueError(f"a patch whose kernel box has {box:,} positions is larger than the {MAX_PATCH_BOX:,} "
+                         "allowed")
     axes = [torch.arange(-b[i], a[i] + 1, device=device) * d[i] for i in range(ndim)]
     grids = torch.meshgrid(*axes, indexing="ij")
     return torch.stack([g.reshape(-1) for g in grids], dim=-1)
