@@ -101,8 +101,20 @@ class _Elementwise(nn.Module):
         return out
 
 
+class _ElementwiseOp(Op):
+    """An elementwise op folding ``fn`` over its operands, typed by :func:`_elementwise_type` (broadcasting)."""
+
+    fn = None  # the torch function, a staticmethod of each op
+
+    def infer(self, ins):
+        return _elementwise_type(ins, self.name)
+
+    def build(self, ins):
+        return _Elementwise(self.fn, _lifts(ins))
+
+
 @register
-class Add(Op):
+class Add(_ElementwiseOp):
     """add(a, b, ...): elementwise sum (residuals, shifts); a vector [B, C] broadcasts over a grid/items value.
 
     ``y[b, c, s] = x[b, c, s] + v[b, c]`` for a grid, ``y[b, n, f] = x[b, n, f] + v[b, f]`` for items.
@@ -110,17 +122,12 @@ class Add(Op):
 
     name, family = "add", "op"
     arity = (2, 64)
+    fn = staticmethod(torch.add)
     example = example_model("input x: sequence[B, 4, 3]", "input v: vector[B, 3]", "y = add(x, v)", "return y")
-
-    def infer(self, ins):
-        return _elementwise_type(ins, "add")
-
-    def build(self, ins):
-        return _Elementwise(torch.add, _lifts(ins))
 
 
 @register
-class Multiply(Op):
+class Multiply(_ElementwiseOp):
     """mul(a, b, ...): elementwise (Hadamard) product; a vector [B, C] broadcasts over a grid/items value.
 
     ``y[b, c, s] = x[b, c, s] · v[b, c]`` for a grid (channel scaling), ``y[b, n, f] = x[b, n, f] · v[b, f]`` for
@@ -129,28 +136,18 @@ class Multiply(Op):
 
     name, family = "mul", "op"
     arity = (2, 64)
+    fn = staticmethod(torch.mul)
     example = example_model("input x: image[B, 2, 3, 3]", "input g: vector[B, 2]", "y = mul(x, g)", "return y")
-
-    def infer(self, ins):
-        return _elementwise_type(ins, "mul")
-
-    def build(self, ins):
-        return _Elementwise(torch.mul, _lifts(ins))
 
 
 @register
-class Subtract(Op):
+class Subtract(_ElementwiseOp):
     """sub(a, b): elementwise difference a − b; a vector [B, C] broadcasts over a grid/items value (either side)."""
 
     name, family = "sub", "op"
     arity = (2, 2)
+    fn = staticmethod(torch.sub)
     example = example_model("input x: signal[B, 2, 5]", "input v: vector[B, 2]", "y = sub(v, x)", "return y")
-
-    def infer(self, ins):
-        return _elementwise_type(ins, "sub")
-
-    def build(self, ins):
-        return _Elementwise(torch.sub, _lifts(ins))
 
 
 @register
