@@ -28,6 +28,17 @@ class _Usage(Exception):
     pass
 
 
+def parse_dims(items: list[str] | None) -> dict[str, int]:
+    """``--dim NAME=SIZE`` options (sizes of symbolic dimensions, each >= 1) as a dict."""
+    dims = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value.isdigit() or int(value) < 1:
+            raise _Usage(f"--dim {item}: expected NAME=SIZE (e.g. B=32, T=100)")
+        dims[key] = int(value)
+    return dims
+
+
 def add_spec_command(sub, name: str, help_: str, fn) -> argparse.ArgumentParser:
     """A sub-command taking a spec file, with the shared ``--model`` and ``--root`` options."""
     s = sub.add_parser(name, help=help_, description=help_)

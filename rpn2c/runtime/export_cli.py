@@ -16,7 +16,7 @@ import logging
 import warnings
 from pathlib import Path
 
-from rpn2c.runtime.common import EXIT_OK, EXIT_SPEC, _err, _out, _Usage
+from rpn2c.runtime.common import EXIT_OK, EXIT_SPEC, _err, _out, _Usage, parse_dims
 from rpn2c.runtime.train_cli import _guard
 
 FORMATS = {"pt2": ".pt2", "onnx": ".onnx"}
@@ -201,16 +201,6 @@ def _difference(ours, theirs) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ command
-def _dims(items: list[str] | None) -> dict[str, int]:
-    dims = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not value.isdigit() or int(value) < 1:
-            raise _Usage(f"--dim {item}: expected NAME=SIZE (e.g. B=32, T=100)")
-        dims[key] = int(value)
-    return dims
-
-
 def _load(args):
     """(graph, model, where the weights came from): the checkpoint restored as ``rpn2c eval`` does, or a fresh
     random initialisation with --random-init."""
@@ -249,7 +239,7 @@ def cmd_export(args) -> int:
     if (args.checkpoint is None) == (not args.random_init):
         raise _Usage("give a CHECKPOINT written by `rpn2c train`, or --random-init for untrained weights"
                      if args.checkpoint is None else "give a CHECKPOINT or --random-init, not both")
-    dims = _dims(args.dim)
+    dims = parse_dims(args.dim)
     dtype = getattr(torch, args.dtype)
     try:
         graph, model, source = _load(args)

@@ -12,48 +12,27 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rpn2c.runtime.common import EXIT_OK, _err, _out, _Usage, add_spec_command
+from rpn2c.runtime.common import EXIT_OK, _err, _out, _Usage, add_spec_command, parse_dims
 from rpn2c.runtime.train_cli import _compile, _dataset, _graph, _guard, _load_checkpoint
 
 FORMATS = ("png", "npz", "npy", "json")
 
 
 def _random_inputs(graph, dims: dict[str, int]):
-    """One random sample for every input, symbolic dims from ``dims`` (B = 1, others 8 by default)."""
+    """One random sample (float64) for every input, by ``rpn2c export``'s example inputs: B = 1 unless ``dims``
+    says otherwise, other symbolic dims 8; an edge list cannot be made up."""
     import torch
 
+    from rpn2c.runtime.export_cli import example_inputs
     from rpn2c.train.config import TrainError
 
-    inputs = {}
     for name in graph.inputs:
         t = graph.node(name).type
         if t.kind in ("edges", "edge_weight"):
             raise TrainError(f"input '{name}' is {t}: an edge list cannot be made up; pass --data with a graph "
                              "dataset (e.g. --data karate)")
-        shape = list(t.shape if t.batched else t.shape[1:])
-        shape = [d if isinstance(d, int) else dims.get(str(d), 1 if str(d) == "B" else 8) for d in shape]
-        if getattr(t, "time_major", False):
-            shape[0], shape[1] = shape[1], shape[0]
-        if t.kind == "mask":
-            fill = {"block": False, "keep": True}.get(t.mask_mode)
-            inputs[name] = torch.full(shape, fill) if fill is not None else torch.zeros(shape)
-        elif t.kind == "tokens":
-            from rpn2c.components.sequence import random_tokens
-
-            inputs[name] = random_tokens(graph, name, shape)
-        else:
-            inputs[name] = torch.randn(shape)
-    return inputs
-
-
-def _dims(items) -> dict[str, int]:
-    dims = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not value.isdigit():
-            raise _Usage(f"--dim {item}: expected NAME=INTEGER (e.g. T=16)")
-        dims[key] = int(value)
-    return dims
+    values, _ = example_inputs(graph, {"B": 1, **dims}, dtype=torch.float64)
+    return dict(zip(graph.inputs, values))
 
 
 def _model(args, graph):
@@ -74,8 +53,7 @@ def _inputs(args, graph):
     from rpn2c.train.binding import bind
 
     if not args.data:
-        made_up = _random_inputs(graph, _dims(args.dim))
-        inputs = {k: v.double() if v.is_floating_point() else v for k, v in made_up.items()}
+        inputs = _random_inputs(graph, parse_dims(args.dim))
         return inputs, "random input " + ", ".join(f"{k}{list(v.shape)}" for k, v in inputs.items())
     dataset = _dataset(args.data, args.seed)
     binding = bind(graph, dataset, args.spec)
