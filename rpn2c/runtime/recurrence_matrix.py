@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from rpn2c.functional.scan import recurrence_matrix
 from rpn2c.runtime.layer_matrix import LayerMatrix, ViewError, _kron
 
 
@@ -42,19 +43,9 @@ def _elman(name, module, x) -> LayerMatrix:
             w = [p.double() for p in module._weights(layer, d)]
             u, v = w[0], w[1]
             b = (w[2] + w[3]) if spec.bias else torch.zeros(len(u), dtype=torch.float64)
-            powers = [torch.eye(len(v), dtype=torch.float64)]
-            for _ in range(steps - 1):
-                powers.append(v @ powers[-1])
-            rows = []
-            for t in range(steps):
-                row = []
-                for s in range(steps):
-                    k = t - s if d == 0 else s - t
-                    row.append(powers[k] @ u if k >= 0 else torch.zeros_like(u))
-                rows.append(torch.cat(row, 1))
-            blocks.append(torch.cat(rows, 0))  # [T·H, T·F]
-            acc = [sum(powers[: (t + 1 if d == 0 else steps - t)], torch.zeros_like(v)) @ b for t in range(steps)]
-            shifts.append(torch.stack(acc))  # [T, H]
+            chain = recurrence_matrix(v, steps, reverse=d == 1)  # blocks V^{|t−s|} on the causal side
+            blocks.append(chain @ _kron(torch.eye(steps, dtype=torch.float64), u))  # [T·H, T·F]: V^{|t−s|} U
+            shifts.append((chain @ b.repeat(steps)).view(steps, -1))  # [T, H]: Σ_k V^k b
         # directions concatenate per step: row (t, d, o)
         h = spec.hidden
         layer_m = torch.stack([bk.unflatten(0, (steps, h)) for bk in blocks], 1).flatten(0, 2)
