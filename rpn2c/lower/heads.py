@@ -143,7 +143,7 @@ class LayerModule(nn.Module):
             x = p(x)
         data = context if context is not None else x
         if self.reference:  # the oracle: lower/reference.py, nothing of the default heads below
-            outs = [literal.head(hd, x, data, lambda m: _own_aux(m, aux), self.out_kind == "grid")
+            outs = [literal.head(hd, x, data, lambda m: own_aux(m, aux), self.out_kind == "grid")
                     for hd in self._holders()]
         elif "fused_heads" in self.layer_kernels:
             outs = self._fused_heads(x, data, aux)
@@ -177,7 +177,7 @@ class LayerModule(nn.Module):
         holders = self._holders()
         w_v = torch.stack([hd.psi.matrix() for hd in holders])  # [H, n, D]
         values = torch.einsum("bnd,hkd->bhnk", data, w_v)
-        y = fused_attention([hd.xi_instance for hd in holders], x, data, _own_aux(holders[0].xi_instance, aux),
+        y = fused_attention([hd.xi_instance for hd in holders], x, data, own_aux(holders[0].xi_instance, aux),
                             values)  # [B, H, Nq, n]
         if holders[0].bias is not None:
             y = y + torch.stack([hd.bias for hd in holders])[None, :, None, :]
@@ -392,7 +392,7 @@ def _pad(x, geo):
     return F.pad(x, pads, mode=_PAD_MODES[geo.padding_mode])
 
 
-def _own_aux(m, aux: dict) -> dict:
+def own_aux(m, aux: dict) -> dict:
     """The layer's extra inputs (keyed by value id) as ``m`` reads them: keyed by its hyper-parameter names."""
     own = {k: aux[v] for k, v in getattr(m, "aux_keys", {}).items() if v in aux}
     if "_memo" in aux:
@@ -402,4 +402,4 @@ def _own_aux(m, aux: dict) -> dict:
 
 def _xi(mod, c, z, q, data, aux):
     m = literal.channel(mod, c)
-    return m.apply(z, q, data, _own_aux(m, aux))
+    return m.apply(z, q, data, own_aux(m, aux))

@@ -35,7 +35,7 @@ from rpn2c.components.xi import aggregation_matrix, padding_matrix
 from rpn2c.errors import did_you_mean
 from rpn2c.ir.graph import Graph
 from rpn2c.lower import reference as literal
-from rpn2c.lower.heads import _own_aux
+from rpn2c.lower.heads import own_aux
 from rpn2c.train.interdependence import layer_call, layer_module
 
 SLOTS_BEFORE = ("xi_attribute", "xi_instance_prior")
@@ -230,7 +230,7 @@ def _items_channel(name, hd, c, x, data, aux, sample) -> LayerMatrix:
             continue
         m = literal.channel(getattr(hd, slot), c)
         attribute = m.axis == "attribute"
-        a = m.matrix(q, z0, _own_aux(m, aux), right.shape[-1] if attribute else left.shape[0])
+        a = m.matrix(q, z0, own_aux(m, aux), right.shape[-1] if attribute else left.shape[0])
         varies = a.dim() == 3
         a = (a[min(sample, a.shape[0] - 1)] if varies else a).double()
         dependent = dependent or varies
