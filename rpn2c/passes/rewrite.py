@@ -11,6 +11,7 @@ larger patterns at a parent therefore win over smaller ones at a child (``conv``
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -83,12 +84,20 @@ class Fired:
     spans: frozenset
 
 
-def rewrite(root: Term, rules, table: TermTable, allow: Callable[[object, Term], bool]) -> tuple[Term, list[Fired]]:
-    """Rewrite ``root`` to a fixed point. ``allow(rule, term)`` is the rule's guard and cost check at ``term``."""
+@functools.lru_cache(maxsize=64)
+def _by_root_op(rules: tuple) -> dict[str, list]:
+    """The rules whose pattern root is each op, highest benefit first (table order breaks ties): built once per
+    rule set, not once per layer."""
     by_op: dict[str, list] = {}
     for i, r in sorted(enumerate(rules), key=lambda ir: (-ir[1].benefit, ir[0])):
         for op in r.pattern.ops:
             by_op.setdefault(op, []).append(r)
+    return by_op
+
+
+def rewrite(root: Term, rules, table: TermTable, allow: Callable[[object, Term], bool]) -> tuple[Term, list[Fired]]:
+    """Rewrite ``root`` to a fixed point. ``allow(rule, term)`` is the rule's guard and cost check at ``term``."""
+    by_op = _by_root_op(tuple(rules))
     fired: list[Fired] = []
 
     def visit(t: Term, memo: dict[int, Term]) -> Term:
