@@ -74,6 +74,7 @@ __all__ = [
     "ricker",
     "shannon",
     "taylor",
+    "taylor_reconcile",
     "trigonometric",
     "wavelet",
 ]
@@ -256,6 +257,33 @@ def taylor(x: Tensor, *, d: int = 2, symmetric: bool = False) -> Tensor:
             p = (p.unsqueeze(-1) * x.unsqueeze(-2)).flatten(-2)
             outs.append(p)
     return torch.cat(outs, dim=-1)
+
+
+def taylor_reconcile(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, d: int = 2) -> Tensor:
+    """``taylor(x, d)·Wᵀ + b`` without building κ: ``W = [W₁ | W₂ | … | W_d]`` in κ's degree blocks, and
+    ``x^{⊗k}·W_kᵀ`` contracts one factor of x at a time (per-degree ψ blocks).
+
+    ``W_k[n, i₁…i_k]`` viewed ``[n·m^{k−1}, m]`` gives ``u = x·W_kᵀ = Σ_{i_k} W_k[n, i₁…i_k] x_{i_k}`` (one
+    ``F.linear`` for every degree at once); each further ``(u·x).sum`` contracts the next factor. The widest
+    intermediate is ``n·m^{d−1}`` per row instead of κ's ``D = Σ_k m^k``: the same multiply-adds for the product,
+    less memory whenever ``n < m``.
+    """
+    d = _check_degree(d)
+    m, n = x.shape[-1], weight.shape[0]
+    if weight.shape[-1] != _dim_taylor(m, d):
+        raise ValueError(f"taylor_reconcile: W has {weight.shape[-1]} columns, κ has {_dim_taylor(m, d)}")
+    blocks, sizes, start = [], [], 0
+    for k in range(1, d + 1):
+        blocks.append(weight[:, start:start + m**k].reshape(n * m ** (k - 1), m))
+        sizes.append(n * m ** (k - 1))
+        start += m**k
+    parts = torch.nn.functional.linear(x, torch.cat(blocks) if d > 1 else blocks[0]).split(sizes, dim=-1)
+    y = parts[0]
+    for k, u in enumerate(parts[1:], start=2):
+        for _ in range(k - 1):  # contract the next factor: [..., n·m^{j}] -> [..., n·m^{j−1}]
+            u = (u.unflatten(-1, (-1, m)) * x.unsqueeze(-2)).sum(-1)
+        y = y + u
+    return y if bias is None else y + bias
 
 
 def _dim_taylor(m: int, d: int = 2, symmetric: bool = False, **_: Any) -> int:

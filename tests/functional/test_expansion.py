@@ -178,6 +178,29 @@ def test_taylor_kronecker_order_and_dims():
     torch.testing.assert_close(E.taylor(x, d=1), x)
 
 
+@settings(max_examples=40, deadline=None)
+@given(m=hs.integers(1, 5), n=hs.integers(1, 6), d=hs.integers(1, 3), lead=hs.lists(hs.integers(1, 3), max_size=2),
+       bias=hs.booleans(), seed=hs.integers(0, 2**16))
+def test_taylor_reconcile_is_kappa_then_linear_without_kappa(m, n, d, lead, bias, seed):
+    """Per-degree ψ blocks: taylor(x)·Wᵀ + b, values and gradients (x, W, b), for any leading axes."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*lead, m, dtype=F64, generator=g, requires_grad=True)
+    w = torch.randn(n, E.EXPANSIONS["taylor"].dim(m, d=d), dtype=F64, generator=g, requires_grad=True)
+    b = torch.randn(n, dtype=F64, generator=g, requires_grad=True) if bias else None
+    want = torch.nn.functional.linear(E.taylor(x, d=d), w, b)
+    got = E.taylor_reconcile(x, w, b, d=d)
+    torch.testing.assert_close(got, want)
+    inputs = [x, w] + ([b] if bias else [])
+    gy = torch.randn(want.shape, dtype=F64, generator=g)
+    for a, e in zip(torch.autograd.grad(got, inputs, gy), torch.autograd.grad(want, inputs, gy)):
+        torch.testing.assert_close(a, e)
+
+
+def test_taylor_reconcile_refuses_a_weight_of_the_wrong_width():
+    with pytest.raises(ValueError, match="W has 11 columns, κ has 12"):
+        E.taylor_reconcile(randn(2, 3), randn(4, 11), d=2)
+
+
 def test_taylor_symmetric_unique_monomials():
     m, d = 4, 3
     x = rand(2, m) + 0.5
