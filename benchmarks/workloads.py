@@ -300,7 +300,7 @@ def taylor(s):
     return Pair(spec, _Call(hand, as_image),
                 lambda small: (torch.randn(2 if small else b, s["cin"], n, n, generator=_gen()),),
                 f"taylor d=2 on 3x3 patches ({s['cin']}->{s['cout']}, {n}x{n}, B={b})",
-                "grid head: patches by im2col (rule unfold_patches), κ per patch, ψ")
+                "grid head: patches by im2col (rule unfold_patches), ψ by degree blocks without κ (rule degree_blocks)")
 
 
 # ------------------------------------------------------------------------------------------------ 5. GCN

@@ -17,6 +17,7 @@ from torch import nn
 
 from rpn2c.ir.trace import HeadTrace
 from rpn2c.components.base import XiContext
+from rpn2c.functional.expansion import taylor_reconcile
 from rpn2c.lower.attention import fused_attention
 from rpn2c.lower import reference as literal
 from rpn2c.ir.graph import HeadSpec, LayerSpec
@@ -199,16 +200,24 @@ class LayerModule(nn.Module):
 
     def _items_head(self, hd, q, z0, aux):
         h: HeadSpec = hd.spec
-        shared = None
+        shared = z_shared = None
+        before = [getattr(hd, slot) for slot in ("xi_attribute", "xi_instance_prior") if slot in h.xi]
+        one_z = not any(isinstance(m, nn.ModuleList) for m in before)  # no per-channel ξ: one (interned) term
         ys = []
         for c in range(h.channels):
             if shared is not None:
                 k = shared
             else:
-                z = z0
-                for slot in ("xi_attribute", "xi_instance_prior"):
-                    if slot in h.xi:
-                        z = _xi(getattr(hd, slot), c, z, q, z0, aux)
+                z = z_shared
+                if z is None:
+                    z = z0
+                    for mod in before:
+                        z = _xi(mod, c, z, q, z0, aux)
+                    if one_z:
+                        z_shared = z
+                if "degree_blocks" in hd.kernels:  # κ never built: ψ by degree blocks, bias included
+                    ys.append(_degree_linear(hd, c, z))
+                    continue
                 k = hd.kappa(z)
                 if "shared_kappa" in hd.kernels:
                     shared = k
@@ -240,9 +249,13 @@ class LayerModule(nn.Module):
         else:
             z = self._patches(x, geo, mode, hd.kernels, getattr(hd, "tap_pos", None),
                               getattr(hd, "patch_index", None))  # [B, P, C·p|C]
-            k = hd.kappa(z)
+            blocks = "degree_blocks" in hd.kernels  # κ never built: ψ by degree blocks, bias included
+            k = None if blocks else hd.kappa(z)
             ys = []
             for c in range(h.channels):
+                if blocks:
+                    ys.append(_degree_linear(hd, c, z))
+                    continue
                 psi = literal.channel(hd.psi, c)
                 if "linear" in hd.kernels:  # ψ and the bias in one addmm
                     ys.append(F.linear(k, psi.weight, hd.bias))
@@ -362,6 +375,11 @@ def _unfold(x, geo, tap_pos=None):
     if tap_pos is not None:  # kernel-box positions of the taps (a buffer built with the head)
         cols = cols.unflatten(1, (c, -1)).index_select(2, tap_pos).flatten(1, 2)
     return cols.transpose(1, 2)
+
+
+def _degree_linear(hd, c, z):
+    """Rule ``degree_blocks``: ``taylor(z)·ψ_cᵀ + b`` by ψ's degree blocks, without κ."""
+    return taylor_reconcile(z, literal.channel(hd.psi, c).weight, hd.bias, d=hd.spec.kappa.component.hp.d)
 
 
 def _reconcile(h: HeadSpec, psi, k):

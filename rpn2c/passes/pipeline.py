@@ -21,6 +21,7 @@ from rpn2c.passes.rule import Decision, Rule, Site
 from rpn2c.passes.rules import RULES
 
 GRAPH_RULES = ("dead_code", "common_op", "shared_xi")
+CANONICAL_SLOTS = ("identity",)  # rewrites that choose no kernel: not in the kernel column (``node.plan``)
 
 
 def rule_names() -> list[str]:
@@ -97,7 +98,7 @@ def optimize(graph: Graph, disable: Iterable[str] = ()) -> Graph:
         after, fired = rewrite(before, enabled, TermTable(before), _allowed(sites))
         node.terms = (before, after)
         node.decisions = _decisions(fired, sites)
-        node.plan = sorted({d.rule for d in node.decisions})
+        node.plan = sorted({d.rule for d in node.decisions if d.slot not in CANONICAL_SLOTS})
     return graph
 
 

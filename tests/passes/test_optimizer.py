@@ -8,6 +8,7 @@ outputs and parameter gradients. Every rule has a targeted program on which it m
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,8 @@ TARGETS = {
     "causal_sdpa": SEQ + "  y = head(x) { xi_instance = low_rank_bilinear(rank = 2, causal = true)  out = 4 }",
     "fused_heads": SEQ + "  y = head(x) { heads = 3  xi_instance = low_rank_bilinear(rank = 2, causal = true)"
                          "  out = 4  fusion = concat_linear(out = 4) }",
+    "degree_blocks": SEQ + "  y = head(x) { xi_attribute = chain()  kappa = taylor(d = 2)  out = 3 }",
+    "drop_identity": SEQ + "  y = head(x) { xi_instance = identity  out = 3 }",
     "stacked_heads": SEQ + "  y = head(x) { heads = 3  kappa = chebyshev(d = 2)  out = 2  fusion = concat }",
     "fused_recurrent": SEQ + "  y = recurrent(x) { cell = lstm  out = 3  layers = 2 }",
     "time_loop": SEQ + "  y = recurrent(x) { cell = gru  out = 3  kappa_state = chebyshev(d = 2) }",
@@ -204,7 +207,8 @@ def test_explain_locates_every_decision(capsys):
     assert main(["explain", str(spec), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     rules = {(n["node"], d["rule"]) for n in data["nodes"] for d in n["decisions"]}
-    assert rules == {("c1", "conv"), ("c2", "conv"), ("p1", "pool"), ("p2", "pool"), ("h", "linear"), ("y", "linear")}
+    assert rules == {("c1", "conv"), ("c2", "conv"), ("p1", "pool"), ("p2", "pool"), ("h", "linear"), ("y", "linear"),
+                     ("h", "drop_identity"), ("y", "drop_identity")}  # the perceptrons' κ = id, inside F.linear
     c1 = next(n for n in data["nodes"] if n["node"] == "c1")
     assert c1["at"] == f"{spec}:16:8"
     conv = c1["decisions"][0]
@@ -220,8 +224,12 @@ def test_check_kernel_column_is_the_explain_record(capsys):
     main(["check", str(spec), "--format", "json"])
     table = {n["name"]: set(n["kernels"]) for n in json.loads(capsys.readouterr().out)["nodes"]}
     main(["explain", str(spec), "--format", "json"])
-    record = {n["node"]: {d["rule"] for d in n["decisions"]} for n in json.loads(capsys.readouterr().out)["nodes"]}
+    nodes = json.loads(capsys.readouterr().out)["nodes"]
+    record = {n["node"]: {d["rule"] for d in n["decisions"] if d["slot"] != "identity"} for n in nodes}
     assert record and all(table[k] == v for k, v in record.items())
+    # canonicalisations are in the record but choose no kernel, so the kernel column leaves them out
+    assert any(d["rule"] == "drop_identity" for n in nodes for d in n["decisions"])
+    assert not any("drop_identity" in v for v in table.values())
     main(["graph", str(spec), "--format", "dot"])
     assert "kernels: fused_heads" in capsys.readouterr().out
 
@@ -263,6 +271,51 @@ def test_project_first_fires_only_where_the_cost_model_says_it_saves_work():
     wide, wide_text = plan(16)
     assert "project_first" in narrow and "project_first" not in wide
     assert "project_first" not in _differential(wide_text, make_inputs({"x": (2, 6, 4)}, 1))
+
+
+class _Shapes(TorchDispatchMode):
+    """The shape of every tensor an op returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for o in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(o, torch.Tensor) and o.dim():
+                self.shapes.add(tuple(o.shape))
+        return out
+
+
+@pytest.mark.parametrize("view, x", [("sequence[B, 5, 6]", (2, 5, 6)), ("image[B, 2, 6, 6]", (2, 2, 6, 6))])
+def test_degree_blocks_never_builds_the_kronecker_powers(view, x):
+    """κ = [z, z⊗z] has 6 + 36 = 42 columns per row (an item, or a patch of 2·3·3 = 18 taps: 18 + 324 = 342); with
+    the rule no tensor of that width exists, forward or backward, and the function is the literal one."""
+    xi = "  xi_attribute = grid_patch(size = 3, pad = 1)" if "image" in view else ""
+    text = f"model m {{\n  input x: {view}\n  y = head(x) {{{xi}  kappa = taylor(d = 2)  out = 4 }}\n  return y\n}}\n"
+    rows, width = (2 * 5, 42) if "sequence" in view else (2 * 36, 342)
+    fired = _differential(text, make_inputs({"x": x}, 2))
+    assert "degree_blocks" in fired
+    for disable, built in (((), False), (("degree_blocks",), True)):
+        model, _ = _build(text, disable=disable)
+        inp = torch.randn(*x, dtype=torch.float64, requires_grad=True)
+        with _Shapes() as mode:
+            model(inp).sum().backward()
+        kappa = [s for s in mode.shapes if s[-1] == width and math.prod(s) >= rows * width]  # not W's gradient
+        assert bool(kappa) == built, (disable, kappa)
+
+
+def test_degree_blocks_fires_only_where_the_cost_model_says_it_adds_no_work():
+    """d = 2: blocks cost n·m more multiply-adds and save the m² products of κ, so they pay while n ≤ m."""
+    def plan(out, channels=1):
+        text = (f"model m {{\n  input x: sequence[B, 3, 4]\n  y = head(x) {{ kappa = taylor(d = 2)  out = {out}"
+                f"  channels = {channels} }}\n  return y\n}}\n")
+        return optimize(rpn2c.check(text)).node("y").plan
+
+    assert "degree_blocks" in plan(4) and "degree_blocks" not in plan(5)
+    assert plan(5) == ["linear"]
+    assert "degree_blocks" not in plan(3, channels=3)  # κ once for three channels is cheaper than blocks thrice
 
 
 def test_unfold_keeps_only_the_taps_of_a_cylinder_patch():

@@ -74,8 +74,9 @@ def test_shared_kappa_makes_the_channels_read_one_interned_term():
 def test_rules_compose_in_order_on_one_term():
     """GCN: ψ moves before ξ, ξ becomes its structured kernel, that kernel becomes one SpMM."""
     node = _node(TARGETS_TEXT["graph_spmm"])
-    assert [d.rule for d in node.decisions] == ["project_first", "structured_xi", "graph_spmm"]
-    assert [d.after.split("(")[0] for d in node.decisions] == ["xi[graph]", "xi_kernel[graph]", "spmm[graph]"]
+    assert [d.rule for d in node.decisions] == ["project_first", "structured_xi", "graph_spmm", "drop_identity"]
+    assert [d.after.split("(")[0] for d in node.decisions] == ["xi[graph]", "xi_kernel[graph]", "spmm[graph]",
+                                                               "input"]  # κ = id left the term last
     assert node.decisions[1].before == node.decisions[0].after
 
 

@@ -18,7 +18,8 @@ def _plain(h, t) -> bool:
             and not getattr(h, "post", ()) and h.kappa.component.count((t.mz,)) == 0)
 
 
-def _stackable(s: Site) -> bool:
+def stackable(s: Site) -> bool:
+    """Whether the layer's heads are identical perceptron heads (rule ``stacked_heads``)."""
     heads, traces = s.node.layer.heads, s.node.trace["heads"]
     if len(heads) < 2 or not all(_plain(h, t) for h, t in zip(heads, traces)):
         return False
@@ -41,7 +42,7 @@ def _stack(m: Match):
 
 
 HEAD_RULES: tuple[Rule, ...] = (
-    Rule("stacked_heads", "layer", "heads", _stackable,
+    Rule("stacked_heads", "layer", "heads", stackable,
          "identical perceptron heads (same parameter-free κ, identity ψ, no ξ): κ(x) once and one F.linear with "
          "the heads' ψ rows stacked (and their biases), split back per head, instead of one product per head",
          "RPN 2 eq (31) multi-head layers; horizontal fusion (TVM Relax / Inductor)", benefit=2, cost=_stack_cost,
