@@ -5,6 +5,7 @@ Instance matrices are stored with row = output item (``Y = A @ Z``); attribute m
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from typing import Literal, Optional
@@ -276,10 +277,6 @@ class Graph(Interdependence):
         return _GraphXi(self.hp, ctx.axis)
 
 
-class _EdgeList(tuple):
-    """A cached normalised edge list ``(src, dst, w)``; carries its SpMM operator once one is built."""
-
-
 class _GraphXi(XiModule):
     def __init__(self, hp, axis="instance"):
         super().__init__()
@@ -319,7 +316,6 @@ class _GraphXi(XiModule):
         value = structure.graph_norm_weights(edges, n, weight, self_loops=hp.self_loops, normalization=hp.norm,
                                              directed=hp.directed, device=device, dtype=dtype)
         if cacheable:
-            value = _EdgeList(value)
             refs = (weakref.ref(edges), None if weight is None else weakref.ref(weight))
             self._cache = ((refs, key), value)
         return value
@@ -351,26 +347,26 @@ class _GraphXi(XiModule):
         m = self._from_adjacency(self._adjacency(aux, n, q.dtype, q.device))
         return m if self.axis == "instance" else m.T
 
-    def operator(self, edges, n):
-        """``A`` as one SpMM/GEMM operand (rule ``graph_spmm``): built once per cached normalised edge list and
-        shared by every ξ that shares the list (built in the traced graph while compiling); ``None`` where the
-        gather/scatter form runs: the rule did not fire, edge weights that need gradients, or dtypes without a
-        sparse kernel."""
-        src, dst, w = edges
-        if not self.sparse_kernel or w.requires_grad or w.dtype not in (torch.float32, torch.float64):
+    def operator(self, aux, n, dtype):
+        """``x ↦ A @ x`` on the graph's cached operator (rule ``graph_spmm``: one SpMM or GEMM per hop, built once
+        per edge tensor, also under ``torch.compile``); ``None`` where the gather/scatter form runs: the rule did
+        not fire, edge weights that need gradients, or dtypes without a sparse kernel."""
+        weight = aux.get("weight")
+        if not self.sparse_kernel or dtype not in (torch.float32, torch.float64) or (
+                weight is not None and weight.requires_grad):
             return None
-        if not isinstance(edges, _EdgeList):
-            return structure.graph_operator(src, dst, w, n)
-        op = edges.__dict__.get("operator")
-        if op is None or (isinstance(op, structure.CSRPair) and not op.crow_t.numel() and torch.is_grad_enabled()):
-            op = edges.operator = structure.graph_operator(src, dst, w, n)  # (again, with Aᵀ, once grads are on)
-        return op
+        hp = self.hp
+        return functools.partial(structure.graph_mm, aux["edges"], weight, n=n, self_loops=hp.self_loops,
+                                 norm=hp.norm, directed=hp.directed)
 
     def apply(self, z, q, c, aux):
         zz = z if self.axis == "instance" else z.transpose(-1, -2)
         n = zz.shape[-2]
-        edges = self.edge_list(aux, n, zz.dtype, zz.device)
-        y = self._propagate(zz, *edges, n, operator=self.operator(edges, n))
+        op = self.operator(aux, n, zz.dtype)
+        if op is not None:
+            y = self._propagate(zz, None, None, None, n, operator=op)
+        else:
+            y = self._propagate(zz, *self.edge_list(aux, n, zz.dtype, zz.device), n)
         return y if self.axis == "instance" else y.transpose(-1, -2)
 
 

@@ -453,6 +453,9 @@ class _PageRankXi(_GraphXi):
     def support(self, aux, n, dtype, device):
         return None
 
+    def operator(self, aux, n, dtype):
+        return None if self.hp.method == "solve" else super().operator(aux, n, dtype)  # solve reads the edges
+
     def _from_adjacency(self, a):
         return structure.pagerank_matrix(a, self.hp.alpha)
 

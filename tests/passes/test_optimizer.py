@@ -244,11 +244,43 @@ def test_two_gcn_layers_normalise_their_shared_edges_once_per_call():
     graph = optimize(rpn2c.check(text))
     assert [r.rule for r in graph.log] == ["shared_xi"]
     x, edges = torch.randn(34, 34, dtype=torch.float64), torch.randint(0, 34, (2, 60))
-    for disable, calls in (((), 1), (("shared_xi",), 2)):
+    for disable, calls in ((("graph_spmm",), 1), (("graph_spmm", "shared_xi"), 2)):  # the gather/scatter form
         model, _ = _build(text, disable=disable)
         with mock.patch.object(structure, "graph_norm_weights", wraps=structure.graph_norm_weights) as norm:
             model(x, edges.clone())
         assert norm.call_count == calls, disable
+
+
+def test_graph_spmm_normalises_a_graph_once_across_layers_calls_and_compiled_calls():
+    """Hoisting: the operator of rpn2c::graph_mm is built once per edge tensor and kept; an in-place edit or a
+    new tensor builds it again; under torch.compile(fullgraph=True) the op is opaque, so the normalisation is
+    not traced into every call."""
+    from unittest import mock
+
+    from rpn2c.functional.structure import graph_cache as cache
+
+    text = (ROOT / "specs" / "gcn.rpn").read_text(encoding="utf-8")
+    model, _ = _build(text)
+    ref, _ = _build(text, reference=True)
+    ref.load_state_dict(model.state_dict())
+    g = torch.Generator().manual_seed(6)
+    x, edges = torch.randn(40, 34, dtype=torch.float64, generator=g), torch.randint(0, 40, (2, 90), generator=g)
+    cache.clear_graph_cache()
+    with mock.patch.object(cache, "graph_norm_weights", wraps=cache.graph_norm_weights) as norm:
+        for _ in range(3):
+            assert_close(model(x, edges), ref(x, edges))
+        assert norm.call_count == 1  # two layers, three calls
+        edges[0, :4] = (edges[0, :4] + 1) % 40  # an in-place edit bumps the version counter
+        assert_close(model(x, edges), ref(x, edges))
+        other = edges.clone()
+        assert_close(model(x, other), ref(x, other))
+        assert norm.call_count == 3
+        torch._dynamo.reset()
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+        for _ in range(3):
+            assert_close(compiled(x, other), ref(x, other))
+        assert norm.call_count == 3  # the compiled program reads the cached operator too
+    cache.clear_graph_cache()
 
 
 def test_single_channel_expanded_conv_trains_in_float64():
@@ -351,24 +383,27 @@ def test_graph_spmm_builds_the_operator_once_in_the_layout_the_density_asks(node
     assert "graph_spmm" in fired
     from rpn2c.functional import structure
 
+    from rpn2c.functional.structure import graph_cache as cache
+
     built = []
 
     def spy(*args, **kw):
         built.append(real(*args, **kw))
         return built[-1]
 
-    real, structure.graph_operator = structure.graph_operator, spy
+    real, cache._build = cache._build, spy
     try:
+        cache.clear_graph_cache()
         model, _ = _build(GCN2)
         y0 = model(x=x, edges=ei)
-        kinds = {"csr" if isinstance(op, structure.CSRPair) else "dense" for op in built}
-        assert len(built) == 2 and kinds == {layout}  # graph (shared by a, y) + pagerank
+        assert len(built) == 2 and {op.layout for op in built} == {layout}  # graph (shared by a, y) + pagerank
         assert torch.equal(model(x=x, edges=ei), y0) and len(built) == 2  # reused while the edges are unchanged
-        ei.add_(0)  # an in-place write bumps the version: list and operator are rebuilt
+        ei.add_(0)  # an in-place write bumps the version: the operators are rebuilt
         model(x=x, edges=ei)
         assert len(built) == 4
     finally:
-        structure.graph_operator = real
+        cache._build = real
+        cache.clear_graph_cache()
 
 
 def test_graph_spmm_falls_back_to_gather_scatter_for_weights_that_need_gradients():
@@ -467,7 +502,7 @@ def test_graph_spmm_exports_with_dynamic_sizes_and_holds_for_any_density():
     g = torch.Generator().manual_seed(5)
     x, ei = torch.randn(50, 34, generator=g), torch.randint(0, 50, (2, 200), generator=g)
     program = torch.export.export(model, (x, ei), dynamic_shapes=(({0: Dim.AUTO}, {1: Dim.AUTO}),)).module()
-    assert any("csr_mm" in str(n.target) for n in program.graph.nodes)
+    assert any("graph_mm" in str(n.target) for n in program.graph.nodes)
     for n, e in ((70, 333), (400, 1200), (5, 100)):
         x2, e2 = torch.randn(n, 34, generator=g), torch.randint(0, n, (2, e), generator=g)
         assert_close(program(x2, e2), model(x2, e2), rtol=1e-5, atol=1e-6)

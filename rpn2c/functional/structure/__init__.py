@@ -81,6 +81,7 @@ from rpn2c.functional.structure.graph import (  # noqa: F401
 )
 from rpn2c.functional.structure.band import band_blocked, band_matrix, band_outside  # noqa: F401
 from rpn2c.functional.structure.spmm import CSRPair, csr_mm, csr_pair  # noqa: F401
+from rpn2c.functional.structure.graph_cache import clear_graph_cache, graph_mm  # noqa: F401
 
 __all__ = [
     # grid patches
@@ -115,6 +116,8 @@ __all__ = [
     "CSRPair",
     "csr_pair",
     "csr_mm",
+    "graph_mm",
+    "clear_graph_cache",
     "graph_propagate",
     "multihop_graph",
     "multihop_propagate",

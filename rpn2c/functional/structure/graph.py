@@ -5,7 +5,7 @@ SpMM operator, gather/scatter propagation, multi-hop and PageRank.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Callable, Literal
 
 import torch
 from torch import Tensor
@@ -186,12 +186,13 @@ def graph_operator(src: Tensor, dst: Tensor, w: Tensor | None, n: int,
 
 
 def graph_propagate(x: Tensor, src: Tensor, dst: Tensor, w: Tensor | None, n: int, dim: int = -2,
-                    operator: Tensor | CSRPair | None = None) -> Tensor:
+                    operator: Tensor | CSRPair | Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """``A @ x`` along the item axis ``dim`` by gather/scatter: ``y[dst] += w * x[src]`` (``index_add``).
 
     Leading / trailing batch axes are carried along; the output has ``n`` items on ``dim``. ``w=None`` means
     unit weights. No sparse tensors and no host synchronisation: captures with ``torch.compile(fullgraph=True)``.
-    ``operator`` (from :func:`graph_operator` on the same edges) computes the same product as one SpMM / GEMM.
+    ``operator`` (from :func:`graph_operator` on the same edges, or ``x ↦ A @ x`` such as a bound
+    :func:`graph_mm`) computes the same product as one SpMM / GEMM.
     """
     d = dim % x.dim()
     # items first and everything else flattened into rows: [N, K] (a view when the leading axes have size 1), so
@@ -200,7 +201,10 @@ def graph_propagate(x: Tensor, src: Tensor, dst: Tensor, w: Tensor | None, n: in
     rest = xt.shape[1:]
     flat = xt.reshape(xt.shape[0], -1)
     if operator is not None:
-        out = csr_mm(operator, flat) if isinstance(operator, CSRPair) else operator @ flat
+        if isinstance(operator, CSRPair):
+            out = csr_mm(operator, flat)
+        else:  # a dense matrix, or a function of x (graph_mm bound to its graph)
+            out = operator @ flat if isinstance(operator, Tensor) else operator(flat)
         return out.reshape(n, *rest).movedim(0, d)
     msg = flat.index_select(0, src)
     if w is not None:
@@ -271,7 +275,7 @@ def multihop_propagate(
     accumulate: bool = False,
     include_identity: bool = True,
     dim: int = -2,
-    operator: Tensor | CSRPair | None = None,
+    operator: Tensor | CSRPair | Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
     """``multihop_graph(A, hops, accumulate, include_identity) @ x`` by ``hops`` propagations (never n x n)."""
     if hops < 0:
@@ -315,7 +319,7 @@ def pagerank_propagate(
     tol: float = 1e-7,
     dim: int = -2,
     method: Literal["power", "solve"] = "power",
-    operator: Tensor | CSRPair | None = None,
+    operator: Tensor | CSRPair | Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
     """``pagerank_matrix(A, α) @ x`` without the ``n x n`` inverse.
 

@@ -1,0 +1,127 @@
+"""``A @ x`` for a graph's normalised adjacency, with ``A`` built once per edge tensor, eagerly and compiled.
+
+``graph_mm(edges, weight, x, n, ...)`` is the custom op ``rpn2c::graph_mm``: ``A`` is
+:func:`graph_norm_weights` of the edge list (self-loops, normalisation, symmetrisation) as a CSR matrix, or a
+dense ``[n, n]`` one for dense graphs (:data:`DENSE_RATIO`). Its implementation keeps the last few operators in a
+cache keyed by the edge (and weight) tensor's storage, offset, shape, stride and version counter; the entry holds
+those tensors, so their storage cannot be freed and reused by another graph while it lives, and an in-place edit
+bumps the version and misses. Under ``torch.compile(fullgraph=True)`` the op is one opaque node, so the
+normalisation and the CSR build run once per graph rather than being traced into every call (what PyG's
+``GCNConv(cached=True)`` does by hand). The backward is the same op on ``Aᵀ`` (built on first use). Edge weights
+that need gradients cannot be cached: they take the gather/scatter form (:func:`graph_propagate`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from rpn2c.functional.structure.graph import DENSE_MAX, DENSE_RATIO, graph_norm_weights
+from rpn2c.functional.structure.spmm import _csr, _csr_parts
+
+MAX_GRAPHS = 4  # operators kept (least recently used goes first)
+_CACHE: OrderedDict[tuple, tuple[tuple, _Operator]] = OrderedDict()
+
+
+class _Operator:
+    """``A`` dense, or CSR with ``Aᵀ`` built the first time a backward asks for it."""
+
+    def __init__(self, src: Tensor, dst: Tensor, w: Tensor, n: int):
+        e = src.numel()
+        self.dense = self.csr = self.csr_t = None
+        if n * n <= min(DENSE_RATIO * max(e, 1), DENSE_MAX):
+            self.dense = torch.zeros(n, n, dtype=w.dtype, device=w.device).index_put_((dst, src), w, accumulate=True)
+            self._edges = None
+        else:
+            self.csr = _csr(*_csr_parts(dst, src, w, n))
+            self._edges = (src, dst, w, n)
+
+    @property
+    def layout(self) -> str:
+        return "dense" if self.dense is not None else "csr"
+
+    def mm(self, x: Tensor, transpose: bool) -> Tensor:
+        if self.dense is not None:
+            return (self.dense.T if transpose else self.dense) @ x
+        if not transpose:
+            return self.csr @ x
+        if self.csr_t is None:
+            src, dst, w, n = self._edges
+            self.csr_t, self._edges = _csr(*_csr_parts(src, dst, w, n)), None
+        return self.csr_t @ x
+
+
+def _tensor_key(t: Tensor | None):
+    if t is None:
+        return None
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype,
+            t.device, t._version)
+
+
+def graph_operator_cached(edges: Tensor, weight: Tensor | None, n: int, dtype: torch.dtype, device: torch.device,
+                          self_loops: bool | None, norm: str, directed: bool) -> _Operator:
+    """The operator of this graph, from the cache or built (and cached) now."""
+    if edges.is_inference() or (weight is not None and weight.is_inference()):  # no version counter: never cached
+        return _build(edges, weight, n, dtype, device, self_loops, norm, directed)
+    key = (_tensor_key(edges), _tensor_key(weight), n, dtype, device, self_loops, norm, directed)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit[1]
+    op = _build(edges, weight, n, dtype, device, self_loops, norm, directed)
+    _CACHE[key] = ((edges, weight), op)  # holding the tensors keeps their storage from being reused
+    while len(_CACHE) > MAX_GRAPHS:
+        _CACHE.popitem(last=False)
+    return op
+
+
+def clear_graph_cache() -> None:
+    """Forget every cached operator (and release the edge tensors the cache holds)."""
+    _CACHE.clear()
+
+
+def _build(edges, weight, n, dtype, device, self_loops, norm, directed) -> _Operator:
+    src, dst, w = graph_norm_weights(edges, n, weight, self_loops=self_loops, normalization=norm,
+                                     directed=directed, device=device, dtype=dtype)
+    return _Operator(src, dst, w, n)
+
+
+@torch.library.custom_op("rpn2c::graph_mm", mutates_args=())
+def _graph_mm(edges: Tensor, weight: Optional[Tensor], x: Tensor, n: int, self_loops: Optional[bool], norm: str,
+              directed: bool, transpose: bool) -> Tensor:
+    op = graph_operator_cached(edges, weight, n, x.dtype, x.device, self_loops, norm, directed)
+    return op.mm(x.contiguous(), transpose)
+
+
+@_graph_mm.register_fake
+def _(edges, weight, x, n, self_loops, norm, directed, transpose):
+    return x.new_empty(n, x.shape[1])
+
+
+def _setup(ctx, inputs, output):
+    edges, weight, _, *args = inputs
+    ctx.save_for_backward(edges, weight)
+    ctx.args = args
+
+
+def _backward(ctx, grad):
+    edges, weight = ctx.saved_tensors
+    n, self_loops, norm, directed, transpose = ctx.args
+    gx = _graph_mm(edges, weight, grad, n, self_loops, norm, directed, not transpose) \
+        if ctx.needs_input_grad[2] else None
+    return None, None, gx, None, None, None, None, None
+
+
+_graph_mm.register_autograd(_backward, setup_context=_setup)
+
+
+def graph_mm(edges: Tensor, weight: Tensor | None, x: Tensor, *, n: int, self_loops: bool | None = None,
+             norm: str = "none", directed: bool = True) -> Tensor:
+    """``A @ x`` for ``x`` of shape ``[n, K]``, ``A[dst, src] = w`` as :func:`graph_norm_weights` normalises it;
+    differentiable in ``x``. ``weight`` must not need gradients."""
+    if weight is not None and weight.requires_grad:
+        raise ValueError("graph_mm caches A: edge weights that need gradients take graph_propagate instead")
+    return _graph_mm(edges, weight, x, n, self_loops, norm, directed, False)
