@@ -22,7 +22,7 @@ from rpn2c.runtime.train_cli import _guard
 FORMATS = {"pt2": ".pt2", "onnx": ".onnx"}
 EXAMPLE_BATCH, OTHER = 4, 8  # example sizes of the batch and of other symbolic dims (the check adds 1 to dynamic ones)
 # optimiser rules whose kernels ONNX has no operator for; the exported model takes the next form of their slot
-ONNX_DISABLED_RULES = ("graph_spmm",)  # the rpn2c::csr_mm custom op -> gather / scatter_add
+ONNX_DISABLED_RULES = ("graph_spmm",)  # the rpn2c::graph_mm custom op -> gather / scatter_add
 TOLERANCE = {"float32": 1e-4, "float64": 1e-10}  # largest |difference| accepted, relative to max(1, |output|)
 _PIP = "pip install 'rpn2c[export]'"
 

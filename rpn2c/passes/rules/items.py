@@ -105,9 +105,10 @@ ITEMS_RULES: tuple[Rule, ...] = (
          "RPN 2 §5.3-5.5; other_seeds §sparse-matrix view", benefit=1,
          pattern=P("xi", "k", where=_structured), rewrite=to("xi_kernel")),
     Rule("graph_spmm", "head", "graph", _graph_xi,
-         "a graph ξ's normalised adjacency as a CSR matrix with its transpose (dense when n² ≤ 16·nnz), built "
-         "once per graph eagerly and in the traced graph under torch.compile, applied by one SpMM per hop (a "
-         "custom op): no [E, K] message tensors; gather/scatter_add remains for edge weights that need gradients",
+         "a graph ξ's normalised adjacency as a CSR matrix (dense when n² ≤ 16·nnz), built once per edge tensor "
+         "and kept, eagerly and under torch.compile (the opaque custom op rpn2c::graph_mm), applied by one SpMM per "
+         "hop, its transpose in the backward: no [E, K] message tensors and no normalisation per call; "
+         "gather/scatter_add remains for edge weights that need gradients",
          "RPN 2 eq (81)-(84); other_seeds §sparse-matrix view (ξ as a sparse matrix)", benefit=1, cost=_spmm_cost,
          pattern=P(("xi", "xi_kernel"), "k", where=_graph_term), rewrite=to("spmm")),
 )
