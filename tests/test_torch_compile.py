@@ -212,6 +212,29 @@ def test_compiled_lstm_keeps_the_fused_kernel_as_one_opaque_op():
     assert compiled.training and not rnn_op._TAPES
 
 
+def test_compiled_lstm_inference_calls_the_native_kernel():
+    """Without gradients nothing is differentiated, so the compiled graph calls torch's LSTM kernel itself (its
+    output layout is known to the compiler: no opaque op and no contiguous copy), under inductor too."""
+    torch._dynamo.reset()
+    seen = []
+
+    def record(gm, example_inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    inner = torch.nn.LSTM(4, 5, batch_first=True, num_layers=2)
+    spec = rpn2c.from_torch(inner, (torch.randn(2, 3, 4),))
+    model = rpn2c.compile(spec.text).eval()
+    model.load_state_dict(spec.state_dict)
+    x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = inner(x)[0]
+        assert_close(torch.compile(model, backend=record, fullgraph=True)(x), want)
+        assert "rpn2c.lstm.default" not in seen and any("lstm" in t for t in seen), seen
+        torch._dynamo.reset()
+        assert_close(torch.compile(model, fullgraph=True)(x), want, rtol=1e-5, atol=1e-6)
+
+
 def test_compiled_lstm_trains_on_cpu_with_inductor():
     """The opaque ``rpn2c::lstm`` under inductor: outputs and gradients equal the eager fused kernel."""
     torch._dynamo.reset()

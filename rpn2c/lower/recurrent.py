@@ -75,9 +75,11 @@ class RecurrentModule(nn.Module):
         return a + w["bias_ih"] if "bias_ih" in w else a
 
     def _opaque_lstm(self, x) -> bool:
-        """An LSTM on CPU being compiled: AOTAutograd cannot differentiate oneDNN's mkldnn_rnn_layer in
-        torch <= 2.13 (pytorch/pytorch#158007), so the kernel runs as the opaque op ``rpn2c::lstm``."""
-        return self.cell.states == 2 and x.device.type == "cpu" and torch.compiler.is_compiling()
+        """An LSTM on CPU being compiled with gradients on: AOTAutograd cannot differentiate oneDNN's
+        mkldnn_rnn_layer in torch <= 2.13 (pytorch/pytorch#158007), so the kernel runs as the opaque op
+        ``rpn2c::lstm``. Without gradients the compiled graph calls the kernel itself."""
+        return (self.cell.states == 2 and x.device.type == "cpu" and torch.compiler.is_compiling()
+                and torch.is_grad_enabled())
 
     def _fused_now(self, x) -> bool:
         """The fused kernel; a compiled CPU LSTM with dropout between layers (which the opaque op's recomputing
