@@ -138,6 +138,9 @@ def _layer(tab: TermTable, graph: Graph, node: Node) -> Term:
     return y
 
 
+KEY_CHANNEL = 4  # a head term's key is (node, head, op, slot, channel, component): where the channel sits
+
+
 def _head(tab: TermTable, node: Node, h: HeadSpec, t, data: Term) -> Term:
     def make(op, args, use=None, channel=None, what=None, **extra):
         key = (node.id, h.name, op, extra.get("slot"), channel, use.name if use is not None else what)
