@@ -18,7 +18,7 @@ from torch import nn
 from rpn2c.components.base import Interdependence, ShapeRuleError, XiModule, graph_example
 from rpn2c.components.grid import CentredPatchHP, Geometry, PatchHP
 from rpn2c.components.registry import HP, ValueRef, register
-from rpn2c.functional import kernels, structure
+from rpn2c.functional import flex_op, kernels, structure
 
 
 @register
@@ -460,6 +460,7 @@ class _BilinearXi(XiModule):
         self.scale = hp.scale if hp.scale is not None else 1 / math.sqrt(r)
         self.modes = {k: t.mask_mode for k, t in aux_types.items()}
         self.is_causal_kernel = False  # set by the lowering where the optimiser's causal_sdpa rule fired
+        self.flex_kernel = False  # set by the lowering where the optimiser's flex_window rule fired
 
     @property
     def is_causal_kernel(self) -> bool:
@@ -521,7 +522,27 @@ class _BilinearXi(XiModule):
         qq, kk = self._qk(q, c, aux)
         if qq.shape[-1] != kk.shape[-1]:  # pragma: no cover - shapes are checked statically
             raise RuntimeError("query/key width mismatch")
+        return self.attend(qq, kk, z, aux)
+
+    def attend(self, qq, kk, values, aux):
+        """softmax(qq kkᵀ · scale + masks) · values, ``[..., Nq, r]`` × ``[..., Nc, r]`` × ``[..., Nc, n]``: SDPA
+        with ``is_causal`` (rule ``causal_sdpa``), FlexAttention with a band block mask where it skips blocks and
+        no gradient is needed (rule ``flex_window``), else SDPA with the masks as one additive mask."""
         if self.is_causal_kernel:  # the causal mask alone: SDPA's own (top-left aligned = triu(1) blocked)
-            return F.scaled_dot_product_attention(qq, kk, z, is_causal=True, scale=self.scale)
-        mask = self._additive_mask(aux, q.shape[-2], c.shape[-2], q.dtype, q.device)
-        return F.scaled_dot_product_attention(qq, kk, z, attn_mask=mask, scale=self.scale)
+            return F.scaled_dot_product_attention(qq, kk, values, is_causal=True, scale=self.scale)
+        if (self.flex_kernel and flex_op.supported(qq, kk, values)
+                and flex_op.worthwhile(qq.shape[-2], kk.shape[-2], self.hp.window)):
+            return windowed_flex_attention(qq, kk, values, self.hp.window, self.hp.causal, self.scale)
+        mask = self._additive_mask(aux, qq.shape[-2], kk.shape[-2], qq.dtype, qq.device)
+        if mask is not None and qq.dim() == 4 and mask.dim() == 3:
+            mask = mask.unsqueeze(1)  # [B, 1, Nq|1, Nc]: broadcast over heads
+        return F.scaled_dot_product_attention(qq, kk, values, attn_mask=mask, scale=self.scale)
+
+
+def windowed_flex_attention(qq, kk, values, window: int, causal: bool, scale: float):
+    """Attention restricted to |i − j| <= window (and j <= i if causal) by FlexAttention's block mask (the op
+    ``rpn2c::window_attention``); 3-D operands get a head axis."""
+    heads = qq.dim() == 4
+    q, k, v = (t if heads else t.unsqueeze(1) for t in (qq, kk, values))
+    out = flex_op.window_attention(q, k, v, window, causal, scale)
+    return out if heads else out.squeeze(1)

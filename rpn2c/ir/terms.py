@@ -26,7 +26,8 @@ from rpn2c.ir.graph import Graph, HeadSpec, Node
 SEMANTIC_OPS = ("input", "xi", "patches", "expand", "reconcile", "bias", "fuse_channels", "fuse_heads",
                 "remainder", "process", "recur")
 KERNEL_OPS = ("conv", "box_sum", "unfold", "gather_patches", "pool", "linear", "xi_kernel", "spmm", "sdpa_causal",
-              "fused_sdpa", "stacked_linear", "degree_linear", "rnn_fused", "parallel_scan", "time_loop")
+              "flex_attention", "fused_sdpa", "stacked_linear", "degree_linear", "rnn_fused", "parallel_scan",
+              "time_loop")
 
 
 @dataclass(frozen=True)

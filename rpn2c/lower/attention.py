@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 
 def fused_attention(mods, q, c, aux, values):
@@ -23,9 +22,4 @@ def fused_attention(mods, q, c, aux, values):
         kk = torch.einsum("bnm,hmr->bhnr", keys, torch.stack([m.w_k for m in mods]))
         if first.b_k is not None:
             kk = kk + torch.stack([m.b_k for m in mods])[None, :, None, :]
-    if first.is_causal_kernel:
-        return F.scaled_dot_product_attention(qq, kk, values, is_causal=True, scale=first.scale)
-    mask = first._additive_mask(aux, q.shape[-2], keys.shape[-2], q.dtype, q.device)
-    if mask is not None and mask.dim() == 3:
-        mask = mask.unsqueeze(1)  # [B, 1, Nq|1, Nc]: broadcast over heads
-    return F.scaled_dot_product_attention(qq, kk, values, attn_mask=mask, scale=first.scale)
+    return first.attend(qq, kk, values, aux)  # the heads share their masks: the first head's kernel

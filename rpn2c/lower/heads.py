@@ -55,6 +55,8 @@ def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, dat
             m.aux_keys = {k: r.name for k, r in comp.value_refs()}  # hyper-parameter -> value id
             if "causal_sdpa" in kernels and hasattr(m, "is_causal_kernel"):
                 m.is_causal_kernel = True  # rule causal_sdpa: SDPA's is_causal, no materialised mask
+            if "flex_window" in kernels and hasattr(m, "flex_kernel"):
+                m.flex_kernel = True  # rule flex_window: FlexAttention with a band block mask where it runs
             if "graph_spmm" in kernels and hasattr(m, "sparse_kernel"):
                 m.sparse_kernel = True  # rule graph_spmm: the adjacency as one CSR/dense operand
             if shares and f"{h.name}:{slot}" in shares and hasattr(m, "share_key"):

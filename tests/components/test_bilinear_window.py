@@ -5,6 +5,7 @@ materialises the band matrix R. Checked against hand-written torch in float64 (o
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import pytest
 import torch
@@ -151,3 +152,81 @@ def test_band_matrix_and_index_band_agree(nq, nc, k):
     r = S.band_matrix(nq, nc, k)
     assert r.tolist() == [[abs(i - j) <= k for j in range(nc)] for i in range(nq)]
     assert torch.equal(r, ~S.band_blocked(nq, nc, k))
+
+
+# ------------------------------------------------------------------------------------------------ FlexAttention
+def _recorded(model, *inputs):
+    """Outputs of ``model`` compiled with a backend that records the call targets of the traced graph."""
+    seen = []
+
+    def record(gm, example_inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    torch._dynamo.reset()
+    return torch.compile(model, backend=record, fullgraph=True)(*inputs), seen
+
+
+@pytest.mark.parametrize("n, m, window, causal", [(800, None, 8, False),
+                                                   pytest.param(800, None, 5, True, marks=pytest.mark.slow),
+                                                   pytest.param(300, 900, 20, False, marks=pytest.mark.slow)])
+def test_flex_window_runs_flexattention_where_the_band_skips_blocks(n, m, window, causal):
+    """Rule flex_window: without gradients, on sequences long enough for the band to skip blocks, the band is a
+    FlexAttention block mask (the op rpn2c::window_attention, also inside a compiled graph); with gradients, in
+    float64 or on short sequences it goes to SDPA as a mask. Every path equals the SDPA one."""
+    from rpn2c.functional import flex_op
+
+    text = _spec(n, m, window, causal, False)
+    assert "flex_window" in rpn2c.passes.optimize(rpn2c.check(text)).node("y").plan
+    model = rpn2c.compile(text).eval()
+    plain = rpn2c.compile(text).eval()
+    plain.y.xi_instance.flex_kernel = False  # what runs with the rule off: SDPA with the band mask
+    plain.load_state_dict(model.state_dict())
+    x = _rand(2, n, 4).float()
+    inputs = (x,) if m is None else (x, _rand(2, m, 3, seed=1).float())
+    calls = []
+    real = flex_op.window_attention
+    with torch.no_grad(), mock.patch.object(flex_op, "window_attention",
+                                            side_effect=lambda *a: calls.append(1) or real(*a)):
+        want = plain(*inputs)
+        assert_close(model(*inputs), want, rtol=1e-5, atol=1e-6)
+        assert calls
+    with torch.no_grad():
+        got, seen = _recorded(model, *inputs)
+    assert "rpn2c.window_attention.default" in seen, seen
+    assert_close(got, want, rtol=1e-5, atol=1e-6)
+    flex_op._block_mask.cache_clear()  # the first call inside a compiled graph's run builds the block mask and
+    flex_op._compiled_flex.cache_clear()  # compiles FlexAttention there (AOT's runtime wrappers are active)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        assert_close(torch.compile(model, backend="aot_eager", fullgraph=True)(*inputs), want, rtol=1e-5, atol=1e-6)
+    calls.clear()
+    with mock.patch.object(flex_op, "window_attention", side_effect=lambda *a: calls.append(1) or real(*a)):
+        assert_close(model(*inputs), want, rtol=1e-5, atol=1e-6)  # gradients on: SDPA (no backward)
+        with torch.no_grad():
+            model.double()(*(t.double() for t in inputs))  # float64: no CPU kernel
+            short = rpn2c.compile(_spec(9, None, 2, causal, False)).eval()
+            short(_rand(2, 9, 4).float())  # nine items: one block, nothing to skip
+    assert not calls
+
+
+def test_flex_window_is_worthwhile_only_where_blocks_are_skipped():
+    from rpn2c.functional import flex_op
+
+    assert flex_op.worthwhile(4096, 4096, 64) and flex_op.worthwhile(800, 800, 8)
+    assert not flex_op.worthwhile(600, 600, 8)  # 3 of 5 key blocks meet each query block
+    assert not flex_op.worthwhile(200, 200, 8)  # one or two blocks
+    assert not flex_op.worthwhile(1024, 1024, 300)  # the band covers most blocks
+
+
+@pytest.mark.parametrize("nq, nc, window, causal", [(800, 800, 8, False), (800, 800, 130, True), (300, 900, 20, False),
+                                                    (1000, 260, 0, False), (257, 257, 300, True)])
+def test_flex_window_block_mask_lists_exactly_the_blocks_the_band_meets(nq, nc, window, causal):
+    from rpn2c.functional import flex_op
+
+    mask = flex_op._block_mask(nq, nc, window, causal, "cpu")
+    i, j = torch.arange(nq)[:, None], torch.arange(nc)[None, :]
+    keep = ((i - j).abs() <= window) & ((j <= i) if causal else True)
+    pad = lambda a, n: torch.nn.functional.pad(a, (0, -a.shape[-1] % n, 0, -a.shape[0] % n))  # noqa: E731
+    blocks = pad(keep, 128).unflatten(0, (-1, 128)).unflatten(2, (-1, 128)).any(3).any(1)
+    assert torch.equal(mask.to_dense()[0, 0].bool(), blocks)

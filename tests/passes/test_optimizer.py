@@ -108,6 +108,7 @@ TARGETS = {
     "linear": SEQ + "  y = head(x) { kappa = chebyshev(d = 2)  out = 3 }",
     "structured_xi": SEQ + '  y = head(x) { xi_instance = chain(direction = "bidirectional")  out = 4 }',
     "causal_sdpa": SEQ + "  y = head(x) { xi_instance = low_rank_bilinear(rank = 2, causal = true)  out = 4 }",
+    "flex_window": SEQ + "  y = head(x) { xi_instance = low_rank_bilinear(rank = 2, window = 1)  out = 4 }",
     "fused_heads": SEQ + "  y = head(x) { heads = 3  xi_instance = low_rank_bilinear(rank = 2, causal = true)"
                          "  out = 4  fusion = concat_linear(out = 4) }",
     "degree_blocks": SEQ + "  y = head(x) { xi_attribute = chain()  kappa = taylor(d = 2)  out = 3 }",

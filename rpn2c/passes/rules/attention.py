@@ -1,8 +1,9 @@
-"""Attention heads: a lone causal mask as SDPA's is_causal; H identical softmax-bilinear heads as one batched
-scaled_dot_product_attention."""
+"""Attention heads: a lone causal mask as SDPA's is_causal; a local window as FlexAttention with a band block
+mask; H identical softmax-bilinear heads as one batched scaled_dot_product_attention."""
 
 from __future__ import annotations
 
+from rpn2c.passes.cost import Cost, size
 from rpn2c.passes.rewrite import Match
 from rpn2c.passes.rule import P, Rule, Site, to
 
@@ -36,6 +37,26 @@ def _causal_only(s: Site) -> bool:
             and getattr(hp, "window", None) is None and len(s.head.xi) == 1)
 
 
+def _window_only(s: Site) -> bool:
+    xi = s.head.xi.get("xi_instance")
+    if xi is None or xi.name not in ("low_rank_bilinear", "bilinear"):
+        return False
+    hp = xi.component.hp
+    return (hp.softmax and hp.window is not None and hp.attn_mask is None and hp.key_padding is None
+            and len(s.head.xi) == 1)
+
+
+def _window_cost(s: Site) -> Cost:
+    """Scores and weights over every (query, key) pair, versus the band's blocks only (2·window + 1 keys per
+    query, rounded up to FlexAttention's 128-item blocks)."""
+    t, xi = s.trace, s.head.xi["xi_instance"].component
+    n_q, n_k = size(t.n_out), size(t.nz)
+    r = xi.hp.rank if hasattr(xi.hp, "rank") else s.data.features
+    n = s.head.out or t.d
+    band = min(n_k, 128 * (2 + (2 * xi.hp.window + 1) // 128))
+    return Cost(n_q * n_k * (r + n), n_q * band * (r + n), 8 * n_q * n_k, 8 * n_q * band)
+
+
 def _instance(t) -> bool:
     return t.info.get("slot") == "xi_instance"
 
@@ -52,6 +73,14 @@ ATTENTION_RULES: tuple[Rule, ...] = (
          "half instead of adding a materialised -inf mask",
          "RPN 2 §6.4; torch SDPA is_causal (top-left aligned: item t sees items <= t)", benefit=1,
          pattern=P(("xi", "xi_kernel"), "k", where=_instance), rewrite=to("sdpa_causal")),
+    Rule("flex_window", "head", "mask", _window_only,
+         "a local window |i − j| <= k (optionally causal) and no other mask: FlexAttention with a band block mask "
+         "computes only the 128-item blocks that meet the band (the op rpn2c::window_attention, mask built once "
+         "per size) where no gradient is needed and the band skips at least half the blocks; elsewhere (training: "
+         "torch 2.13 has no CPU backward; float64; short sequences) SDPA with the band mask from item indices",
+         "RPN 2 §6.4 attention as bilinear ξ with a structured mask; torch FlexAttention (block-sparse masks)",
+         benefit=1, cost=_window_cost, pattern=P(("xi", "xi_kernel"), "k", where=_instance),
+         rewrite=to("flex_attention")),
     Rule("fused_heads", "layer", "heads", _fusable,
          "H identical attention heads: values by one einsum, one batched [B, H, N, r] "
          "scaled_dot_product_attention instead of H calls",
