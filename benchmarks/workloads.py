@@ -428,6 +428,33 @@ def causal_attn(s):
                 f"causal attention (T={t}, d={d}, heads {s['heads']}, B={b})")
 
 
+WINDOW_SPEC = CAUSAL_SPEC.replace("model causal(d = 64, heads = 4)", "model window(d = 64, heads = 4, w = 8)").replace(
+    "causal = true", "window = w")
+
+
+@workload("window-attn", "local-window attention (spec attention(window = w)) vs nn.MultiheadAttention + band mask",
+          sizes={"batch": 1, "T": 2048, "d": 256, "heads": 8, "window": 32},
+          quick={"batch": 2, "T": 64, "d": 32, "heads": 4, "window": 4})
+def window_attn(s):
+    torch.manual_seed(0)
+    d, w = s["d"], s["window"]
+    mha = nn.MultiheadAttention(d, s["heads"], batch_first=True)
+    x = torch.randn(2, 4, d)
+    ts = rpn2c.from_torch(mha, (x, x, x), {"need_weights": False})  # weights in the spec's naming
+    spec = rpn2c.compile(WINDOW_SPEC, params={"d": d, "heads": s["heads"], "w": w})
+    spec.load_state_dict(ts.state_dict)
+
+    def fn(m, x):
+        i = torch.arange(x.shape[1], device=x.device)
+        mask = (i[:, None] - i[None, :]).abs() > w  # True = blocked
+        return m(x, x, x, attn_mask=mask, need_weights=False)[0]
+
+    b, t = s["batch"], s["T"]
+    return Pair(spec, _Call(mha, fn), lambda small: (_seq(small, b, t, d),),
+                f"window attention (T={t}, window {w}, d={d}, heads {s['heads']}, B={b})",
+                "no-grad forward: FlexAttention block mask (rule flex_window); training step: SDPA with the band")
+
+
 @workload("graph-attn", "graph-masked attention (block mask from a random graph) vs nn.MultiheadAttention (from_torch)",
           sizes={"batch": 8, "T": 256, "d": 256, "heads": 8, "degree": 8},
           quick={"batch": 2, "T": 16, "d": 32, "heads": 4, "degree": 3})
