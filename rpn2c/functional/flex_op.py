@@ -13,12 +13,14 @@ operand's own buffer rather than of a view of it, and cannot fuse the ops that f
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 from torch import Tensor
 
 BLOCK = 128  # FlexAttention's default sparse block size
-_CPU_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_UNAVAILABLE: list[str] = []  # why FlexAttention could not be compiled here (then the band goes to SDPA)
 
 
 def worthwhile(nq: int, nc: int, window: int) -> bool:
@@ -30,11 +32,12 @@ def worthwhile(nq: int, nc: int, window: int) -> bool:
 
 
 def supported(*tensors: Tensor) -> bool:
-    """FlexAttention's dtypes on this device, and no operand needing a gradient (the op has no backward)."""
+    """FlexAttention's dtypes on CPU or CUDA, no operand needing a gradient (the op has no backward), and a
+    FlexAttention that compiled here."""
     t = tensors[0]
     if torch.is_grad_enabled() and any(x.requires_grad for x in tensors):
         return False
-    return t.dtype in _CPU_DTYPES if t.device.type == "cpu" else t.device.type == "cuda"
+    return t.device.type in ("cpu", "cuda") and t.dtype in _DTYPES and not _UNAVAILABLE
 
 
 @functools.lru_cache(maxsize=1)
@@ -73,7 +76,20 @@ def window_attention(q: Tensor, k: Tensor, v: Tensor, window: int, causal: bool,
     """``[B, H, Nq, r]`` × ``[B, H, Nc, r]`` × ``[B, H, Nc, n]`` → ``[B, H, Nq, n]``."""
     mask = _block_mask(q.shape[-2], k.shape[-2], window, causal, str(q.device))
     q, k, v = (t.contiguous() for t in (q, k, v))
-    return _compiled_flex()(q, k, v, block_mask=mask, scale=scale)
+    try:
+        return _compiled_flex()(q, k, v, block_mask=mask, scale=scale)
+    except Exception as e:  # no compiler toolchain for inductor here: the same band as an SDPA mask, from now on
+        _UNAVAILABLE.append(f"{type(e).__name__}: {e}")
+        warnings.warn(f"FlexAttention could not be compiled ({type(e).__name__}); local attention windows run "
+                      "as SDPA with a band mask", RuntimeWarning, stacklevel=2)
+        return _sdpa_band(q, k, v, window, causal, scale)
+
+
+def _sdpa_band(q, k, v, window, causal, scale):
+    i = torch.arange(q.shape[-2], device=q.device)[:, None]
+    j = torch.arange(k.shape[-2], device=q.device)[None, :]
+    keep = ((i - j).abs() <= window) & ((j <= i) if causal else True)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=scale)
 
 
 @window_attention.register_fake

@@ -230,3 +230,25 @@ def test_flex_window_block_mask_lists_exactly_the_blocks_the_band_meets(nq, nc, 
     pad = lambda a, n: torch.nn.functional.pad(a, (0, -a.shape[-1] % n, 0, -a.shape[0] % n))  # noqa: E731
     blocks = pad(keep, 128).unflatten(0, (-1, 128)).unflatten(2, (-1, 128)).any(3).any(1)
     assert torch.equal(mask.to_dense()[0, 0].bool(), blocks)
+
+
+def test_window_attention_falls_back_to_sdpa_where_flexattention_cannot_compile(monkeypatch):
+    """Without a compiler toolchain for inductor the op warns once, answers by SDPA with the band, and the rule's
+    later calls take SDPA directly."""
+    from rpn2c.functional import flex_op
+
+    def broken():
+        def fail(*a, **k):
+            raise RuntimeError("no C++ compiler")
+        return fail
+
+    monkeypatch.setattr(flex_op, "_compiled_flex", broken)
+    monkeypatch.setattr(flex_op, "_UNAVAILABLE", [])
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 300, 4, generator=g) for _ in range(3))
+    with pytest.warns(RuntimeWarning, match="could not be compiled"):
+        got = flex_op.window_attention(q, k, v, 5, True, 0.5)
+    i, j = torch.arange(300)[:, None], torch.arange(300)[None, :]
+    keep = ((i - j).abs() <= 5) & (j <= i)
+    assert_close(got, torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=0.5))
+    assert flex_op._UNAVAILABLE and not flex_op.supported(q, k, v)
