@@ -40,7 +40,22 @@ def _sites(graph: Graph, node) -> dict[str | None, Site]:
     return sites
 
 
-def _allowed(sites: dict) -> callable:
+def _costs(sites: dict) -> callable:
+    """A rule's cost estimate at a head (or the node), computed once: the guard and the record read the same."""
+    memo = {}
+
+    def cost(rule: Rule, head):
+        key = (rule.name, head)
+        if key not in memo:
+            memo[key] = rule.cost(sites[head]) if rule.cost is not None else None
+        return memo[key]
+
+    return cost
+
+
+def _allowed(sites: dict, cost_of=None) -> callable:
+    cost_of = cost_of or _costs(sites)
+
     def allow(rule: Rule, term) -> bool:
         head = term.info.get("head")
         if (rule.scope == "head") != (head is not None):
@@ -49,21 +64,21 @@ def _allowed(sites: dict) -> callable:
         if not rule.guard(site):
             return False
         if rule.profitable and rule.cost is not None:
-            c = rule.cost(site)
+            c = cost_of(rule, head)
             return c.flops_after <= c.flops_before
         return True
 
     return allow
 
 
-def _decisions(fired: list[Fired], sites: dict) -> list[Decision]:
+def _decisions(fired: list[Fired], cost_of) -> list[Decision]:
     out, seen = [], set()
     for f in fired:
         r, head = f.rule, f.before.info.get("head")
         if (r.name, head) in seen:  # the same rule on another channel of the head
             continue
         seen.add((r.name, head))
-        cost = r.cost(sites[head]) if r.cost is not None else None
+        cost = cost_of(r, head)
         spans = tuple(str(s) for s in sorted(f.spans))
         out.append(Decision(r.name, r.slot, head, r.location, r.why, r.paper, cost, spans, render(f.before),
                             render(f.after)))
@@ -94,10 +109,11 @@ def optimize(graph: Graph, disable: Iterable[str] = ()) -> Graph:
         if node.id not in terms:
             continue
         sites = _sites(graph, node)
+        cost_of = _costs(sites)
         before = terms[node.id]
-        after, fired = rewrite(before, enabled, TermTable(before), _allowed(sites))
+        after, fired = rewrite(before, enabled, TermTable(before), _allowed(sites, cost_of))
         node.terms = (before, after)
-        node.decisions = _decisions(fired, sites)
+        node.decisions = _decisions(fired, cost_of)
         node.plan = sorted({d.rule for d in node.decisions if d.slot not in CANONICAL_SLOTS})
     return graph
 
