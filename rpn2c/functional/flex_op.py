@@ -18,6 +18,8 @@ import warnings
 import torch
 from torch import Tensor
 
+from rpn2c.functional.structure.band import band_blocked, band_outside
+
 BLOCK = 128  # FlexAttention's default sparse block size
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _UNAVAILABLE: list[str] = []  # why FlexAttention could not be compiled here (then the band goes to SDPA)
@@ -56,7 +58,7 @@ def _block_mask(nq: int, nc: int, window: int, causal: bool, device: str):
     from torch.nn.attention.flex_attention import BlockMask
 
     def band(b, h, i, j):
-        keep = (i - j <= window) & (j - i <= window)
+        keep = ~band_outside(i, j, window)
         return keep & (j <= i) if causal else keep
 
     q_blocks, kv_blocks = -(-nq // BLOCK), -(-nc // BLOCK)
@@ -86,10 +88,10 @@ def window_attention(q: Tensor, k: Tensor, v: Tensor, window: int, causal: bool,
 
 
 def _sdpa_band(q, k, v, window, causal, scale):
-    i = torch.arange(q.shape[-2], device=q.device)[:, None]
-    j = torch.arange(k.shape[-2], device=q.device)[None, :]
-    keep = ((i - j).abs() <= window) & ((j <= i) if causal else True)
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=scale)
+    blocked = band_blocked(q.shape[-2], k.shape[-2], window, device=q.device)
+    if causal:
+        blocked = blocked | torch.ones_like(blocked).triu(1)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=~blocked, scale=scale)
 
 
 @window_attention.register_fake

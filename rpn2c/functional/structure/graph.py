@@ -157,11 +157,21 @@ def graph_adjacency(
     )
     if sparse:
         return _to_sparse(torch.stack([dst, src]), w, (n, n), sparse)
+    return dense_from_edges(src, dst, w, n)
+
+
+def dense_from_edges(src: Tensor, dst: Tensor, w: Tensor, n: int) -> Tensor:
+    """``A[dst, src] = Σ w`` as a dense ``[n, n]`` matrix (duplicate edges add up)."""
     return torch.zeros(n, n, dtype=w.dtype, device=w.device).index_put_((dst, src), w, accumulate=True)
 
 
 DENSE_RATIO = 16  # a dense n x n operator when n² ≤ DENSE_RATIO · nnz: GEMM does ~16x the useful work per second
 DENSE_MAX = 1 << 22  # ... and at most this many entries (32 MiB in float64)
+
+
+def dense_pays(n: int, nnz: int) -> bool:
+    """Whether ``A`` multiplies faster dense than as CSR: ``n² ≤ DENSE_RATIO · nnz`` and ``n² ≤ DENSE_MAX``."""
+    return n * n <= min(DENSE_RATIO * max(nnz, 1), DENSE_MAX)
 
 
 def graph_operator(src: Tensor, dst: Tensor, w: Tensor | None, n: int,
@@ -180,8 +190,8 @@ def graph_operator(src: Tensor, dst: Tensor, w: Tensor | None, n: int,
     wt = torch.ones(src.numel(), dtype=dt, device=src.device) if w is None else w.to(dt)
     e = src.numel()
     static = isinstance(n, int) and isinstance(e, int)  # symbolic sizes (dynamic shapes): no size guard, CSR
-    if static and n * n <= min(DENSE_RATIO * max(e, 1), DENSE_MAX):
-        return torch.zeros(n, n, dtype=dt, device=src.device).index_put_((dst, src), wt, accumulate=True)
+    if static and dense_pays(n, e):
+        return dense_from_edges(src, dst, wt, n)
     return csr_pair(src, dst, wt, n, transpose=torch.is_grad_enabled())
 
 
@@ -330,9 +340,8 @@ def pagerank_propagate(
     """
     if method == "solve":
         d = dim % x.dim()
-        a = torch.zeros(n, n, dtype=x.dtype, device=x.device)
         wt = torch.ones(src.numel(), dtype=x.dtype, device=x.device) if w is None else w.to(x.dtype)
-        a = a.index_put((dst, src), wt, accumulate=True)
+        a = dense_from_edges(src, dst, wt, n)
         eye = torch.eye(n, dtype=x.dtype, device=x.device)
         xm = x.movedim(d, -2) if x.dim() > 1 else x[:, None]
         y = torch.linalg.solve(eye - (1.0 - alpha) * a, alpha * xm)

@@ -2,7 +2,7 @@
 
 ``graph_mm(edges, weight, x, n, ...)`` is the custom op ``rpn2c::graph_mm``: ``A`` is
 :func:`graph_norm_weights` of the edge list (self-loops, normalisation, symmetrisation) as a CSR matrix, or a
-dense ``[n, n]`` one for dense graphs (:data:`DENSE_RATIO`). Its implementation keeps the last few operators in a
+dense ``[n, n]`` one for dense graphs (:func:`dense_pays`). Its implementation keeps the last few operators in a
 cache keyed by the edge (and weight) tensor's storage, offset, shape, stride and version counter; the entry holds
 those tensors, so their storage cannot be freed and reused by another graph while it lives, and an in-place edit
 bumps the version and misses. Under ``torch.compile(fullgraph=True)`` the op is one opaque node, so the
@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from rpn2c.functional.structure.graph import DENSE_MAX, DENSE_RATIO, graph_norm_weights
+from rpn2c.functional.structure.graph import dense_from_edges, dense_pays, graph_norm_weights
 from rpn2c.functional.structure.spmm import _csr, _csr_parts
 
 MAX_GRAPHS = 4  # operators kept (least recently used goes first)
@@ -30,10 +30,9 @@ class _Operator:
     """``A`` dense, or CSR with ``Aᵀ`` built the first time a backward asks for it."""
 
     def __init__(self, src: Tensor, dst: Tensor, w: Tensor, n: int):
-        e = src.numel()
         self.dense = self.csr = self.csr_t = None
-        if n * n <= min(DENSE_RATIO * max(e, 1), DENSE_MAX):
-            self.dense = torch.zeros(n, n, dtype=w.dtype, device=w.device).index_put_((dst, src), w, accumulate=True)
+        if dense_pays(n, src.numel()):
+            self.dense = dense_from_edges(src, dst, w, n)
             self._edges = None
         else:
             self.csr = _csr(*_csr_parts(dst, src, w, n))
