@@ -525,40 +525,6 @@ def test_pagerank(norm):
     assert (rough - ex).abs().max() > 1e-3
 
 
-# ------------------------------------------------------------------------------------------------ CSR SpMM op
-@given(st.integers(1, 30), st.integers(0, 90), st.integers(0, 2**31 - 1))
-def test_csr_mm_equals_the_dense_adjacency_product_with_duplicates_and_isolated_nodes(n, e, seed):
-    g = torch.Generator().manual_seed(seed)
-    src, dst = torch.randint(0, n, (e,), generator=g), torch.randint(0, n, (e,), generator=g)
-    w = torch.randn(e, dtype=torch.float64, generator=g)
-    x = torch.randn(n, 3, dtype=torch.float64, generator=g, requires_grad=True)
-    dense = torch.zeros(n, n, dtype=torch.float64).index_put_((dst, src), w, accumulate=True)
-    pair = S.csr_pair(src, dst, w, n)
-    y = S.csr_mm(pair, x)
-    torch.testing.assert_close(y, dense @ x)
-    gy = torch.randn(n, 3, dtype=torch.float64, generator=g)
-    (gx,) = torch.autograd.grad(y, x, gy)
-    torch.testing.assert_close(gx, dense.T @ gy)
-
-
-def test_csr_mm_is_a_well_formed_custom_op_and_compiles_in_one_graph():
-    g = torch.Generator().manual_seed(0)
-    n, e = 12, 40
-    src, dst = torch.randint(0, n, (e,), generator=g), torch.randint(0, n, (e,), generator=g)
-    w = torch.rand(e, dtype=torch.float64, generator=g)
-    x = torch.randn(n, 5, dtype=torch.float64, generator=g, requires_grad=True)
-    pair = S.csr_pair(src, dst, w, n)
-    torch.library.opcheck(torch.ops.rpn2c.csr_mm.default, (*pair, x))
-    assert torch.autograd.gradcheck(lambda v: S.csr_mm(pair, v), (x,))
-
-    def f(v):
-        return S.graph_propagate(v, src, dst, w, n, operator=S.csr_pair(src, dst, w, n)).relu()
-
-    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
-    torch.testing.assert_close(compiled(x), f(x))
-    torch.testing.assert_close(torch.autograd.grad(compiled(x).sum(), x)[0], torch.autograd.grad(f(x).sum(), x)[0])
-
-
 def test_patch_offsets_refuse_a_kernel_box_over_the_limit_before_enumerating():
     """A hostile extent is refused from arithmetic alone (no 10^18-element meshgrid)."""
     with pytest.raises(ValueError, match="larger than the 1,048,576 allowed"):

@@ -66,7 +66,6 @@ from rpn2c.functional.structure.chain import (  # noqa: F401
 from rpn2c.functional.structure.graph import (  # noqa: F401
     graph_norm_weights,
     graph_adjacency,
-    graph_operator,
     graph_propagate,
     multihop_graph,
     multihop_propagate,
@@ -80,7 +79,6 @@ from rpn2c.functional.structure.graph import (  # noqa: F401
     DENSE_RATIO,
 )
 from rpn2c.functional.structure.band import band_blocked, band_matrix, band_outside  # noqa: F401
-from rpn2c.functional.structure.spmm import CSRPair, csr_mm, csr_pair  # noqa: F401
 from rpn2c.functional.structure.graph_cache import clear_graph_cache, graph_mm  # noqa: F401
 
 __all__ = [
@@ -112,10 +110,6 @@ __all__ = [
     # graph
     "graph_norm_weights",
     "graph_adjacency",
-    "graph_operator",
-    "CSRPair",
-    "csr_pair",
-    "csr_mm",
     "graph_mm",
     "clear_graph_cache",
     "graph_propagate",

@@ -1,5 +1,5 @@
 """Graphs (catalog §4.3-4.5; GCN per other_seeds §5(b)): normalised edge lists, literal adjacency, the
-SpMM operator, gather/scatter propagation, multi-hop and PageRank.
+dense-or-CSR choice of the cached operator (``graph_cache``), gather/scatter propagation, multi-hop and PageRank.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from torch import Tensor
 
 from rpn2c.functional.structure._common import _to_sparse, SparseFormat
 from rpn2c.functional.structure.chain import _multihop
-from rpn2c.functional.structure.spmm import CSRPair, csr_mm, csr_pair
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -174,35 +173,14 @@ def dense_pays(n: int, nnz: int) -> bool:
     return n * n <= min(DENSE_RATIO * max(nnz, 1), DENSE_MAX)
 
 
-def graph_operator(src: Tensor, dst: Tensor, w: Tensor | None, n: int,
-                   dtype: torch.dtype | None = None) -> Tensor | CSRPair:
-    """``A[dst, src] = Σ w`` as the layout that multiplies fastest: dense ``[n, n]`` when the graph is dense
-    (``n² ≤ DENSE_RATIO · nnz``, ``n² ≤ DENSE_MAX``), else CSR (:class:`CSRPair`, with ``Aᵀ`` for the backward).
-
-    Fixed-size ops only, so it is built inside compiled code too; eagerly it is built once per graph and reused
-    by :func:`graph_propagate` (``operator=``): one SpMM / GEMM per hop instead of an index gather and a
-    scatter-add. Measured on CPU (2 threads, fwd+bwd, 64 features): 20k nodes / 200k edges 17 ms CSR vs 138 ms
-    gather/scatter; 512 nodes / 100k edges 0.6 ms dense vs 4.7 ms CSR. ``w`` must not need gradients; built
-    with gradients disabled, ``Aᵀ`` (needed only by the backward) is left out. With symbolic sizes (export or
-    compile with dynamic shapes) the layout is CSR, so the traced program holds for any density.
-    """
-    dt = (w.dtype if w is not None else torch.get_default_dtype()) if dtype is None else dtype
-    wt = torch.ones(src.numel(), dtype=dt, device=src.device) if w is None else w.to(dt)
-    e = src.numel()
-    static = isinstance(n, int) and isinstance(e, int)  # symbolic sizes (dynamic shapes): no size guard, CSR
-    if static and dense_pays(n, e):
-        return dense_from_edges(src, dst, wt, n)
-    return csr_pair(src, dst, wt, n, transpose=torch.is_grad_enabled())
-
-
 def graph_propagate(x: Tensor, src: Tensor, dst: Tensor, w: Tensor | None, n: int, dim: int = -2,
-                    operator: Tensor | CSRPair | Callable[[Tensor], Tensor] | None = None) -> Tensor:
+                    operator: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """``A @ x`` along the item axis ``dim`` by gather/scatter: ``y[dst] += w * x[src]`` (``index_add``).
 
     Leading / trailing batch axes are carried along; the output has ``n`` items on ``dim``. ``w=None`` means
     unit weights. No sparse tensors and no host synchronisation: captures with ``torch.compile(fullgraph=True)``.
-    ``operator`` (from :func:`graph_operator` on the same edges, or ``x ↦ A @ x`` such as a bound
-    :func:`graph_mm`) computes the same product as one SpMM / GEMM.
+    ``operator`` (``x ↦ A @ x`` on the same graph, such as a bound :func:`graph_mm`) computes the same product
+    as one SpMM / GEMM.
     """
     d = dim % x.dim()
     # items first and everything else flattened into rows: [N, K] (a view when the leading axes have size 1), so
@@ -211,11 +189,7 @@ def graph_propagate(x: Tensor, src: Tensor, dst: Tensor, w: Tensor | None, n: in
     rest = xt.shape[1:]
     flat = xt.reshape(xt.shape[0], -1)
     if operator is not None:
-        if isinstance(operator, CSRPair):
-            out = csr_mm(operator, flat)
-        else:  # a dense matrix, or a function of x (graph_mm bound to its graph)
-            out = operator @ flat if isinstance(operator, Tensor) else operator(flat)
-        return out.reshape(n, *rest).movedim(0, d)
+        return operator(flat).reshape(n, *rest).movedim(0, d)
     msg = flat.index_select(0, src)
     if w is not None:
         msg = msg * w.to(x.dtype).unsqueeze(1)
@@ -285,7 +259,7 @@ def multihop_propagate(
     accumulate: bool = False,
     include_identity: bool = True,
     dim: int = -2,
-    operator: Tensor | CSRPair | Callable[[Tensor], Tensor] | None = None,
+    operator: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
     """``multihop_graph(A, hops, accumulate, include_identity) @ x`` by ``hops`` propagations (never n x n)."""
     if hops < 0:
@@ -329,7 +303,7 @@ def pagerank_propagate(
     tol: float = 1e-7,
     dim: int = -2,
     method: Literal["power", "solve"] = "power",
-    operator: Tensor | CSRPair | Callable[[Tensor], Tensor] | None = None,
+    operator: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
     """``pagerank_matrix(A, α) @ x`` without the ``n x n`` inverse.
 
