@@ -4,7 +4,7 @@
         def forward(self, x): ...
     spec = rpn2c.from_torch(Block(), (x,))                 # fx graph -> head/compress statements + add(...)
 
-How it works (``torch_import._convert`` calls :func:`convert_traced` for a module with no converter whose class
+How it works (``torch_import.convert_module`` calls :func:`convert_traced` for a module with no converter whose class
 defines ``forward`` outside torch):
 
 1. ``torch.fx.symbolic_trace`` with a tracer whose leaf modules are the ones rpn2c converts as a whole (a registered
@@ -49,8 +49,8 @@ from torch import nn
 
 from rpn2c.errors import Diagnostic, Span, SpecTypeError
 from rpn2c.frontends.torch_import import (
-    _RESERVED, ERROR_CODE, Context, TorchImportError, Value, _Builder, _Call, _class_name, _convert, _find_converter,
-    lit,
+    ERROR_CODE, RESERVED, Context, RecordedCall, SpecBuilder, TorchImportError, Value, class_name, convert_module,
+    find_converter, lit,
 )
 
 
@@ -77,7 +77,7 @@ class _LeafTracer(fx.Tracer):
     def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
         if isinstance(m, _CONTAINERS) and type(m).forward in (c.forward for c in _CONTAINERS):
             return False
-        if isinstance(m, nn.Identity) or _find_converter(m) is not None:
+        if isinstance(m, nn.Identity) or find_converter(m) is not None:
             return True
         mod = type(m).__module__
         return mod.startswith("torch.") or mod.startswith("torch_geometric.")
@@ -96,18 +96,18 @@ class _Recorder(fx.Interpreter):
         return out
 
 
-def _trace(module: nn.Module, path: str, call: _Call) -> tuple[fx.GraphModule, dict[fx.Node, Any], list[str]]:
+def _trace(module: nn.Module, path: str, call: RecordedCall) -> tuple[fx.GraphModule, dict[fx.Node, Any], list[str]]:
     """The traced graph, its recorded node values and the forward parameters in placeholder order."""
     sig = inspect.signature(module.forward)
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values()):
-        raise TorchImportError(path, _class_name(module), "*args/**kwargs", "forward needs named parameters to be "
+        raise TorchImportError(path, class_name(module), "*args/**kwargs", "forward needs named parameters to be "
                                                                            "traced")
     bound = sig.bind(*call.args, **call.kwargs)
     bound.apply_defaults()
     concrete = {n: v for n, v in bound.arguments.items() if not isinstance(v, torch.Tensor)}
     for n, v in concrete.items():
         if isinstance(v, (tuple, list)) and any(isinstance(t, torch.Tensor) for t in v):
-            raise TorchImportError(path, _class_name(module), f"{n}=tuple", "tensor tuples are not traced; pass the "
+            raise TorchImportError(path, class_name(module), f"{n}=tuple", "tensor tuples are not traced; pass the "
                                                                             "tensors as separate arguments")
     modes = [(m, m.training) for m in module.modules()]
     module.eval()
@@ -120,7 +120,7 @@ def _trace(module: nn.Module, path: str, call: _Call) -> tuple[fx.GraphModule, d
         raise
     except Exception as err:  # noqa: BLE001  (fx's TraceError and whatever the user's forward raises)
         why = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise TorchImportError(path, _class_name(module), None, f"torch.fx cannot trace its forward ({why}); "
+        raise TorchImportError(path, class_name(module), None, f"torch.fx cannot trace its forward ({why}); "
                                                                 "data-dependent control flow has no spec") from err
     finally:
         for m, mode in modes:
@@ -180,7 +180,7 @@ class _NodeContext(Context):
     def __init__(self, conv: _GraphConverter, node: fx.Node, module: nn.Module, args: list, kwargs: dict):
         self.conv, self.node = conv, node
         output = conv.values.get(node)
-        concrete = _Call(tuple(conv.concrete(a) for a in node.args), {}, output)
+        concrete = RecordedCall(tuple(conv.concrete(a) for a in node.args), {}, output)
         base = node.name if node.name not in _reserved() else f"{node.name}_0"  # add_0, add_1, ... (not v_add)
         super().__init__(conv.b, module, conv.node_path(node), args, kwargs, concrete, f"{conv.base}{base}")
 
@@ -195,7 +195,7 @@ def _reserved() -> set[str]:
     """Names a value may not take: the importer's reserved words and every registered component name."""
     from rpn2c.components.registry import names
 
-    return _RESERVED | set(names())
+    return RESERVED | set(names())
 
 
 # ================================================================================================ the table
@@ -261,7 +261,7 @@ _RESHAPES = ("view", "reshape", "squeeze", "unsqueeze")
 
 # ================================================================================================ converter
 class _GraphConverter:
-    def __init__(self, b: _Builder, gm: fx.GraphModule, module: nn.Module, path: str, base: str,
+    def __init__(self, b: SpecBuilder, gm: fx.GraphModule, module: nn.Module, path: str, base: str,
                  values: dict[fx.Node, Any]):
         self.b, self.gm, self.module, self.path, self.values = b, gm, module, path, values
         self.base = f"{base}_" if base else ""
@@ -279,7 +279,7 @@ class _GraphConverter:
             if node.op == "call_module" and local == node.target:
                 continue
             return self._qual(local), f"{cls.__module__}.{cls.__qualname__}"
-        return self.path, _class_name(self.module)
+        return self.path, class_name(self.module)
 
     def node_path(self, node: fx.Node) -> str:
         return self._owner(node)[0]
@@ -417,9 +417,9 @@ class _GraphConverter:
     def call_module(self, node: fx.Node, args: tuple, kwargs: dict) -> Any:
         sub = self.gm.get_submodule(node.target)
         out = self.values.get(node)
-        call = _Call(tuple(self.concrete(node.args)), dict(self.concrete(node.kwargs)), out)
+        call = RecordedCall(tuple(self.concrete(node.args)), dict(self.concrete(node.kwargs)), out)
         local = str(node.target)
-        y = _convert(self.b, sub, self._qual(local), list(args), dict(kwargs), f"{self.base}{local}", call=call)
+        y = convert_module(self.b, sub, self._qual(local), list(args), dict(kwargs), f"{self.base}{local}", call=call)
         return _Tuple(y, node) if isinstance(out, (tuple, list)) else y
 
     def ctx(self, node: fx.Node, module: nn.Module | None = None, args: list = (), kwargs: dict | None = None):
@@ -512,7 +512,7 @@ class _GraphConverter:
     def leaf(self, node: fx.Node, module: nn.Module, x: Value) -> Value:
         """``module`` (a parameter-free equivalent of the node) converted by its converter on ``x``."""
         ctx = self.ctx(node, module, [x])
-        return _find_converter(module)(module, ctx)
+        return find_converter(module)(module, ctx)
 
     def dropout(self, node: fx.Node, args: tuple, kwargs: dict) -> Value:
         x = self.value(node, args[0] if args else kwargs.get("input"))
@@ -664,11 +664,11 @@ def _item_index(index: Any, time_major: bool) -> int | slice | None:
 
 
 # ================================================================================================ entry
-def convert_traced(b: _Builder, module: nn.Module, path: str, args: list, kwargs: dict, base: str,
-                   call: _Call | None) -> Value:
+def convert_traced(b: SpecBuilder, module: nn.Module, path: str, args: list, kwargs: dict, base: str,
+                   call: RecordedCall | None) -> Value:
     """Convert ``module`` (a user module with its own forward) by tracing it; ``call`` is its recorded call."""
     if call is None:
-        raise TorchImportError(path, _class_name(module), None, "it was not called by the example run")
+        raise TorchImportError(path, class_name(module), None, "it was not called by the example run")
     gm, values, params = _trace(module, path, call)
     named = Context(b, module, path, args, kwargs, call, base).named  # Values (or options) by parameter name
     defaults = inspect.signature(module.forward).parameters

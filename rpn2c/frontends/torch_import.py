@@ -45,7 +45,7 @@ from rpn2c.syntax.format import literal as lit
 ERROR_CODE = "E0390"
 
 # words a spec value may not be called: grammar keywords and the operations/processing the importer emits
-_RESERVED = {
+RESERVED = {
     "model", "block", "input", "return", "head", "compress", "layer", "repeat", "import", "as", "true", "false",
     "none", "recurrent", "flatten", "add", "mul", "concat", "to_items", "to_sequence", "time_major", "pool_items",
     "readout", "relu", "tanh", "sigmoid", "gelu", "silu", "elu", "leaky_relu", "softplus", "softmax", "log_softmax",
@@ -67,7 +67,8 @@ class TorchImportError(SpecTypeError):
         super().__init__([Diagnostic(ERROR_CODE, message, span)])
 
 
-def _class_name(module: nn.Module) -> str:
+def class_name(module: nn.Module) -> str:
+    """The module's class as error messages name it (``torch.nn.Linear`` for the built-in layers)."""
     cls = type(module)
     mod = cls.__module__
     if mod.startswith("torch.nn.modules"):
@@ -249,7 +250,9 @@ def _comment_lines(text: str, width: int = 116) -> list[str]:
 
 
 @dataclass
-class _Call:
+class RecordedCall:
+    """One call of a module in the example run: its arguments and its output (tensors, or fx's concrete values)."""
+
     args: tuple
     kwargs: dict
     output: Any
@@ -284,7 +287,8 @@ def _lazy(prefix: str, registration: Callable[[], None]) -> None:
     _LAZY.append((prefix, registration))
 
 
-def _find_converter(module: nn.Module) -> Converter | None:
+def find_converter(module: nn.Module) -> Converter | None:
+    """The converter registered for the module's class (or a base whose ``forward`` it keeps), else None."""
     for prefix, registration in list(_LAZY):
         if prefix in sys.modules:
             _LAZY.remove((prefix, registration))
@@ -301,8 +305,8 @@ def _find_converter(module: nn.Module) -> Converter | None:
 class Context:
     """What a converter sees: the module, its spec name, its recorded call, its inputs, and the emitters."""
 
-    def __init__(self, builder: _Builder, module: nn.Module, path: str, args: list, kwargs: dict, call: _Call | None,
-                 base: str):
+    def __init__(self, builder: SpecBuilder, module: nn.Module, path: str, args: list, kwargs: dict,
+                 call: RecordedCall | None, base: str):
         self.builder, self.module, self.path = builder, module, path
         self.args, self.kwargs, self.call = args, kwargs, call
         self._base = base
@@ -315,7 +319,7 @@ class Context:
     # -------------------------------------------------------------------------------------------- naming, errors
     @property
     def cls_name(self) -> str:
-        return _class_name(self.module)
+        return class_name(self.module)
 
     def name(self, prefix: str) -> str:
         """A fresh spec name for this module's node: its attribute name, or ``prefix`` + its index."""
@@ -334,11 +338,11 @@ class Context:
     def child(self, module: nn.Module, local: str, args: list, kwargs: dict) -> Value:
         """The submodule ``local`` of this module applied to ``args`` (Values) by its converter; its output has this
         module's output shape (a shape-preserving stage such as an encoder layer or a norm)."""
-        fn = _find_converter(module)
+        fn = find_converter(module)
         path = f"{self.path}.{local}" if self.path else local
         if fn is None:
-            raise TorchImportError(path, _class_name(module), None, "no RPN 2 converter is registered for this class")
-        call = _Call((), {}, torch.empty(self.output_shape, device="meta"))
+            raise TorchImportError(path, class_name(module), None, "no RPN 2 converter is registered for this class")
+        call = RecordedCall((), {}, torch.empty(self.output_shape, device="meta"))
         base = f"{self._base}_{local}" if self._base else local
         return fn(module, Context(self.builder, module, path, args, kwargs, call, base))
 
@@ -356,16 +360,6 @@ class Context:
         if i >= len(self.args):
             self.fail(None, f"expected at least {i + 1} tensor argument(s)")
         return self.args[i]
-
-    def tensor_arg(self, key: int | str) -> Value | None:
-        """Positional arg ``key`` (int) or keyword ``key`` (str) as a Value; None when absent or None."""
-        v = self.args[key] if isinstance(key, int) and key < len(self.args) else \
-            (self.kwargs.get(key) if isinstance(key, str) else None)
-        if v is None:
-            return None
-        if not isinstance(v, Value):
-            self.fail(f"{key}={type(v).__name__}", "expected a tensor argument")
-        return v
 
     # -------------------------------------------------------------------------------------------- types
     def declare(self, v: Value, kind: str, type_text: str, *, time_major: bool = False, batched: bool = True,
@@ -533,7 +527,9 @@ _GRID_CTOR = {1: "signal", 2: "image", 3: "volume"}
 
 
 # ================================================================================================ builder
-class _Builder:
+class SpecBuilder:
+    """The spec being written: its inputs, statements, value names, weight links and the recorded calls."""
+
     def __init__(self, root: nn.Module, calls: dict[int, deque]):
         self.root, self.calls = root, calls
         self.inputs: list[_Input] = []
@@ -549,7 +545,7 @@ class _Builder:
         base = re.sub(r"\W", "_", base or "")
         if not base or base[0].isdigit():
             base = prefix + base
-        if base in _RESERVED or keyword.iskeyword(base):
+        if base in RESERVED or keyword.iskeyword(base):
             base = prefix + "_" + base
         name, k = base, 2
         while name in self.names:
@@ -561,7 +557,7 @@ class _Builder:
         tensors = dict(module.named_parameters(recurse=True))
         tensors.update(dict(module.named_buffers(recurse=True)))
         if local not in tensors or tensors[local] is None:
-            raise TorchImportError(path, _class_name(module), None, f"has no tensor '{local}'")
+            raise TorchImportError(path, class_name(module), None, f"has no tensor '{local}'")
         src = tensors[local]
         full = f"{path}.{local}" if path else local
         link = Link(full, rows, transpose, tuple(shape) if shape is not None else None)
@@ -569,7 +565,7 @@ class _Builder:
         self.source_shapes[full] = tuple(src.shape)
         self.tensors[compiled] = link.apply(src.detach()).clone()
 
-    def next_call(self, module: nn.Module) -> _Call | None:
+    def next_call(self, module: nn.Module) -> RecordedCall | None:
         q = self.calls.get(id(module))
         return q.popleft() if q else None
 
@@ -588,33 +584,33 @@ def _sequential(module: nn.Module) -> bool:
     return isinstance(module, nn.Sequential) and type(module).forward is nn.Sequential.forward
 
 
-def _convert(b: _Builder, module: nn.Module, path: str, args: list, kwargs: dict, base: str,
-             call: _Call | None = None) -> Value:
+def convert_module(b: SpecBuilder, module: nn.Module, path: str, args: list, kwargs: dict, base: str,
+                   call: RecordedCall | None = None) -> Value:
     """``module`` called on ``args`` (Values) as spec statements; ``call``: its recorded call (default: the next one
     the example run recorded for it)."""
     call = call if call is not None else b.next_call(module)
     if _sequential(module):
         if kwargs or len(args) != 1:
-            raise TorchImportError(path, _class_name(module), None, "nn.Sequential takes exactly one input")
+            raise TorchImportError(path, class_name(module), None, "nn.Sequential takes exactly one input")
         v = args[0]
         for child_name, child in module.named_children():
-            v = _convert(b, child, f"{path}.{child_name}" if path else child_name, [v], {}, child_name)
+            v = convert_module(b, child, f"{path}.{child_name}" if path else child_name, [v], {}, child_name)
         return v
     if isinstance(module, nn.Identity):
         return args[0]
-    fn = _find_converter(module)
+    fn = find_converter(module)
     own = type(module).forward is not nn.Module.forward and not type(module).__module__.startswith("torch.")
     if fn is None and own:
         from rpn2c.frontends.fx_import import convert_traced  # a whole model: its forward traced with torch.fx
 
         return convert_traced(b, module, path, args, kwargs, base, call)
     if fn is None:
-        raise TorchImportError(path, _class_name(module), None, "no RPN 2 converter is registered for this class "
+        raise TorchImportError(path, class_name(module), None, "no RPN 2 converter is registered for this class "
                                                                 "(see docs/unification.md for the supported list)")
     ctx = Context(b, module, path, args, kwargs, call, base)
     out = fn(module, ctx)
     if not isinstance(out, Value):
-        raise TypeError(f"the converter for {_class_name(module)} returned {type(out).__name__}, not a Value")
+        raise TypeError(f"the converter for {class_name(module)} returned {type(out).__name__}, not a Value")
     return out
 
 
@@ -624,7 +620,7 @@ def _record(module: nn.Module, args: tuple, kwargs: dict) -> tuple[dict[int, deq
     handles = []
 
     def hook(mod, a, k, out):
-        calls[id(mod)].append(_Call(tuple(a), dict(k), out))
+        calls[id(mod)].append(RecordedCall(tuple(a), dict(k), out))
 
     for m in module.modules():
         handles.append(m.register_forward_hook(hook, with_kwargs=True))
@@ -644,7 +640,7 @@ def _record(module: nn.Module, args: tuple, kwargs: dict) -> tuple[dict[int, deq
 _INPUT_RENAMES = {"input": "x", "hx": "h0", "src": "src", "x": "x"}
 
 
-def _root_arguments(b: _Builder, module: nn.Module, args: tuple, kwargs: dict) -> tuple[list, dict]:
+def _root_arguments(b: SpecBuilder, module: nn.Module, args: tuple, kwargs: dict) -> tuple[list, dict]:
     """The root call's arguments in signature order; tensors become undecided model inputs."""
     try:
         sig = inspect.signature(module.forward)
@@ -665,7 +661,7 @@ def _root_arguments(b: _Builder, module: nn.Module, args: tuple, kwargs: dict) -
     return pos_args, kw
 
 
-def _to_value(b: _Builder, pname: str, value: Any) -> Any:
+def _to_value(b: SpecBuilder, pname: str, value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         name = b.fresh(_INPUT_RENAMES.get(pname, pname), "x")
         inp = _Input(name, value)
@@ -695,20 +691,20 @@ def from_torch(module: nn.Module, example_inputs: Any = (), example_kwargs: Mapp
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     kwargs = dict(example_kwargs or {})
     calls, _ = _record(module, args, kwargs)
-    b = _Builder(module, calls)
+    b = SpecBuilder(module, calls)
     pos, kw = _root_arguments(b, module, args, kwargs)
-    out = _convert(b, module, "", pos, kw, "")
+    out = convert_module(b, module, "", pos, kw, "")
     if out.input is not None:
-        raise TorchImportError("", _class_name(module), None, "the module computes nothing (its output is its input)")
+        raise TorchImportError("", class_name(module), None, "the module computes nothing (its output is its input)")
     unused = [v.name for v in b.input_values if v.uses == 0]
     if unused:
-        raise TorchImportError("", _class_name(module), None, f"inputs {unused} are not used by the converted spec")
+        raise TorchImportError("", class_name(module), None, f"inputs {unused} are not used by the converted spec")
     if out.time_major:
         out = Context(b, module, "", [], {}, None, "").op(
             "time_major", [out], comment="return time-first [T, B, F], as the torch module does",
             name=b.fresh("out", "out"), shape=out.shape, time_major=True)
     model_name = re.sub(r"\W", "_", name or type(module).__name__.lower())
-    if not model_name or model_name[0].isdigit() or model_name in _RESERVED or keyword.iskeyword(model_name):
+    if not model_name or model_name[0].isdigit() or model_name in RESERVED or keyword.iskeyword(model_name):
         model_name = "m_" + model_name
     text = _render(b, module, model_name, out)
     desc = {"RNN": "output", "GRU": "output", "LSTM": "output", "MultiheadAttention": "attn_output"}
@@ -726,13 +722,13 @@ def _default_type(v: Value, module: nn.Module) -> None:
     elif nd in (4, 5):
         ctx.declare(v, "grid", f"{_GRID_CTOR[nd - 2]}[B, {', '.join(map(str, shape[1:]))}]")
     else:
-        raise TorchImportError("", _class_name(module), None, f"input '{v.name}' of shape {list(shape)}")
+        raise TorchImportError("", class_name(module), None, f"input '{v.name}' of shape {list(shape)}")
 
 
-def _render(b: _Builder, module: nn.Module, model_name: str, out: Value) -> str:
+def _render(b: SpecBuilder, module: nn.Module, model_name: str, out: Value) -> str:
     n_params = sum(p.numel() for p in module.parameters())
     lines = [
-        f"# Generated by rpn2c.from_torch from {_class_name(module)} ({n_params:,} parameters).",
+        f"# Generated by rpn2c.from_torch from {class_name(module)} ({n_params:,} parameters).",
         "# Every layer is an RPN 2 head g(X) = ⟨κ_ξ(X), ψ(w)⟩ + π(X): ξ = data interdependence (grid patches,",
         "# chains, graphs, attention), κ = expansion/compression, ψ = parameter reconciliation, π = remainder.",
         "# The comment above each statement names the torch module it replaces and the function in each slot.",

@@ -137,10 +137,6 @@ def _check_x(x: Tensor, D: int) -> None:
         raise ValueError(f"input last axis must be D={D}, got {tuple(x.shape)}")
 
 
-def _dense_apply(x: Tensor, W: Tensor) -> Tensor:
-    return F.linear(x, W)
-
-
 # --------------------------------------------------------------------------------------------------------------------
 # constant / zero / one / eye (l = 0)
 # --------------------------------------------------------------------------------------------------------------------

@@ -44,12 +44,6 @@ def loss_fn(task: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tens
     return F.cross_entropy(output, target)
 
 
-def _forward(model: nn.Module, binding: Binding, split: tuple[torch.Tensor, ...]) -> torch.Tensor:
-    if binding.task == "node_classification":
-        return binding.output(model(**binding.inputs(split[0], split[1])))
-    return binding.output(model(**binding.inputs(split[0])))
-
-
 @torch.no_grad()
 def predict(model: nn.Module, binding: Binding, features: torch.Tensor, edges: torch.Tensor | None = None, *,
             batch_size: int = 1024) -> torch.Tensor:
