@@ -1,18 +1,20 @@
 """The reference lowering: every head computed as the paper writes it, with each matrix materialised.
 
 ``head`` evaluates ``A_i κ(Z A_a) ψ_cᵀ + b_c`` per channel (grid heads: ``κ(X A_patch) ψᵀ``) and fuses the
-channels; ``LITERAL`` is its table of terms: interdependence ``z A`` / ``A z`` with ``A`` from the ξ module's
-``matrix``, reconciliation ``k ψ(w)ᵀ`` with ψ (block-diagonal for groups) materialised, and grid patches
-``x A_patch`` with the padding or aggregation matrix. Nothing here reads an optimiser decision or shares a code
-path with the default lowering's heads (``lower/heads.py``); the component modules supply κ, ψ's parameters, the
-fusions and the ξ matrices. The default lowering's kernels are checked against this.
+channels, from its literal terms: interdependence ``z A`` / ``A z`` with ``A`` from the ξ module's ``matrix``,
+reconciliation ``k ψ(w)ᵀ`` with ψ (block-diagonal for groups) materialised, and grid patches ``x A_patch`` with
+the padding or aggregation matrix (the padding one is κ's literal patch gather, ``kappa.literal_patches``).
+Nothing here reads an optimiser decision or shares a code path with the default lowering's heads
+(``lower/heads.py``); the component modules supply κ, ψ's parameters, the fusions and the ξ matrices. The default
+lowering's kernels are checked against this.
 """
 
 from __future__ import annotations
 
 import torch
 
-from rpn2c.components.xi import aggregation_matrix, padding_matrix
+from rpn2c.components.kappa import literal_patches
+from rpn2c.components.xi import aggregation_matrix
 
 
 def interdependence(m, z, q, data, aux):
@@ -32,17 +34,10 @@ def reconciliation(psi, k, groups: int = 1):
 def patches(x, geo, mode: str, spatial):
     """Grid patches by the literal matrix: padding mode ``[B, P, C·p]`` (one-hot columns, zero outside the grid),
     aggregation mode ``[B, P, C]`` (each patch summed)."""
-    b, cin = x.shape[:2]
-    flat = x.reshape(b, cin, -1)
     if mode == "padding":
-        a = padding_matrix(geo, spatial, x.dtype, x.device)  # [N, P·p]
-        z = (flat @ a).unflatten(-1, (-1, geo.patch_size))  # [B, C, P, p]
-        return z.permute(0, 2, 1, 3).flatten(2)
+        return literal_patches(x, geo, spatial).transpose(1, 2).flatten(2)  # [B, C, P, p] -> [B, P, C·p]
     a = aggregation_matrix(geo, spatial, x.dtype, x.device)  # [N, P]
-    return (flat @ a).transpose(1, 2)
-
-
-LITERAL = {"interdependence": interdependence, "reconciliation": reconciliation, "patches": patches}
+    return (x.flatten(2) @ a).transpose(1, 2)
 
 
 def head(hd, x, data, aux_of, grid_out: bool):
