@@ -3,11 +3,18 @@
 Method: both modules live in one process; each *round* runs A B B A (A = rpn2c, B = hand-written), every slot
 calling the function ``number`` times; the round's ratio is (A1 + A2) / (B1 + B2), which cancels any drift that
 is linear over the round. The result is the median of the per-round ratios and their 25–75% range.
+
+Throughput: the FLOPs of one training step (forward + backward) of the hand-written module are counted once per
+workload with ``torch.utils.flop_counter.FlopCounterMode``; each side's TFLOP/s is that count over its median
+step time, and its share of the device's dense bf16 peak is given where the peak is known (:data:`PEAK_BF16_TFLOPS`
+or ``--peak-tflops``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
 import gc
 import json
 import os
@@ -23,6 +30,11 @@ import torch
 from benchmarks import workloads as W
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+# Dense (no structured sparsity) bf16 Tensor Core peaks in TFLOP/s, from NVIDIA's H100 / H200 / A100 datasheets, which
+# quote them with sparsity (halved here); matched in order against torch.cuda.get_device_name() (e.g. "NVIDIA H100
+# 80GB HBM3" is the SXM part). Boost clocks are assumed: a card held at lower clocks reaches less.
+PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H200", 989.0), ("H100", 989.0), ("A100", 312.0))
 
 
 # ------------------------------------------------------------------------------------------------ timing core
@@ -97,28 +109,96 @@ def _prepare(pair: W.Pair, device: str, dtype: torch.dtype):
     return spec, hand, ins
 
 
-def step_fns(module, inputs):
-    """(forward without grad, forward + backward) closures for ``module`` on ``inputs``."""
+def step_fns(module, inputs, amp: torch.dtype | None = None, device: str = "cpu"):
+    """(forward without grad, forward + backward) closures for ``module`` on ``inputs``; with ``amp`` the forward
+    runs under ``torch.autocast(device, amp)`` (the loss and the backward outside it, as in mixed-precision
+    training)."""
     params = [p for p in module.parameters() if p.requires_grad]
 
+    def cast():
+        return torch.autocast(device.split(":")[0], amp) if amp is not None else contextlib.nullcontext()
+
     def fwd():
-        with torch.no_grad():
+        with torch.no_grad(), cast():
             module(*inputs)
 
     def fwd_bwd():
-        module(*inputs).float().square().mean().backward()
+        with cast():
+            out = module(*inputs)
+        out.float().square().mean().backward()
         for p in params:
             p.grad = None
 
     return fwd, fwd_bwd
 
 
+def amp_dtype(w: W.Workload, args) -> torch.dtype | None:
+    """The autocast dtype of workload ``w`` in this run (None: no autocast)."""
+    return torch.bfloat16 if w.autocast and not getattr(args, "no_autocast", False) else None
+
+
+def count_flops(module, inputs, device: str = "cpu", amp: torch.dtype | None = None) -> int:
+    """FLOPs of one forward + backward step of ``module`` (``FlopCounterMode``; matrix products and convolutions).
+
+    Counted on a copy on the meta device, where nothing is computed and recurrent layers and attention run as
+    their decomposed matrix products (fused cuDNN / oneDNN RNN kernels have no FLOP formula); where the meta
+    device cannot run the module (data-dependent shapes, e.g. PyG's graph normalisation), one real step on
+    ``device`` is counted.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def counted(m, ins, amp, dev):
+        counter = FlopCounterMode(display=False)
+        with counter:
+            step_fns(m, ins, amp, dev)[1]()
+        return counter.get_total_flops()
+
+    try:
+        meta = copy.deepcopy(module).to("meta")
+        ins = tuple(i.detach().to("meta").requires_grad_(i.requires_grad) if i.is_floating_point() else i.to("meta")
+                    for i in inputs)
+        return counted(meta.train(module.training), ins, None, "cpu")
+    except Exception:
+        return counted(module, inputs, amp, device)
+
+
+def throughput(row: dict, peak_tflops: float | None) -> None:
+    """Add ``tflops`` (each side's FLOPs over its median training-step time) and, with a peak, ``peak_pct``."""
+    fb = row.get("fwd_bwd")
+    if not row.get("flops") or not isinstance(fb, dict) or "error" in fb:
+        return
+    row["tflops"] = {side: row["flops"] / (fb[f"{side}_ms"] * 1e-3) / 1e12 for side in ("spec", "hand")}
+    if peak_tflops:
+        row["peak_pct"] = {side: 100 * t / peak_tflops for side, t in row["tflops"].items()}
+
+
+def peak_for(device_name: str) -> float | None:
+    """The dense bf16 peak (TFLOP/s) of a GPU by its name, from :data:`PEAK_BF16_TFLOPS`; None if unknown."""
+    return next((peak for key, peak in PEAK_BF16_TFLOPS if key.lower() in device_name.lower()), None)
+
+
+def peak_tflops(args) -> float | None:
+    """``--peak-tflops``, else the dense bf16 peak of the CUDA device by name, else None (CPU, unknown GPU)."""
+    if args.peak_tflops:
+        return args.peak_tflops
+    if not args.device.startswith("cuda"):
+        return None
+    return peak_for(torch.cuda.get_device_name(torch.device(args.device)))
+
+
 def time_workload(w: W.Workload, sizes: dict, args) -> dict:
     """Build, check equality in float64, then time forward and forward+backward (ABBA)."""
     pair = w.build(sizes)
     err = W.check_equal(pair, w.tol)
-    dtype, device = DTYPES[args.dtype], args.device
+    dtype, device, amp = DTYPES[args.dtype], args.device, amp_dtype(w, args)
     spec, hand, ins = _prepare(pair, device, dtype)
+    row = {"workload": w.name, "title": pair.title, "check_max_abs_err": err, "note": pair.note,
+           "mode": (f"compile ({args.backend})" if args.compile else "eager") + (" + autocast bf16" if amp else "")}
+    hand.train()
+    try:
+        row["flops"] = count_flops(hand, ins, device, amp)
+    except Exception as exc:  # the timings stand without it
+        row["flops"], row["flops_error"] = None, _short(exc)
     if args.compile:
         # every compiled spec shares CompiledModel.forward's code object: without a reset, the recompiles of
         # earlier workloads use up dynamo's recompile limit and later specs silently run eagerly
@@ -126,10 +206,8 @@ def time_workload(w: W.Workload, sizes: dict, args) -> dict:
         spec = torch.compile(spec, backend=args.backend)
         hand = torch.compile(hand, backend=args.backend)
     sync = torch.cuda.synchronize if device.startswith("cuda") else None
-    row = {"workload": w.name, "title": pair.title, "mode": f"compile ({args.backend})" if args.compile else "eager",
-           "check_max_abs_err": err, "note": pair.note}
-    sf, sfb = step_fns(spec, ins)
-    hf, hfb = step_fns(hand, ins)
+    sf, sfb = step_fns(spec, ins, amp, device)
+    hf, hfb = step_fns(hand, ins, amp, device)
     kw = {"rounds": args.rounds, "min_time": args.min_time, "warmup": args.warmup, "sync": sync}
     for key, fa, fb, train in (("fwd", sf, hf, False), ("fwd_bwd", sfb, hfb, True)):
         spec.train(train), hand.train(train)
@@ -167,6 +245,8 @@ def memory_args(w: W.Workload, side: str, args) -> list[str]:
            "--threads", str(args.threads)]
     if args.quick:
         cmd.append("--quick")
+    if args.no_autocast:
+        cmd.append("--no-autocast")
     if args.compile:
         cmd += ["--compile", "--backend", args.backend]
     for s in args.size or []:
@@ -215,9 +295,12 @@ def parse_sizes(items: list[str] | None) -> dict:
 
 
 def selected(args) -> list[W.Workload]:
+    """``--workload`` names, else the workloads of ``--profile`` (the CPU profile's ``--quick`` run leaves out
+    those not ``in_quick``; the GPU profile's runs all of its workloads at their quick sizes)."""
     names = [n for item in (args.workload or []) for n in item.split(",") if n]
     if not names:
-        return [w for w in W.WORKLOADS.values() if w.in_quick or not args.quick]
+        return [w for w in W.WORKLOADS.values() if args.profile in w.profiles
+                and (w.in_quick or not args.quick or args.profile != "cpu")]
     unknown = [n for n in names if n not in W.WORKLOADS]
     if unknown:
         raise SystemExit(f"unknown workload(s) {unknown}; known: {', '.join(W.WORKLOADS)}")
@@ -228,6 +311,7 @@ def run(args, report: Callable[[dict], None] = lambda row: None) -> list[dict]:
     """Every selected workload: a row dict each (``report`` is called as each finishes)."""
     torch.set_num_threads(args.threads)
     overrides = parse_sizes(args.size)
+    peak = peak_tflops(args)
     rows = []
     for w in selected(args):
         sizes = W.sizes_for(w, args.quick, overrides)
@@ -241,6 +325,7 @@ def run(args, report: Callable[[dict], None] = lambda row: None) -> list[dict]:
                     row["skipped"] = f"needs about {need / 2**30:.1f} GiB, {have / 2**30:.1f} GiB available"
                 else:
                     row.update(time_workload(w, sizes, args))
+                    throughput(row, peak)
                     if not args.no_memory:
                         row["memory"] = measure_memory(w, args)
         except Exception as exc:  # one broken workload must not stop the others
@@ -255,7 +340,8 @@ def machine(args) -> dict:
     m = {"python": platform.python_version(), "torch": torch.__version__, "device": args.device,
          "dtype": args.dtype, "threads": torch.get_num_threads(),
          "processor": platform.processor() or platform.machine(),
-         "cpus": os.cpu_count(), "quick": bool(args.quick)}
+         "cpus": os.cpu_count(), "quick": bool(args.quick), "profile": args.profile,
+         "peak_bf16_tflops": peak_tflops(args)}
     if args.device.startswith("cuda"):
         m["gpu"] = torch.cuda.get_device_name()
     try:
@@ -277,10 +363,15 @@ def _ms(x: dict | None) -> str:
     return "—" if not x or "error" in x else f"{x['spec_ms']:.2f} / {x['hand_ms']:.2f}"
 
 
+def _pair(x: dict | None, fmt: str) -> str:
+    return "—" if not x else f"{x['spec']:{fmt}} / {x['hand']:{fmt}}"
+
+
 def markdown(rows: list[dict]) -> str:
     """The results table (ratios are rpn2c / hand-written; lower is better) and the build-time table."""
     out = ["| workload | fwd ratio | fwd spread | fwd+bwd ratio | fwd+bwd spread | fwd+bwd ms (rpn2c / hand) "
-           "| peak-memory ratio | mode |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+           "| fwd+bwd TFLOP/s (rpn2c / hand) | % of bf16 peak (rpn2c / hand) | peak-memory ratio | mode |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     builds = []
     for r in rows:
         if "check_ms" in r:
@@ -288,13 +379,14 @@ def markdown(rows: list[dict]) -> str:
             continue
         if "error" in r or "skipped" in r:
             out.append(f"| {r['title']} | {'skipped: ' + r['skipped'] if 'skipped' in r else 'error: ' + r['error']} "
-                       "| | | | | | |")
+                       "| | | | | | | | |")
             continue
         mem = r.get("memory") or {}
         mem_s = f"{mem['ratio']:.2f}" if "ratio" in mem else ("error" if "error" in mem else "—")
         fb = r["fwd_bwd"]
         out.append(f"| {r['title']} | {_r(r['fwd'])} | {_spread(r['fwd'])} | {_r(fb)} | {_spread(fb)} "
-                   f"| {_ms(fb)} | {mem_s} | {r['mode']} |")
+                   f"| {_ms(fb)} | {_pair(r.get('tflops'), '.3g')} | {_pair(r.get('peak_pct'), '.1f')} | {mem_s} "
+                   f"| {r['mode']} |")
     if builds:
         out += ["", "| build | rpn2c.check ms | rpn2c.compile ms |", "|---|---:|---:|"]
         for r in builds:
@@ -307,6 +399,7 @@ def markdown(rows: list[dict]) -> str:
               if isinstance(r.get(k), dict) and "error" in r[k]]
     notes += [f"- {r['workload']} memory: {r['memory']['error']}" for r in rows
               if isinstance(r.get("memory"), dict) and "error" in r["memory"]]
+    notes += [f"- {r['workload']} FLOP count: {r['flops_error']}" for r in rows if r.get("flops_error")]
     return "\n".join(out + ([""] + notes if notes else []))
 
 
@@ -320,15 +413,25 @@ def line(row: dict) -> str:
         return f"{row['workload']}: check {row['check_ms']:.1f} ms, compile {row['compile_ms']:.1f} ms"
     mem = row.get("memory")
     mem_s = "" if mem is None else f", memory {mem['ratio']:.2f}" if "ratio" in mem else ", memory error"
+    tf = row.get("tflops")
+    tf_s = "" if not tf else f", TFLOP/s {_pair(tf, '.3g')}" + (
+        f" ({_pair(row['peak_pct'], '.1f')} % of peak)" if row.get("peak_pct") else "")
     return (f"{row['workload']}: fwd {_r(row['fwd'])} [{_spread(row['fwd'])}], fwd+bwd {_r(row['fwd_bwd'])} "
-            f"[{_spread(row['fwd_bwd'])}]{mem_s} ({row['mode']})")
+            f"[{_spread(row['fwd_bwd'])}]{tf_s}{mem_s} ({row['mode']})")
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m benchmarks",
                                  description="rpn2c specs against hand-written torch/PyG modules (paired ABBA ratios)")
     ap.add_argument("--workload", action="append", metavar="NAME",
-                    help=f"repeatable or comma-separated; default all ({', '.join(W.WORKLOADS)})")
+                    help=f"repeatable or comma-separated; default those of --profile ({', '.join(W.WORKLOADS)})")
+    ap.add_argument("--profile", default="cpu", choices=["cpu", "gpu"],
+                    help="default workload set: cpu (default) or gpu (training sizes for a GPU; with --quick: tiny "
+                         "sizes, a smoke run that also works on a CPU)")
+    ap.add_argument("--peak-tflops", type=float, default=None, metavar="TFLOPS",
+                    help="the device's peak for the %% column (default: dense bf16 peak by GPU name; none on CPU)")
+    ap.add_argument("--no-autocast", action="store_true",
+                    help="run the workloads marked bf16 autocast (GPU profile) without autocast")
     ap.add_argument("--compile", action="store_true", help="torch.compile both sides")
     ap.add_argument("--backend", default="inductor", help="torch.compile backend (with --compile)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -362,7 +465,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.list:
         for w in W.WORKLOADS.values():
-            sys.stdout.write(f"{w.name:12s} {w.description}\n")
+            sys.stdout.write(f"{w.name:18s} [{','.join(w.profiles)}] {w.description}\n")
         return 0
     rows = run(args, report=lambda r: sys.stdout.write(line(r) + "\n"))
     info = machine(args)
@@ -375,4 +478,4 @@ def main(argv=None) -> int:
 
 
 __all__ = ["abba", "summarize", "calibrate", "compare", "quantile", "run", "markdown", "main", "parse_args",
-           "build_parser"]
+           "build_parser", "count_flops", "throughput", "peak_for", "peak_tflops", "PEAK_BF16_TFLOPS"]

@@ -25,6 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-autocast", action="store_true")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--backend", default="inductor")
     ap.add_argument("--size", action="append")
@@ -64,7 +65,7 @@ def child(args) -> dict:
         base = torch.cuda.memory_allocated()
     else:
         base = _maxrss_bytes(resource.RUSAGE_SELF)
-    _, fwd_bwd = harness.step_fns(module, ins)
+    _, fwd_bwd = harness.step_fns(module, ins, harness.amp_dtype(w, args), args.device)
     for _ in range(args.steps):
         fwd_bwd()
     out = {"baseline_bytes": base}

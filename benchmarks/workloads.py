@@ -3,6 +3,10 @@
 A workload's ``build(sizes)`` returns a :class:`Pair`: both modules with the same weights (copied from the
 hand-written side), and an ``inputs(small)`` function giving the timing inputs (``small=True``: a small input for
 the float64 equality check). ``kind = "build"`` workloads have no hand-written side and time the compiler itself.
+
+Each workload belongs to one or more *profiles*: ``cpu`` (the default run) and ``gpu`` (the sizes people train on a
+GPU: a 4-layer d=1024 Transformer, ResNet-18 at B=128, a 2-layer LSTM with H=512, GCN on 2M nodes). Their
+``quick`` sizes are tiny, so every workload also runs on a CPU as a smoke test.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ class Workload:
     in_quick: bool = True
     needs_bytes: Callable[[dict], int] | None = None  # rough peak memory estimate; skipped if not available
     tol: float = 1e-8
+    profiles: tuple[str, ...] = ("cpu",)  # the runs (``--profile``) that select it by default
+    autocast: bool = False  # timed under torch.autocast(dtype=torch.bfloat16), parameters kept in --dtype
 
 
 WORKLOADS: dict[str, Workload] = {}
@@ -58,6 +64,11 @@ def workload(name, description, sizes, quick, **kw):
         WORKLOADS[name] = Workload(name, description, fn, sizes, quick, **kw)
         return fn
     return deco
+
+
+def gpu_workload(name, description, build, sizes, quick, autocast=True, **kw):
+    """Register ``build`` (again) as GPU-profile workload ``name``, by default under bf16 autocast."""
+    WORKLOADS[name] = Workload(name, description, build, sizes, quick, profiles=("gpu",), autocast=autocast, **kw)
 
 
 def _gen(seed=0):
@@ -216,6 +227,10 @@ def resnet18(s):
                 "BatchNorm in the spec (post = [batch_norm]); residuals by add()")
 
 
+gpu_workload("resnet18-b128", "ResNet-18 (with BatchNorm) at B=128, 224x224, bf16 autocast", resnet18,
+             sizes={"batch": 128, "size": 224, "width": 64, "classes": 1000}, quick=WORKLOADS["resnet18"].quick)
+
+
 # ------------------------------------------------------------------------------------------------ 3. Chebyshev
 class ChebConv(nn.Module):
     """κ = [T1(x), T2(x)] per input channel (channels ordered (channel, degree)), then a 3x3 convolution.
@@ -353,12 +368,15 @@ def _gcn_bytes(s):
 
 
 _GCN = {"features": 64, "hidden": 64, "classes": 16, "cached": 1}
+# gcn-2m is also the GPU profile's graph workload (float32: graph propagation has no autocast rule); it stays out of
+# the CPU profile's --quick run, and its quick sizes serve smoke runs of the GPU profile
 for _name, _n, _e, _qn, _qe in (("gcn-20k", 20_000, 200_000, 2_000, 20_000),
                                 ("gcn-200k", 200_000, 2_000_000, 5_000, 50_000),
-                                ("gcn-2m", 2_000_000, 20_000_000, 2_000_000, 20_000_000)):
+                                ("gcn-2m", 2_000_000, 20_000_000, 2_000, 20_000)):
     WORKLOADS[_name] = Workload(_name, f"2-layer GCN vs torch_geometric GCNConv at {_n:,} nodes / {_e:,} edges",
                                 _gcn, {**_GCN, "nodes": _n, "edges": _e}, {**_GCN, "nodes": _qn, "edges": _qe},
-                                in_quick=_name != "gcn-2m", needs_bytes=_gcn_bytes, tol=1e-8)
+                                in_quick=_name != "gcn-2m", needs_bytes=_gcn_bytes, tol=1e-8,
+                                profiles=("cpu", "gpu") if _name == "gcn-2m" else ("cpu",))
 
 
 # ------------------------------------------------------------------------------------------------ 6. LSTM, Transformer
@@ -371,12 +389,17 @@ def _seq(small, b, t, f):
           quick={"batch": 4, "T": 16, "H": 16})
 def lstm(s):
     torch.manual_seed(0)
-    inner = nn.LSTM(s["H"], s["H"], batch_first=True)
+    layers = s.get("layers", 1)
+    inner = nn.LSTM(s["H"], s["H"], layers, batch_first=True)
     spec = _converted(inner, (torch.randn(2, 4, s["H"]),))
     hand = _Call(inner, lambda m, x: m(x)[0])
     b, t = s["batch"], s["T"]
     return Pair(spec, hand, lambda small: (_seq(small, b, t, s["H"]),),
-                f"lstm (T={t}, H={s['H']}, B={b})")
+                f"lstm (T={t}, H={s['H']}, B={b}{f', {layers} layers' if layers > 1 else ''})")
+
+
+gpu_workload("lstm-2x512", "2-layer LSTM (H=512, T=256, B=64) vs nn.LSTM (from_torch), bf16 autocast", lstm,
+             sizes={"batch": 64, "T": 256, "H": 512, "layers": 2}, quick={"batch": 4, "T": 16, "H": 16, "layers": 2})
 
 
 @workload("transformer", "Transformer encoder layer vs nn.TransformerEncoderLayer (from_torch)",
@@ -390,6 +413,24 @@ def transformer(s):
     return Pair(spec, hand, lambda small: (_seq(small, b, t, s["d"]),),
                 f"transformer layer (T={t}, d={s['d']}, heads {s['heads']}, B={b})",
                 "post-norm, dropout 0; torch's no-grad forward takes its fused fast path")
+
+
+def transformer_stack(s):
+    """``nn.TransformerEncoder`` of ``layers`` pre-norm layers (dropout 0) against its ``from_torch`` spec."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(s["d"], s["heads"], s["ffn"], dropout=0.0, batch_first=True, norm_first=True)
+    hand = nn.TransformerEncoder(layer, s["layers"], enable_nested_tensor=False)
+    spec = _converted(hand, (torch.randn(2, 4, s["d"]),))
+    b, t = s["batch"], s["T"]
+    return Pair(spec, hand, lambda small: (_seq(small, b, t, s["d"]),),
+                f"transformer encoder ({s['layers']} pre-norm layers, T={t}, d={s['d']}, heads {s['heads']}, "
+                f"ffn {s['ffn']}, B={b})", "pre-norm, dropout 0")
+
+
+gpu_workload("transformer-4x1024", "nn.TransformerEncoder: 4 pre-norm layers, d=1024, 16 heads, ffn 4096, T=1024, "
+             "B=16 (from_torch), bf16 autocast", transformer_stack,
+             sizes={"batch": 16, "T": 1024, "d": 1024, "heads": 16, "ffn": 4096, "layers": 4},
+             quick={"batch": 2, "T": 16, "d": 32, "heads": 4, "ffn": 64, "layers": 2})
 
 
 # ------------------------------------------------------------------------------------------------ 7. attention

@@ -1,4 +1,5 @@
-"""The benchmark harness: paired ABBA ratios on fake timers, workload equality at --quick sizes, the CLI.
+"""The benchmark harness: paired ABBA ratios on fake timers, workload equality at --quick sizes, the CLI, FLOP
+counts and the GPU profile's workloads at tiny sizes.
 
 No timing is asserted: speed is measured by ``python -m benchmarks``, never tested.
 """
@@ -6,6 +7,7 @@ No timing is asserted: speed is measured by ``python -m benchmarks``, never test
 import pytest
 
 torch = pytest.importorskip("torch")
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
 from benchmarks import workloads as W  # noqa: E402
@@ -127,5 +129,84 @@ def test_markdown_table_from_rows():
             {"workload": "y", "title": "y", "mode": "-", "note": "", "skipped": "needs 9 GiB"},
             {"workload": "b", "title": "build", "mode": "-", "note": "", "check_ms": 12.0, "compile_ms": 30.0}]
     md = harness.markdown(rows)
-    assert "| x (B=1) | 1.25 | 1.10–1.40 | 1.25 | 1.10–1.40 | 2.00 / 1.60 | 0.90 | eager |" in md
+    assert "| x (B=1) | 1.25 | 1.10–1.40 | 1.25 | 1.10–1.40 | 2.00 / 1.60 | — | — | 0.90 | eager |" in md
     assert "skipped: needs 9 GiB" in md and "| build | 12.0 | 30.0 |" in md and "- x: a note" in md
+
+
+# ------------------------------------------------------------------------------------------------ GPU profile
+def test_flop_count_of_a_linear_training_step():
+    b, n_in, n_out = 5, 12, 7
+    lin = torch.nn.Linear(n_in, n_out)
+    x = torch.randn(b, n_in)
+    # forward 2·B·in·out, backward the same for the weight's gradient and for the input's: 6·B·in·out
+    assert harness.count_flops(lin, (x.requires_grad_(),)) == 6 * b * n_in * n_out
+    assert harness.count_flops(lin, (x.detach(),)) == 4 * b * n_in * n_out  # no input gradient
+
+
+def test_flop_count_of_a_fused_lstm_is_that_of_its_matrix_products():
+    # oneDNN's (and cuDNN's) fused LSTM kernel has no FLOP formula: a real step counts 0; the meta copy runs the
+    # decomposed layer, as the CPU does with oneDNN off
+    b, t, h = 5, 3, 8
+    rnn = W._Call(torch.nn.LSTM(h, h, batch_first=True), lambda m, x: m(x)[0])
+    x = torch.randn(b, t, h)
+    with torch.backends.mkldnn.flags(enabled=False), FlopCounterMode(display=False) as decomposed:
+        harness.step_fns(rnn, (x,))[1]()
+    unit = 2 * b * 4 * h * h  # one [B, h] x [h, 4h] product
+    # forward: t input and t hidden products; backward: both weight gradients (2t), the hidden state's (t - 1)
+    assert harness.count_flops(rnn, (x,)) == decomposed.get_total_flops() == (5 * t - 1) * unit
+
+
+def test_throughput_and_peak_columns():
+    stat = {"ratio": 2.0, "q25": 2.0, "q75": 2.0, "spec_ms": 2.0, "hand_ms": 1.0}
+    row = {"workload": "x", "title": "x", "mode": "eager + autocast bf16", "note": "", "fwd": stat,
+           "fwd_bwd": stat, "flops": 4e12}
+    harness.throughput(row, 1000.0)
+    assert row["tflops"] == {"spec": pytest.approx(2000.0), "hand": pytest.approx(4000.0)}
+    assert row["peak_pct"] == {"spec": pytest.approx(200.0), "hand": pytest.approx(400.0)}
+    cpu = {k: v for k, v in row.items() if k not in ("tflops", "peak_pct")} | {"title": "y"}
+    harness.throughput(cpu, None)  # no peak known: TFLOP/s only
+    assert cpu["tflops"] == row["tflops"] and "peak_pct" not in cpu
+    md = harness.markdown([row, cpu])
+    assert "| fwd+bwd TFLOP/s (rpn2c / hand) | % of bf16 peak (rpn2c / hand) |" in md
+    assert "| x | 2.00 | 2.00–2.00 | 2.00 | 2.00–2.00 | 2.00 / 1.00 | 2e+03 / 4e+03 | 200.0 / 400.0 | — |" in md
+    assert "| y | 2.00 | 2.00–2.00 | 2.00 | 2.00–2.00 | 2.00 / 1.00 | 2e+03 / 4e+03 | — | — |" in md
+    assert "TFLOP/s 2e+03 / 4e+03 (200.0 / 400.0 % of peak)" in harness.line(row)
+    assert harness.peak_for("NVIDIA H100 80GB HBM3") == 989.0 and harness.peak_for("NVIDIA H100 PCIe") == 756.0
+    assert harness.peak_for("NVIDIA H200") == 989.0 and harness.peak_for("NVIDIA A100-SXM4-80GB") == 312.0
+    assert harness.peak_for("NVIDIA GeForce RTX 4090") is None
+    assert harness.peak_tflops(harness.parse_args([])) is None  # CPU: TFLOP/s only
+    assert harness.peak_tflops(harness.parse_args(["--peak-tflops", "500"])) == 500.0
+
+
+GPU = ["transformer-4x1024", "resnet18-b128", "lstm-2x512", "gcn-2m"]
+
+
+def test_gpu_profile_selection():
+    assert sorted(w.name for w in harness.selected(harness.parse_args(["--profile", "gpu"]))) == sorted(GPU)
+    assert sorted(w.name for w in harness.selected(harness.parse_args(["--profile", "gpu", "--quick"]))) == sorted(GPU)
+    default = [w.name for w in harness.selected(harness.parse_args([]))]
+    assert not set(default) & (set(GPU) - {"gcn-2m"})
+    full = W.WORKLOADS["transformer-4x1024"].sizes
+    assert (full["layers"], full["d"], full["heads"], full["ffn"], full["batch"], full["T"]) == (4, 1024, 16, 4096, 16,
+                                                                                                  1024)
+    assert W.WORKLOADS["resnet18-b128"].sizes["batch"] == 128 and W.WORKLOADS["gcn-2m"].sizes["edges"] == 20_000_000
+    assert W.WORKLOADS["lstm-2x512"].sizes == {"batch": 64, "T": 256, "H": 512, "layers": 2}
+    args = harness.parse_args(["--profile", "gpu", "--quick", "--no-autocast"])
+    assert "--no-autocast" in harness.memory_args(W.WORKLOADS["lstm-2x512"], "spec", args)
+    assert harness.amp_dtype(W.WORKLOADS["lstm-2x512"], args) is None
+    assert harness.amp_dtype(W.WORKLOADS["lstm-2x512"], harness.parse_args([])) is torch.bfloat16
+
+
+@pytest.mark.parametrize("name", GPU)
+def test_gpu_workloads_match_and_step_at_tiny_sizes(name):
+    w = W.WORKLOADS[name]
+    pair = w.build(W.sizes_for(w, quick=True))
+    assert W.check_equal(pair, w.tol) < 1e-8
+    args = harness.parse_args(["--profile", "gpu", "--quick"])
+    spec, hand, ins = harness._prepare(pair, "cpu", torch.float32)
+    assert harness.count_flops(hand.train(), ins) > 0
+    for module in (spec, hand):  # one training step of each side, as timed (bf16 autocast where marked)
+        module.train()
+        _, step = harness.step_fns(module, ins, harness.amp_dtype(w, args), "cpu")
+        step()
+        assert all(p.grad is None for p in module.parameters())
