@@ -5,8 +5,8 @@ The entries themselves live in :mod:`rpn2c.components.kappa_expansion` and
 :mod:`rpn2c.functional.expansion` / :mod:`rpn2c.functional.compression` / :mod:`rpn2c.functional.structure`.
 This module holds what they share:
 
-- :class:`FunctionalKappa`: an entry backed by a ``TransformSpec`` of the functional tables (its dimension rule,
-  elementwise flag and function), with the hyper-parameters mapped to the function's keyword arguments;
+- :class:`FunctionalKappa`: an entry whose maths is the functional table's row of the entry's name (its function,
+  dimension rule and elementwise flag), with the hyper-parameters mapped to the function's keyword arguments;
 - :class:`CallModule`: the ``nn.Module`` calling a functional builder (tensor arguments become buffers);
 - :func:`parse_part` / :class:`Part`: inner κ of ``extended`` / ``nested`` given by name and options, looked up
   only in the registry (a bad name is a schema error, never an import);
@@ -57,14 +57,15 @@ class CallModule(nn.Module):
 
 
 class FunctionalKappa(Kappa):
-    """An entry backed by a ``TransformSpec`` of a functional table: ``spec_name`` in ``table``.
+    """An entry whose maths is ``table[name]`` of a functional table (``spec`` overrides the key for entries
+    with a hyper-parameter that picks the function, such as ``rbf(kind = ...)``).
 
     ``kwargs()`` maps the hyper-parameters to the function's keyword arguments (by default: the same names).
-    Elementwise-ness, the per-attribute width and the flat dimension rule are the spec's own.
+    Elementwise-ness, the per-attribute width and the flat dimension rule are the maths' own; the docs, defaults
+    and aliases are the entry's (its docstring and ``HP``).
     """
 
     table: ClassVar[Any] = None
-    spec_name: ClassVar[str] = ""
 
     def __init__(self, hp):
         super().__init__(hp)
@@ -75,7 +76,7 @@ class FunctionalKappa(Kappa):
 
     @property
     def spec(self):
-        return self.table[self.spec_name]
+        return self.table[self.name]
 
     @property
     def elementwise(self) -> bool:  # type: ignore[override]

@@ -61,7 +61,7 @@ class _Compression(FunctionalKappa):
 class IdentityCompression(_Compression):
     """κ(x) = x (eq 88), d = m."""
 
-    name, spec_name = "identity", "identity"
+    name = "identity"
     aliases = ("identity_compression",)
     example_call = "identity_compression"  # the bare name is the expansion's
 
@@ -70,7 +70,7 @@ class IdentityCompression(_Compression):
 class ReciprocalCompression(_Compression):
     """κ(x) = 1/x', x' = x with |x| < eps pushed to ±eps (eq 88), d = m; never writes into x (tinyBIG does)."""
 
-    name, spec_name = "reciprocal", "reciprocal"
+    name = "reciprocal"
     aliases = ("reciprocal_compression",)
     example_call = "reciprocal_compression"  # the bare name is the expansion's
 

@@ -42,7 +42,7 @@ class _Expansion(FunctionalKappa):
 class Identity(_Expansion):
     """κ(x) = x (D = m)."""
 
-    name, spec_name = "identity", "identity"
+    name = "identity"
     aliases = ("identity_expansion",)
 
 
@@ -53,7 +53,7 @@ class Reciprocal(_Expansion):
     tinyBIG bug (notes §8.11): its reciprocal writes into the input tensor; this one never does.
     """
 
-    name, spec_name = "reciprocal", "reciprocal"
+    name = "reciprocal"
     aliases = ("reciprocal_expansion",)
 
     class HP(HP):
@@ -81,7 +81,7 @@ class Linear(_Expansion):
     tinyBIG's ``pre_C·x`` (multiplying on the sample side) is omitted: it mixes samples (semantics.md).
     """
 
-    name, spec_name = "linear", "linear"
+    name = "linear"
     aliases = ("linear_expansion",)
     HP = _LinearHP
 
@@ -108,7 +108,7 @@ class Taylor(_Expansion):
     ``symmetric = true`` keeps each monomial once (D = Σ_k C(m+k−1, k)); tinyBIG keeps both x_i x_j and x_j x_i.
     """
 
-    name, spec_name = "taylor", "taylor"
+    name = "taylor"
     aliases = ("taylor_expansion",)
 
     class HP(_DegreeHP):
@@ -119,7 +119,7 @@ class Taylor(_Expansion):
 class Fourier(_Expansion):
     """Fourier κ(x) = per attribute [cos(2πnx/P), sin(2πnx/P)] for n = 1..N; D = 2mN (κ(0) = [1, 0] per n)."""
 
-    name, spec_name = "fourier", "fourier"
+    name = "fourier"
     aliases = ("fourier_expansion",)
 
     class HP(HP):
@@ -142,7 +142,7 @@ class _Poly(_Expansion):
 class Chebyshev(_Poly):
     """Chebyshev κ(x) = [T_1(x), ..., T_d(x)], T_{n+1} = 2x T_n − T_{n−1} (kind 2: U_n, U_1 = 2x); D = m·d."""
 
-    name, spec_name = "chebyshev", "chebyshev"
+    name = "chebyshev"
     aliases = ("chebyshev_expansion",)
 
     class HP(_DegreeHP):
@@ -153,7 +153,7 @@ class Chebyshev(_Poly):
 class Jacobi(_Poly):
     """Jacobi κ(x) = [P_1^{(α,β)}(x), ..., P_d^{(α,β)}(x)], P_1 = (α−β)/2 + (α+β+2)x/2 (three-term); D = m·d."""
 
-    name, spec_name = "jacobi", "jacobi"
+    name = "jacobi"
     aliases = ("jacobi_expansion",)
 
     class HP(_DegreeHP):
@@ -168,7 +168,7 @@ class Hermite(_Poly):
     ``kind = "physicist"`` gives H_n = 2x H_{n−1} − 2(n−1) H_{n−2} (H_n(x) = 2^{n/2} He_n(√2 x)).
     """
 
-    name, spec_name = "hermite", "hermite"
+    name = "hermite"
     aliases = ("hermite_expansion",)
 
     class HP(_DegreeHP):
@@ -182,7 +182,7 @@ class Laguerre(_Poly):
     Erratum (catalog §8.8): tinyBIG's L_1 = 1 + α + x has the wrong sign of x; eq (128) drops α. Pinned by test.
     """
 
-    name, spec_name = "laguerre", "laguerre"
+    name = "laguerre"
     aliases = ("laguerre_expansion",)
 
     class HP(_DegreeHP):
@@ -193,7 +193,7 @@ class Laguerre(_Poly):
 class Legendre(_Poly):
     """Legendre κ(x) = [P_1(x), ..., P_d(x)], P_n = ((2n−1) x P_{n−1} − (n−1) P_{n−2})/n (Bonnet); D = m·d."""
 
-    name, spec_name = "legendre", "legendre"
+    name = "legendre"
     aliases = ("legendre_expansion",)
 
 
@@ -201,7 +201,7 @@ class Legendre(_Poly):
 class Gegenbauer(_Poly):
     """Gegenbauer κ(x) = [C_1^{(α)}, ..., C_d^{(α)}], C_1 = 2αx, C_n = (2x(n−1+α)C_{n−1} − (n+2α−2)C_{n−2})/n."""
 
-    name, spec_name = "gegenbauer", "gegenbauer"
+    name = "gegenbauer"
     aliases = ("gegenbauer_expansion",)
 
     class HP(_DegreeHP):
@@ -219,7 +219,7 @@ class Gegenbauer(_Poly):
 class Bessel(_Poly):
     """Bessel κ(x) = [B_1(x), ..., B_d(x)], B_1 = x + 1, B_n = (2n−1) x B_{n−1} + B_{n−2}; D = m·d (κ(0) = 1)."""
 
-    name, spec_name = "bessel", "bessel"
+    name = "bessel"
     aliases = ("bessel_expansion",)
 
 
@@ -230,7 +230,7 @@ class ReverseBessel(_Poly):
     Erratum (catalog §8.8): eq (143) prints B for R in the recursion; R is used (pinned by test).
     """
 
-    name, spec_name = "reverse_bessel", "reverse_bessel"
+    name = "reverse_bessel"
     aliases = ("reverse_bessel_expansion",)
 
 
@@ -238,7 +238,7 @@ class ReverseBessel(_Poly):
 class Fibonacci(_Poly):
     """Fibonacci κ(x) = [F_1(x), ..., F_d(x)], F_0 = 0, F_1 = 1, F_n = x F_{n−1} + F_{n−2}; D = m·d."""
 
-    name, spec_name = "fibonacci", "fibonacci"
+    name = "fibonacci"
     aliases = ("fibonacci_expansion",)
 
 
@@ -246,7 +246,7 @@ class Fibonacci(_Poly):
 class Lucas(_Poly):
     """Lucas κ(x) = [L_1(x), ..., L_d(x)], L_0 = 2, L_1 = x, L_n = x L_{n−1} + L_{n−2}; D = m·d."""
 
-    name, spec_name = "lucas", "lucas"
+    name = "lucas"
     aliases = ("lucas_expansion",)
 
 
@@ -254,7 +254,7 @@ class Lucas(_Poly):
 class BSpline(_Expansion):
     """B-spline κ(x) = [B_{j,k}(x)] on a uniform grid over [low, high] (Cox–de Boor, KAN); D = m·(grid + order)."""
 
-    name, spec_name = "bspline", "bspline"
+    name = "bspline"
     aliases = ("bspline_expansion",)
 
     class HP(HP):
@@ -310,7 +310,7 @@ class _Trig(_Expansion):
 class Trigonometric(_Trig):
     """Trigonometric κ(x) = per attribute [sin x, cos x, tan x] (or the chosen ``functions``); D = m·#functions."""
 
-    name, spec_name = "trigonometric", "trigonometric"
+    name = "trigonometric"
     aliases = ("trigonometric_expansion",)
     FUNCS = ("sin", "cos", "tan")
     HP = _trig_family(FUNCS, False)
@@ -320,7 +320,7 @@ class Trigonometric(_Trig):
 class Hyperbolic(_Trig):
     """Hyperbolic κ(x) = per attribute [sinh x, cosh x, tanh x] (or the chosen ``functions``); D = m·#functions."""
 
-    name, spec_name = "hyperbolic", "hyperbolic"
+    name = "hyperbolic"
     aliases = ("hyperbolic_expansion",)
     FUNCS = ("sinh", "cosh", "tanh")
     HP = _trig_family(FUNCS, False)
@@ -330,7 +330,7 @@ class Hyperbolic(_Trig):
 class ArcTrigonometric(_Trig):
     """Arc-trigonometric κ(x) = per attribute [asin(0.99s), acos(0.99s), atan s], s = sigmoid(x); D = m·#functions."""
 
-    name, spec_name = "arc_trigonometric", "arc_trigonometric"
+    name = "arc_trigonometric"
     aliases = ("arc_trigonometric_expansion",)
     FUNCS = ("asin", "acos", "atan")
     HP = _trig_family(FUNCS, True)
@@ -340,7 +340,7 @@ class ArcTrigonometric(_Trig):
 class ArcHyperbolic(_Trig):
     """Arc-hyperbolic κ(x) = per attribute [asinh s, acosh(s+1.01), atanh(0.99s)], s = sigmoid(x); D = m·#functions."""
 
-    name, spec_name = "arc_hyperbolic", "arc_hyperbolic"
+    name = "arc_hyperbolic"
     aliases = ("arc_hyperbolic_expansion",)
     FUNCS = ("asinh", "acosh", "atanh")
     HP = _trig_family(FUNCS, True)
@@ -552,7 +552,7 @@ for _d in _DISTS:
 class HybridProbabilistic(_Expansion):
     """Hybrid probabilistic κ(x) = per attribute log p(x) for N, Cauchy, χ², Γ, Laplace, Exp (θ fixed); D = 6m."""
 
-    name, spec_name = "hybrid_probabilistic", "hybrid_probabilistic"
+    name = "hybrid_probabilistic"
     aliases = ("hybrid_probabilistic_expansion",)
 
     class HP(HP):
@@ -564,7 +564,7 @@ class HybridProbabilistic(_Expansion):
 class Combinatorial(_Expansion):
     """Combinatorial κ(x) = [C(x, 1), ..., C(x, d)]: every r-subset tuple of attributes, r = 1..d; D = Σ_r r·C(m, r)."""
 
-    name, spec_name = "combinatorial", "combinatorial"
+    name = "combinatorial"
     aliases = ("combinatorial_expansion",)
 
     class HP(HP):
@@ -585,7 +585,7 @@ class CombinatorialNormal(_Expansion):
     Σ_r = scale²((1 − rho) I + rho 11ᵀ); tinyBIG's combinatorial_normal_expansion is loc = 0, scale = 1, rho = 0.
     """
 
-    name, spec_name = "combinatorial_normal", "combinatorial_normal"
+    name = "combinatorial_normal"
     aliases = ("combinatorial_normal_expansion",)
 
     class HP(HP):

@@ -52,7 +52,6 @@ __all__ = [
     "NaiveProbabilisticCompression",
     "RandomProjection",
     "gaussian_random_matrix",
-    "get_compression",
     "metric_compression",
     "patch_reduce",
     "random_projection",
@@ -255,30 +254,18 @@ def _metric_fn(name: str) -> Callable[..., Tensor]:
 
 
 _C: dict[str, TransformSpec] = {
-    "identity": TransformSpec(identity, lambda m, **_: m, True, "x (eq 88)", "0", True),
-    "reciprocal": TransformSpec(reciprocal, lambda m, **_: m, True, "1/x with |x| clamped to >= eps (eq 88)", "1/eps"),
-    "linear": TransformSpec(linear, _dim_linear, False, "x @ C, C constant [m, d] (eq 89)", "0", True),
-    "metric": TransformSpec(metric_compression, lambda m, **_: 1, False, "[phi(x)] for a METRICS name, d = 1",
-                            "phi(0)"),
-    "random_projection": TransformSpec(random_projection, lambda m, R=None, **_: int(R.shape[1]), False,
-                                       "x @ R, R random [m, k] (eq 103)", "0", True),
-    "extended": TransformSpec(_extended_c, lambda m, parts=(), **_: _dim_extended(m, parts, COMPRESSIONS), False,
-                              "[kappa_1(x), ..., kappa_K(x)]", "concat of parts"),
-    "nested": TransformSpec(_nested_c, lambda m, parts=(), **_: _dim_nested(m, parts, COMPRESSIONS), False,
-                            "kappa_K(...kappa_1(x))", "composition of parts"),
+    "identity": TransformSpec(identity, lambda m, **_: m, True),
+    "reciprocal": TransformSpec(reciprocal, lambda m, **_: m, True),
+    "linear": TransformSpec(linear, _dim_linear, False),
+    "metric": TransformSpec(metric_compression, lambda m, **_: 1, False),
+    "random_projection": TransformSpec(random_projection, lambda m, R=None, **_: int(R.shape[1]), False),
+    "extended": TransformSpec(_extended_c, lambda m, parts=(), **_: _dim_extended(m, parts, COMPRESSIONS), False),
+    "nested": TransformSpec(_nested_c, lambda m, parts=(), **_: _dim_nested(m, parts, COMPRESSIONS), False),
 }
 for _name in ("max", "min", "sum", "mean", "prod", "median"):
-    _C[f"{_name}_compression"] = TransformSpec(_metric_fn(_name), lambda m, **_: 1, False,
-                                               f"[{_name}(x)], d = 1", "0", True)
+    _C[f"{_name}_compression"] = TransformSpec(_metric_fn(_name), lambda m, **_: 1, False)
 
 COMPRESSIONS: Mapping[str, TransformSpec] = MappingProxyType(_C)
-
-
-def get_compression(name: str) -> TransformSpec:
-    """Look up a stateless compression by name."""
-    if name not in COMPRESSIONS:
-        raise KeyError(f"unknown compression {name!r}")
-    return COMPRESSIONS[name]
 
 
 # ----------------------------------------------------------------------------------------------------------------------

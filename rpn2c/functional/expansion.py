@@ -11,7 +11,9 @@ trig/hyperbolic, Fourier and the probabilistic families; :func:`attribute_to_blo
 convert between the two (a pure permutation of psi's columns). The constant term (order 0) is never included in a
 polynomial expansion.
 
-``EXPANSIONS`` maps a name to a :class:`TransformSpec` (function, dimension rule, elementwise flag, kappa(0)).
+``EXPANSIONS`` gives each κ registry entry of ``rpn2c.components.kappa_expansion`` its maths by the entry's name:
+the function, its dimension rule and when it is elementwise. The entry is the catalog: its docstring, hyper-parameter
+schema (defaults, bounds) and aliases are the only ones.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import functools
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -28,12 +30,9 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    "ALIASES",
     "EXPANSIONS",
     "PROB_FAMILIES",
     "WAVELETS",
-    "ExpansionSpec",
-    "TransformSpec",
     "arc_hyperbolic",
     "arc_trigonometric",
     "attribute_to_block",
@@ -51,7 +50,6 @@ __all__ = [
     "fourier",
     "gaussian_rbf",
     "gegenbauer",
-    "get_expansion",
     "haar",
     "hermite",
     "hybrid_probabilistic",
@@ -81,29 +79,24 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Registry record
+# The maths of one registry entry
 # ----------------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class TransformSpec:
-    """One data transformation: ``fn(x, **hp)`` with output width ``dim(m, **hp)``.
+    """The maths behind one κ registry entry: ``fn(x, **kw)`` with output width ``dim(m, **kw)``.
 
-    ``elementwise``: True when ``out[..., i*k + j] = g_j(x_i)`` for every hyper-parameter choice (so a gather on the
-    attribute axis commutes with kappa, up to the layout); ``elementwise_when(**hp)`` refines it for hyper-parameter
-    dependent cases (Taylor d=1, wavelet order 1, nested chains). ``zero_preserving``: kappa(0) = 0 for every
-    hyper-parameter choice; ``kappa0`` says in words what kappa(0) is; :meth:`value_at_zero` computes it.
+    An implementation detail of the components (``FunctionalKappa``), not a catalog: it has no docs, defaults or
+    aliases of its own. ``elementwise``: True when ``out[..., i*k + j] = g_j(x_i)`` for every hyper-parameter choice
+    (so a gather on the attribute axis commutes with kappa, up to the layout); ``elementwise_when(**kw)`` refines it
+    for hyper-parameter dependent cases (Taylor d=1, wavelet order 1, nested chains).
     """
 
     fn: Callable[..., Tensor]
     dim: Callable[..., int]
     elementwise: bool
-    doc: str
-    kappa0: str = "nonzero"
-    zero_preserving: bool = False
-    differentiable: bool = True
     elementwise_when: Callable[..., bool] | None = None
-    defaults: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     stacks_degrees: bool = False  # fn(x, axis=k): the d values of each element stacked at axis k, unflattened
 
     def is_elementwise(self, **hp: Any) -> bool:
@@ -117,14 +110,6 @@ class TransformSpec:
         if not self.is_elementwise(**hp):
             raise ValueError("width() is only defined for elementwise transformations")
         return self.dim(1, **hp)
-
-    def value_at_zero(self, m: int = 1, *, dtype: torch.dtype = torch.float64,
-                      device: torch.device | str | None = None, **hp: Any) -> Tensor:
-        """kappa(0) for an m-vector of zeros, shape [D]; what zero-padded slots turn into."""
-        return self.fn(torch.zeros(m, dtype=dtype, device=device), **hp)
-
-
-ExpansionSpec = TransformSpec
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -839,10 +824,9 @@ Part = tuple[str, Mapping[str, Any]]
 
 def _resolve(name: str, registry: Mapping[str, TransformSpec] | None) -> TransformSpec:
     reg = EXPANSIONS if registry is None else registry
-    key = ALIASES.get(name, name) if reg is EXPANSIONS else name
-    if key not in reg:
+    if name not in reg:
         raise ValueError(f"unknown transformation {name!r}")
-    return reg[key]
+    return reg[name]
 
 
 def extended(x: Tensor, *, parts: Sequence[Part], registry: Mapping[str, TransformSpec] | None = None) -> Tensor:
@@ -910,100 +894,39 @@ def _dim_family(dist: str) -> Callable[..., int]:
     return lambda m, params=None, **_: m * len(PROB_FAMILIES[dist] if params is None else params)
 
 
-_POS = {"chi2", "gamma", "exponential"}
-
 _E: dict[str, TransformSpec] = {
-    "identity": TransformSpec(identity, lambda m, **_: m, True, "x", "0", True),
-    "reciprocal": TransformSpec(reciprocal, lambda m, **_: m, True,
-                                "1/x with |x| clamped to >= eps (sign kept, 0 -> +eps)",
-                                "1/eps (1e6 by default)"),
-    "linear": TransformSpec(linear, _dim_linear, False, "x @ C (C constant [m, D]) or c*x", "0", True,
-                            elementwise_when=lambda C=None, **_: C is None),
-    "taylor": TransformSpec(taylor, _dim_taylor, False, "[x, x⊗x, ..., x^{⊗d}] (symmetric: unique monomials)",
-                            "0", True, elementwise_when=lambda d=2, **_: d == 1),
-    "fourier": TransformSpec(fourier, lambda m, N=5, **_: 2 * m * _check_degree(N, "N"), True,
-                             "per attr [cos(2πnx/P), sin(2πnx/P)] for n = 1..N", "[1, 0] per harmonic"),
-    "hyperbolic": TransformSpec(hyperbolic, _dim_trig, True, "per attr [sinh x, cosh x, tanh x]", "[0, 1, 0]"),
-    "arc_hyperbolic": TransformSpec(arc_hyperbolic, _dim_trig, True,
-                                    "per attr [asinh s, acosh(s+1.01), atanh(0.99s)], s = sigmoid(x)",
-                                    "[asinh .5, acosh 1.51, atanh .495]"),
-    "trigonometric": TransformSpec(trigonometric, _dim_trig, True, "per attr [sin x, cos x, tan x]", "[0, 1, 0]"),
-    "arc_trigonometric": TransformSpec(arc_trigonometric, _dim_trig, True,
-                                       "per attr [asin(0.99s), acos(0.99s), atan s], s = sigmoid(x)",
-                                       "[asin .495, acos .495, atan .5]"),
-    "gaussian_rbf": TransformSpec(gaussian_rbf, _dim_rbf, True, "per attr exp(-((x - c_j)/sigma)^2), c = linspace",
-                                  "exp(-(c_j/sigma)^2) > 0"),
-    "inverse_quadratic_rbf": TransformSpec(inverse_quadratic_rbf, _dim_rbf, True,
-                                           "per attr 1/(1 + ((x - c_j)/sigma)^2), c = linspace",
-                                           "1/(1+(c_j/sigma)^2) > 0"),
-    "hybrid_probabilistic": TransformSpec(hybrid_probabilistic, _w(6), True,
-                                          "per attr log-pdfs N(0,1), Cauchy(0,1), chi2(1), Gamma(.5,1), Laplace(0,1), "
-                                          "Exp(1) (positive laws at 0.99σ(x)+0.001)", "finite log-densities at 0"),
-    "combinatorial": TransformSpec(combinatorial, _dim_combinatorial, False,
-                                   "concat of all r-subset tuples of x, r = 1..d", "0", True),
+    "identity": TransformSpec(identity, lambda m, **_: m, True),
+    "reciprocal": TransformSpec(reciprocal, lambda m, **_: m, True),
+    "linear": TransformSpec(linear, _dim_linear, False, elementwise_when=lambda C=None, **_: C is None),
+    "taylor": TransformSpec(taylor, _dim_taylor, False, elementwise_when=lambda d=2, **_: d == 1),
+    "fourier": TransformSpec(fourier, lambda m, N=5, **_: 2 * m * _check_degree(N, "N"), True),
+    "hyperbolic": TransformSpec(hyperbolic, _dim_trig, True),
+    "arc_hyperbolic": TransformSpec(arc_hyperbolic, _dim_trig, True),
+    "trigonometric": TransformSpec(trigonometric, _dim_trig, True),
+    "arc_trigonometric": TransformSpec(arc_trigonometric, _dim_trig, True),
+    "gaussian_rbf": TransformSpec(gaussian_rbf, _dim_rbf, True),
+    "inverse_quadratic_rbf": TransformSpec(inverse_quadratic_rbf, _dim_rbf, True),
+    "hybrid_probabilistic": TransformSpec(hybrid_probabilistic, _w(6), True),
+    "combinatorial": TransformSpec(combinatorial, _dim_combinatorial, False),
     "combinatorial_normal": TransformSpec(combinatorial_normal, _dim_combinatorial_normal, False,
-                                          "log N(x_S | loc, Σ_r) for every r-subset S, r = 1..d",
-                                          "log N(0 | loc, Σ_r) (nonzero)",
                                           elementwise_when=lambda d=1, **_: d == 1),
     "bspline": TransformSpec(bspline, lambda m, grid_size=5, order=3, **_: m * (_check_degree(grid_size, "grid_size")
-                                                                            + int(order)), True,
-                             "per attr the G+k uniform-knot B-spline basis values (Cox–de Boor)",
-                             "basis values at 0 (sum 1 if 0 in range)"),
-    "chebyshev": TransformSpec(chebyshev, _dim_poly, True, "T_n (kind 1) or U_n (kind 2), n = 1..d",
-                               "T_n(0) = cos(nπ/2)", stacks_degrees=True),
-    "jacobi": TransformSpec(jacobi, _dim_poly, True, "Jacobi P_n^{(α,β)}(x), n = 1..d", "P_n^{(α,β)}(0) (nonzero)", stacks_degrees=True),
-    "hermite": TransformSpec(hermite, _dim_poly, True, "He_n(x) = x He_{n-1} - (n-1) He_{n-2}, n = 1..d",
-                             "He_n(0): 0, -1, 0, 3, ...", stacks_degrees=True),
-    "laguerre": TransformSpec(laguerre, _dim_poly, True, "generalized Laguerre P_n^{(α)}, P_1 = 1 + α - x, n = 1..d",
-                              "binom(n+α, n) (P_1(0) = 1+α)", stacks_degrees=True),
-    "legendre": TransformSpec(legendre, _dim_poly, True, "Legendre P_n(x), n = 1..d", "P_n(0): 0, -1/2, 0, 3/8, ...", stacks_degrees=True),
-    "gegenbauer": TransformSpec(gegenbauer, _dim_poly, True, "Gegenbauer C_n^{(α)}(x), C_1 = 2αx, n = 1..d",
-                                "C_n^{(α)}(0): 0, -α, 0, ...", stacks_degrees=True),
-    "bessel": TransformSpec(bessel, _dim_poly, True, "B_n = (2n-1) x B_{n-1} + B_{n-2}, B_1 = x+1", "1", stacks_degrees=True),
-    "reverse_bessel": TransformSpec(reverse_bessel, _dim_poly, True, "R_n = (2n-1) R_{n-1} + x² R_{n-2}, R_1 = x+1",
-                                    "(2n-1)!!", stacks_degrees=True),
-    "fibonacci": TransformSpec(fibonacci, _dim_poly, True, "F_n = x F_{n-1} + F_{n-2}, F_0 = 0, F_1 = 1",
-                               "F_n(0): 1, 0, 1, 0, ...", stacks_degrees=True),
-    "lucas": TransformSpec(lucas, _dim_poly, True, "L_n = x L_{n-1} + L_{n-2}, L_0 = 2, L_1 = x",
-                           "L_n(0): 0, 2, 0, 2, ...", stacks_degrees=True),
-    "wavelet": TransformSpec(wavelet, _dim_wavelet, False,
-                             "a^{-σ/2} φ(x/a^σ - τb), σ < s, τ < t; order d: ⊗ (kron) or concat of ⊗ powers",
-                             "a^{-σ/2} φ(-τb)", elementwise_when=lambda d=1, **_: d == 1),
-    "extended": TransformSpec(extended, _dim_extended, False, "[kappa_1(x), ..., kappa_K(x)]", "concat of parts"),
-    "nested": TransformSpec(nested, _dim_nested, False, "kappa_K(...kappa_1(x))", "composition of parts",
-                            elementwise_when=_nested_elementwise),
+                                                                            + int(order)), True),
+    **{name: TransformSpec(fn, _dim_poly, True, stacks_degrees=True) for name, fn in (
+        ("chebyshev", chebyshev), ("jacobi", jacobi), ("hermite", hermite), ("laguerre", laguerre),
+        ("legendre", legendre), ("gegenbauer", gegenbauer), ("bessel", bessel), ("reverse_bessel", reverse_bessel),
+        ("fibonacci", fibonacci), ("lucas", lucas))},
+    "wavelet": TransformSpec(wavelet, _dim_wavelet, False, elementwise_when=lambda d=1, **_: d == 1),
+    "extended": TransformSpec(extended, _dim_extended, False),
+    "nested": TransformSpec(nested, _dim_nested, False, elementwise_when=_nested_elementwise),
 }
 
 for _dist in ("normal", "cauchy", "chi2", "gamma", "laplace", "exponential"):
-    _E[f"naive_{_dist}"] = TransformSpec(_naive(_dist), lambda m, **_: m, True,
-                                         f"log p(x | θ) under {_dist}"
-                                         + (" at 0.99σ(x)+0.001" if _dist in _POS else ""),
-                                         "log p(0 | θ) (finite, nonzero)")
-    _E[_dist] = TransformSpec(_family(_dist), _dim_family(_dist), True,
-                              f"per attr log p(x | θ_j) for the toolkit's {len(PROB_FAMILIES[_dist])} {_dist} "
-                              f"parameter sets", "log p(0 | θ_j) (finite, nonzero)")
+    _E[f"naive_{_dist}"] = TransformSpec(_naive(_dist), lambda m, **_: m, True)
+    _E[_dist] = TransformSpec(_family(_dist), _dim_family(_dist), True)
 
-for _mother, _kz in (("haar", "[1 at t=0, 0 else] · a^{-σ/2}"), ("beta", "beta density at sigmoid(-τb)"),
-                     ("ricker", "ricker(-τb)"), ("shannon", "1 at t=0"), ("meyer", "2/3+4/(3π) at t=0"),
-                     ("dog", "N(0|σ1)-N(0|σ2) at t=0")):
-    _E[f"{_mother}_wavelet"] = TransformSpec(
-        _named_wavelet(_mother), _dim_wavelet, False, f"{_mother} child wavelets a^{{-σ/2}} φ(x/a^σ - τb)", _kz,
-        differentiable=_mother != "haar", elementwise_when=lambda d=1, **_: d == 1)
+for _mother in ("haar", "beta", "ricker", "shannon", "meyer", "dog"):
+    _E[f"{_mother}_wavelet"] = TransformSpec(_named_wavelet(_mother), _dim_wavelet, False,
+                                             elementwise_when=lambda d=1, **_: d == 1)
 
 EXPANSIONS: Mapping[str, TransformSpec] = MappingProxyType(_E)
-
-#: Alternative names (toolkit spellings) -> registry key.
-ALIASES: Mapping[str, str] = MappingProxyType({
-    "harr_wavelet": "haar_wavelet",
-    "difference_of_gaussians_wavelet": "dog_wavelet",
-    "mexican_hat_wavelet": "ricker_wavelet",
-    "combinatorial_probabilistic": "combinatorial_normal",
-})
-
-
-def get_expansion(name: str) -> TransformSpec:
-    """Look up an expansion by name or alias."""
-    key = ALIASES.get(name, name)
-    if key not in EXPANSIONS:
-        raise KeyError(f"unknown expansion {name!r}")
-    return EXPANSIONS[key]
