@@ -1,5 +1,6 @@
-"""torch.compile of compiled specs: every shipped spec is one graph with no break, and compiles with
-``fullgraph=True`` to the eager outputs and gradients (aot_eager for all, inductor for the five backbones)."""
+"""torch.compile of compiled specs: every shipped spec (``specs/``, ``specs/paper/``, ``examples/specs/``) is one
+graph with no break, and compiles with ``fullgraph=True`` to the eager outputs and gradients (aot_eager for all,
+inductor for the five backbones)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ pytestmark = pytest.mark.compile
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"
 INPUTS = {"cnn": (3, 1, 8, 8), "transformer": (2, 5, 32)}
-# every model of every shipped spec file (not specs/paper/): (path, model name)
-MODELS = [(p, m) for p in sorted(SPECS.glob("*.rpn")) + sorted((ROOT / "examples" / "specs").glob("*.rpn"))
+SPEC_DIRS = (SPECS, SPECS / "paper", ROOT / "examples" / "specs")
+# every model of every shipped spec file: (path, model name)
+MODELS = [(p, m) for d in SPEC_DIRS for p in sorted(d.glob("*.rpn"))
           for m in re.findall(r"^model\s+(\w+)", p.read_text(encoding="utf-8"), re.M)]
 IDS = [f"{p.relative_to(ROOT).with_suffix('')}:{m}" for p, m in MODELS]
 SIZES = {"B": 2, "T": 5, "N": 7, "E": 20}  # symbolic dims; any other name gets 4
@@ -111,7 +113,13 @@ def test_spec_traces_as_one_graph(path, model):
     assert (explained.graph_count, explained.graph_break_count, reasons) == (1, 0, [])
 
 
-@pytest.mark.parametrize("path, model", MODELS, ids=IDS)
+# 0.1-0.3 G parameters: eager and compiled forward + backward take 15-90 s each on 2 CPU cores
+HEAVY = {"cifar10_cylinder4_densest_4x256", "cifar10_cuboid3_densest", "cifar10_cylinder4_compress_every2"}
+AOT_MODELS = [pytest.param(p, m, id=i, marks=pytest.mark.slow if p.stem in HEAVY else ())
+              for (p, m), i in zip(MODELS, IDS)]
+
+
+@pytest.mark.parametrize("path, model", AOT_MODELS)
 def test_spec_fullgraph_aot_eager_matches_eager(path, model):
     torch._dynamo.reset()
     graph, eager, compiled = _spec_pair(path, model, {"fullgraph": True, "backend": "aot_eager"})

@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from rpn2c.components.base import Interdependence, ShapeRuleError, XiContext, XiModule
 from rpn2c.components.registry import HP, REGISTRY, ValueRef, lookup, register
@@ -271,11 +270,10 @@ class _PBilinearXi(XiModule):
         return (v @ k.transpose(-1, -2)) * self.scale
 
     def entries(self, q, c, aux, dst, src):
-        """Row = output entries R[dst, src] without the full matrix (raw form only), else None."""
-        if self.hp.softmax:
-            return None
+        """Row = output entries R[dst, src] in O(E·M) without the full matrix (softmax: its row normaliser by
+        blocks, :func:`structure.bilinear_entries`)."""
         v, k = self._vk(q, c)
-        return (v.index_select(-2, dst) * k.index_select(-2, src)).sum(-1) * self.scale
+        return structure.bilinear_entries(v, k, dst, src, self.scale, self.hp.softmax)
 
     def matrix(self, q, c, aux, size=None):
         r = self.logits(q, c)
@@ -588,102 +586,20 @@ class HybridKernel(Hybrid):
     HP = _HybridHPKernel
 
 
-def _segment_softmax(v, seg, n):
-    """Softmax of ``v [..., E]`` within the groups ``seg [E]`` (values < n); entries equal to 0 are excluded."""
-    masked = v == 0
-    lead = v.shape[:-1]
-    idx = seg.expand(*lead, -1)
-    neg = torch.full_like(v, float("-inf"))
-    s = torch.where(masked, neg, v)
-    m = torch.full((*lead, n), float("-inf"), dtype=v.dtype, device=v.device).scatter_reduce(
-        -1, idx, s, "amax", include_self=True)
-    m = torch.where(torch.isinf(m), torch.zeros_like(m), m).detach()
-    ex = torch.where(masked, torch.zeros_like(v), torch.exp(s - m.gather(-1, idx)))
-    den = torch.zeros((*lead, n), dtype=v.dtype, device=v.device).index_add(-1, seg, ex)
-    den = den.gather(-1, idx)
-    return ex / torch.where(den == 0, torch.ones_like(den), den)
+def _bilinear_bias(p, aux, nq, nc):
+    """``bias(rows, cols, dtype)``: the additive mask of bilinear part ``p`` at the entries ``(rows, cols)`` (its
+    causal, window, attn_mask and key_padding terms, :func:`structure.additive_mask`)."""
+    hp = p.hp
 
+    def bias(rows, cols, dtype):
+        return structure.additive_mask(
+            nq, nc, dtype, causal=hp.causal, window=hp.window,
+            attn_mask=aux["attn_mask"] if hp.attn_mask is not None else None,
+            attn_mode=p.modes.get("attn_mask", "block"),
+            key_padding=aux["key_padding"] if hp.key_padding is not None else None,
+            padding_mode=p.modes.get("key_padding", "block"), rows=rows, cols=cols)
 
-#: query rows x keys (x batch) per block of a bilinear part's row normaliser (softmax = true parts on edges)
-_LSE_BLOCK = 1 << 22
-
-
-def _mask_term(m, mode, dtype):
-    """A bilinear mask as an additive term: block / keep (bool) -> 0 or −inf, add -> its value (as _additive_mask)."""
-    if mode == "add":
-        return m.to(dtype)
-    blocked = m.bool() if mode == "block" else ~m.bool()
-    return torch.zeros(blocked.shape, dtype=dtype, device=blocked.device).masked_fill(blocked, float("-inf"))
-
-
-def _bilinear_masks(p, aux):
-    """The mask inputs of bilinear part ``p`` as ``(mask [..., Nq | 1, Nc], mode)``, in ``_additive_mask``'s order."""
-    out = []
-    if p.hp.attn_mask is not None:
-        out.append((aux["attn_mask"], p.modes.get("attn_mask", "block")))
-    if p.hp.key_padding is not None:
-        out.append((aux["key_padding"].unsqueeze(-2), p.modes.get("key_padding", "block")))
-    return out
-
-
-def _bilinear_bias(p, aux, rows, cols, dtype):
-    """Additive mask of bilinear part ``p`` at the entries ``(rows, cols)`` (broadcast together), or None."""
-    terms = [_mask_term(cols > rows, "block", dtype)] if p.hp.causal else []
-    if p.hp.window is not None:
-        terms.append(_mask_term(structure.band_outside(rows, cols, p.hp.window), "block", dtype))
-    for m, mode in _bilinear_masks(p, aux):
-        r = rows if m.shape[-2] != 1 else torch.zeros_like(rows)
-        terms.append(_mask_term(m[..., r, cols], mode, dtype))
-    return sum(terms[1:], terms[0]) if terms else None
-
-
-def _row_lse(qq, kk, scale, bias_fn=None):
-    """``lse[..., j] = log Σ_i exp(scale·qq_j·kk_i + bias_fn(j, i))`` over all keys, by checkpointed blocks of rows.
-
-    The normaliser of a bilinear part's own row softmax; memory O(_LSE_BLOCK), never [Nq, Nc] at once (backward
-    recomputes each block).
-    """
-    nq, nc = qq.shape[-2], kk.shape[-2]
-    lead = math.prod(torch.broadcast_shapes(qq.shape[:-2], kk.shape[:-2]))
-    step = max(1, min(nq, _LSE_BLOCK // max(nc * lead, 1)))
-    cols = torch.arange(nc, device=qq.device)
-
-    def block(qb, keys, start):
-        logits = (qb @ keys.transpose(-1, -2)) * scale
-        rows = torch.arange(start, start + qb.shape[-2], device=qb.device).unsqueeze(-1)
-        bias = None if bias_fn is None else bias_fn(rows, cols, logits.dtype)
-        return torch.logsumexp(logits if bias is None else logits + bias, dim=-1)
-
-    grad = torch.is_grad_enabled() and (qq.requires_grad or kk.requires_grad)
-    out = []
-    for start in range(0, nq, step):
-        qb = qq.narrow(-2, start, min(step, nq - start))
-        out.append(checkpoint(block, qb, kk, start, use_reentrant=False) if grad else block(qb, kk, start))
-    return torch.cat(out, dim=-1)
-
-
-def _bilinear_entries(p, q, c, aux, dst, src):
-    """Entries ``R[dst, src]`` of a bilinear / low_rank_bilinear part in O(E·r): ``s = scale·qq_dst·kk_src`` (+ mask).
-
-    softmax = false: ``s`` (blocked entries 0, as its literal matrix); softmax = true: ``exp(s − lse_dst)``, the
-    part's own softmax over all keys (:func:`_row_lse`).
-    """
-    qq, kk = p._qk(q, c, aux)
-    s = (qq.index_select(-2, dst) * kk.index_select(-2, src)).sum(-1) * p.scale
-    bias = _bilinear_bias(p, aux, dst, src, s.dtype)
-    if not p.hp.softmax:
-        return s if bias is None else torch.where(torch.isneginf(bias), 0.0, s + bias)
-    if bias is not None:
-        s = s + bias
-    lse = _row_lse(qq, kk, p.scale, lambda rows, cols, dtype: _bilinear_bias(p, aux, rows, cols, dtype))
-    return torch.exp(s - lse.index_select(-1, dst))
-
-
-def _pbilinear_softmax_entries(p, q, c, dst, src):
-    """Entries ``softmax_i(scale·v_j W v_iᵀ)[dst, src]`` of a parameterised bilinear part in O(E·M) (:func:`_row_lse`)."""
-    v, k = p._vk(q, c)
-    s = (v.index_select(-2, dst) * k.index_select(-2, src)).sum(-1) * p.scale
-    return torch.exp(s - _row_lse(v, k, p.scale).index_select(-1, dst))
+    return bias
 
 
 class _HybridXi(XiModule):
@@ -691,7 +607,7 @@ class _HybridXi(XiModule):
         super().__init__()
         self.parts, self.keymaps, self.hp, self.axis = nn.ModuleList(parts), keymaps, hp, axis
         self.weights = hp.weights
-        self._merge_cache = None  # ((src, dst) weakrefs, key, merged entries) of the last edge list seen
+        self._merge_cache = None  # ((src, dst, w) weakrefs, key, merged entries) of the last edge list seen
 
     def _aux(self, i, aux):
         return {pk: aux[hk] for pk, hk in self.keymaps[i].items() if hk in aux}
@@ -748,16 +664,15 @@ class _HybridXi(XiModule):
                     break
         if sup is None:
             return None
-        src, dst, w = sup
-        dst, src, inv = self._merged(src, dst, n)  # merge duplicate entries: A[dst, src] is their sum
-        vals = torch.zeros(dst.numel(), dtype=w.dtype, device=w.device).index_add(0, inv, w)
+        dst, src, vals = self._merged(*sup, n)  # duplicate entries merged: A[dst, src] is their sum
         for i, p in enumerate(self.parts):
             if i != first:
                 vals = vals * self._entries(p, q, c, self._aux(i, aux), dst, src, n)
         norm = self.hp.normalize
-        if norm.startswith("softmax"):
+        if norm.startswith("softmax"):  # over the non-zero entries (merged-away placeholders are zeros)
             seg = src if norm.endswith("column") else dst
-            vals = _segment_softmax(vals * self.hp.softmax_scale, seg, n)
+            vals = vals * self.hp.softmax_scale
+            vals = structure.edge_softmax(vals, seg, n, valid=vals != 0)
         elif norm in ("row", "column"):
             seg = dst if norm == "row" else src
             deg = torch.zeros((*vals.shape[:-1], n), dtype=vals.dtype, device=vals.device).index_add(-1, seg, vals)
@@ -769,39 +684,39 @@ class _HybridXi(XiModule):
                                    torch.zeros_like(deg))
             lead = vals.shape[:-1]
             vals = vals * inv_sqrt.gather(-1, dst.expand(*lead, -1)) * inv_sqrt.gather(-1, src.expand(*lead, -1))
-        msg = zz.index_select(-2, src) * vals.unsqueeze(-1).to(zz.dtype)
-        shape = list(zz.shape)
-        shape[-2] = n
-        y = zz.new_zeros(shape).index_add(-2, dst, msg)
+        y = structure.edge_aggregate(zz, src, dst, vals, n)
         return y if self.axis == "instance" else y.transpose(-1, -2)
 
-    def _merged(self, src, dst, n):
-        """``(dst, src, inv)`` of the distinct entries (``torch.unique``), cached while the same unmodified edge
-        tensors come back (a fixed graph's cached edge list is merged once)."""
-        cacheable = not torch.compiler.is_compiling()
+    def _merged(self, src, dst, w, n):
+        """``(dst, src, w)`` with duplicate entries merged at a fixed size (:func:`structure.coalesce_edges`: the sum
+        at the first of each run, ``w = 0`` placeholders elsewhere; eagerly the placeholders are dropped), cached
+        while the same unmodified edge tensors come back (a fixed graph's edge list is merged once)."""
+        compiling = torch.compiler.is_compiling()
+        cacheable = not compiling and not w.requires_grad
         if cacheable:
-            key = (n, src._version, dst._version, src.device)
+            key = (n, src._version, dst._version, w._version, src.device)
             if self._merge_cache is not None:
-                (rs, rd), old, value = self._merge_cache
-                if old == key and rs() is src and rd() is dst:
+                refs, old, value = self._merge_cache
+                if old == key and all(r() is t for r, t in zip(refs, (src, dst, w))):
                     return value
-        uniq, inv = torch.unique(dst * n + src, return_inverse=True)
-        value = (uniq // n, uniq % n, inv)
+            refs = tuple(weakref.ref(t) for t in (src, dst, w))
+        dst, src, w, count = structure.coalesce_edges(dst, src, w, n)
+        if not compiling:
+            keep = count > 0
+            dst, src, w = dst[keep], src[keep], w[keep]
         if cacheable:
-            self._merge_cache = ((weakref.ref(src), weakref.ref(dst)), key, value)
-        return value
+            self._merge_cache = (refs, key, (dst, src, w))
+        return dst, src, w
 
     def _entries(self, p, q, c, aux, dst, src, n):
         """Entries R[dst, src] (row = output) of part ``p``: O(E·r) for bilinear parts and parts with an ``entries``
         method (factored), else gathered from its matrix (dense parts: kernels)."""
         if isinstance(p, _BilinearXi):
-            return _bilinear_entries(p, q, c, aux, dst, src)
-        if isinstance(p, _PBilinearXi) and p.hp.softmax:
-            return _pbilinear_softmax_entries(p, q, c, dst, src)
+            qq, kk = p._qk(q, c, aux)
+            return structure.bilinear_entries(qq, kk, dst, src, p.scale, p.hp.softmax,
+                                              _bilinear_bias(p, aux, qq.shape[-2], kk.shape[-2]))
         if hasattr(p, "entries"):
-            e = p.entries(q, c, aux, dst, src)
-            if e is not None:
-                return e
+            return p.entries(q, c, aux, dst, src)
         a = p.matrix(q, c, aux, n)
         r = a if self.axis == "instance" else a.transpose(-1, -2)
         return r[..., dst, src]

@@ -272,3 +272,31 @@ def test_out_changing_posterior_attribute_xi():
     """An attribute-post ξ that changes the width acts on κ's width (HeadTrace.dk), not on its own output's."""
     text = "model p { input x: sequence[B, 5, 4] y = head(x) { xi_attribute_post = parameterized(out = 3)  out = 2 } return y }"
     assert_equivalent(text, {"x": _rand(2, 5, 4)})
+
+
+@pytest.mark.parametrize("modes", [("block", "keep"), ("add", "block")])
+@pytest.mark.parametrize("causal, window", [(False, None), (True, 1), (False, 2)])
+def test_hybrid_edge_masks_are_the_bilinear_parts_masks(modes, causal, window):
+    """The masks a bilinear part adds at the edges are the entries of its dense mask, and that dense mask is
+    ``structure.additive_mask`` of the part's settings (index band and literal band alike)."""
+    from types import SimpleNamespace
+
+    from rpn2c.components.xi import _BilinearXi
+    from rpn2c.components.xi_learned import _bilinear_bias
+    from rpn2c.functional import structure
+
+    entry = REGISTRY["interdependence"]["low_rank_bilinear"]
+    hp = entry.schema(rank=2, causal=causal, window=window, attn_mask=ValueRef("am"), key_padding=ValueRef("kp"))
+    types = {"attn_mask": SimpleNamespace(mask_mode=modes[0]), "key_padding": SimpleNamespace(mask_mode=modes[1])}
+    part = _BilinearXi(hp, 4, 4, 2, types)
+    g = torch.Generator().manual_seed(0)
+    am = torch.randn(5, 6, generator=g, dtype=F64) if modes[0] == "add" else torch.rand(5, 6, generator=g) < 0.5
+    aux = {"attn_mask": am, "key_padding": torch.rand(2, 6, generator=g) < 0.5}
+    for literal in (False, True):
+        dense = part._additive_mask(aux, 5, 6, F64, None, literal=literal)
+        shared = structure.additive_mask(5, 6, F64, None, causal=causal, window=window, attn_mask=am,
+                                         attn_mode=modes[0], key_padding=aux["key_padding"],
+                                         padding_mode=modes[1], literal=literal)
+        assert torch.equal(shared, dense)
+    dst, src = torch.tensor([0, 4, 2, 3, 1]), torch.tensor([5, 0, 2, 3, 1])
+    assert torch.equal(_bilinear_bias(part, aux, 5, 6)(dst, src, F64), dense[..., dst, src])

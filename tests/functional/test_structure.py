@@ -532,3 +532,87 @@ def test_patch_offsets_refuse_a_kernel_box_over_the_limit_before_enumerating():
     with pytest.raises(ValueError, match="4,004,001 positions"):  # 2001²
         S.cuboid_offsets((1000, 1000), (1000, 1000))
     assert S.cuboid_offsets((511, 511), (511, 511)).shape == (1023 * 1023, 2)  # the largest box allowed
+
+
+# ------------------------------------------------------------------------------------------------
+# attention masks and bilinear entries
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal, window", [(False, None), (True, None), (False, 1), (True, 2)])
+@pytest.mark.parametrize("attn_mode, padding_mode", [("block", "keep"), ("keep", "block"), ("add", "keep")])
+def test_additive_mask_dense_literal_and_at_entries(causal, window, attn_mode, padding_mode):
+    """Dense mask = −inf at causal / out-of-band / blocked pairs, + additive values; the literal band gives the same
+    mask; at ``(rows, cols)`` it is the dense mask's entries (also for broadcast row / column blocks)."""
+    nq, nc = 5, 6
+    g = torch.Generator().manual_seed(0)
+    am = torch.randn(2, nq, nc, generator=g, dtype=DT) if attn_mode == "add" else torch.rand(2, nq, nc, generator=g) < .5
+    kp = torch.rand(2, nc, generator=g) < 0.5
+    kw = dict(causal=causal, window=window, attn_mask=am, attn_mode=attn_mode, key_padding=kp,
+              padding_mode=padding_mode)
+    m = S.additive_mask(nq, nc, DT, **kw)
+    i, j = torch.arange(nq).unsqueeze(-1), torch.arange(nc)
+    blocked = (kp if padding_mode == "block" else ~kp).unsqueeze(-2).expand(2, nq, nc)
+    if attn_mode != "add":
+        blocked = blocked | (am if attn_mode == "block" else ~am)
+    if causal:
+        blocked = blocked | (j > i)
+    if window is not None:
+        blocked = blocked | ((i - j).abs() > window)
+    want = torch.zeros(2, nq, nc, dtype=DT).masked_fill(blocked, float("-inf"))
+    if attn_mode == "add":
+        want = want + am
+    assert torch.equal(m, want)
+    assert torch.equal(S.additive_mask(nq, nc, DT, literal=True, **kw), want)
+    rows, cols = torch.tensor([0, 4, 2, 2]), torch.tensor([5, 0, 2, 3])
+    assert torch.equal(S.additive_mask(nq, nc, DT, rows=rows, cols=cols, **kw), want[:, rows, cols])
+    block = S.additive_mask(nq, nc, DT, rows=i[1:3], cols=j, **kw)
+    assert torch.equal(block, want[:, 1:3])
+    assert S.additive_mask(nq, nc, DT) is None
+
+
+def test_mask_term_modes():
+    m = torch.tensor([True, False])
+    assert torch.equal(S.mask_term(m, "block", DT), torch.tensor([float("-inf"), 0.0], dtype=DT))
+    assert torch.equal(S.mask_term(m, "keep", DT), torch.tensor([0.0, float("-inf")], dtype=DT))
+    with pytest.raises(ValueError, match="mask mode"):
+        S.mask_term(m, "drop", DT)
+
+
+@pytest.mark.parametrize("softmax", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+def test_bilinear_entries_equal_the_dense_matrix(monkeypatch, softmax, masked):
+    """Entries of scale·q kᵀ + M (blocked -> 0 without softmax, row softmax over all keys with it) at the edges,
+    with the row normaliser in blocks of 2 rows: values and gradients equal the dense matrix's."""
+    from rpn2c.functional.structure import bilinear
+
+    monkeypatch.setattr(bilinear, "LSE_BLOCK", 2 * 6 * 2)
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 5, 3, generator=g, dtype=DT, requires_grad=True)
+    k = torch.randn(2, 6, 3, generator=g, dtype=DT, requires_grad=True)
+    dst, src = torch.tensor([0, 1, 4, 4, 2]), torch.tensor([0, 3, 5, 1, 2])
+
+    def bias(rows, cols, dtype):
+        return S.additive_mask(5, 6, dtype, causal=True, rows=rows, cols=cols) if masked else None
+
+    dense = (q @ k.transpose(-1, -2)) * 0.5
+    if masked:
+        dense = dense + S.additive_mask(5, 6, DT, causal=True)
+    dense = torch.softmax(dense, -1) if softmax else torch.where(torch.isneginf(dense), 0.0, dense)
+    want = dense[..., dst, src]
+    have = S.bilinear_entries(q, k, dst, src, 0.5, softmax, bias if masked else None)
+    _close(have, want)
+    r = torch.randn(want.shape, generator=g, dtype=DT)
+    _close(torch.autograd.grad((have * r).sum(), (q, k)), torch.autograd.grad((want * r).sum(), (q, k)))
+    _close(S.row_logsumexp(q, k, 0.5), torch.logsumexp((q @ k.transpose(-1, -2)) * 0.5, -1))
+
+
+def test_coalesce_edges_merges_duplicates_at_a_fixed_size():
+    """Sorted by (dst, src): each run's first entry carries the sum and the count, the others are zero placeholders."""
+    dst, src = torch.tensor([2, 0, 2, 1, 2]), torch.tensor([1, 0, 1, 1, 1])
+    w = torch.tensor([1.0, 2.0, 3.0, 4.0, 0.5], dtype=DT)
+    d, s, ww, cnt = S.coalesce_edges(dst, src, w, 3)
+    assert d.shape == (5,)
+    dense = torch.zeros(3, 3, dtype=DT).index_put((dst, src), w, accumulate=True)
+    assert torch.equal(torch.zeros(3, 3, dtype=DT).index_put((d, s), ww, accumulate=True), dense)
+    assert cnt.tolist() == [1, 1, 3, 0, 0] and (ww[cnt == 0] == 0).all()

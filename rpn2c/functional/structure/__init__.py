@@ -1,7 +1,8 @@
 """Structural interdependence: grid patches, chains and graphs (RPN 2 paper §5.2).
 
 One module per structure: ``patches`` (grid patch shapes, packing, index tables, conv geometry), ``chain``,
-``graph`` (with PageRank); this package re-exports their public functions.
+``graph`` (with PageRank), ``band`` and ``masks`` (attention masks), ``bilinear`` (bilinear forms at chosen
+entries); this package re-exports their public functions.
 
 Two kinds of builder live here:
 
@@ -64,6 +65,7 @@ from rpn2c.functional.structure.chain import (  # noqa: F401
     chain_exp_apply,
 )
 from rpn2c.functional.structure.graph import (  # noqa: F401
+    coalesce_edges,
     graph_norm_weights,
     graph_adjacency,
     graph_propagate,
@@ -79,6 +81,8 @@ from rpn2c.functional.structure.graph import (  # noqa: F401
     DENSE_RATIO,
 )
 from rpn2c.functional.structure.band import band_blocked, band_matrix, band_outside  # noqa: F401
+from rpn2c.functional.structure.masks import additive_mask, mask_term  # noqa: F401
+from rpn2c.functional.structure.bilinear import bilinear_entries, row_logsumexp  # noqa: F401
 from rpn2c.functional.structure.graph_cache import clear_graph_cache, graph_mm  # noqa: F401
 
 __all__ = [
@@ -108,6 +112,7 @@ __all__ = [
     "chain_inverse_apply",
     "chain_exp_apply",
     # graph
+    "coalesce_edges",
     "graph_norm_weights",
     "graph_adjacency",
     "graph_mm",
@@ -125,4 +130,9 @@ __all__ = [
     "band_matrix",
     "band_blocked",
     "band_outside",
+    # attention masks and bilinear entries
+    "additive_mask",
+    "mask_term",
+    "row_logsumexp",
+    "bilinear_entries",
 ]

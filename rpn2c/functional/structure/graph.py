@@ -19,7 +19,7 @@ from rpn2c.functional.structure.chain import _multihop
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _coalesce(
+def coalesce_edges(
     dst: Tensor, src: Tensor, w: Tensor, n: int, reduce: str = "sum", valid: Tensor | None = None
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Merge duplicate (dst, src) entries at a fixed size: ``(dst, src, w, count)`` sorted by ``key = dst·n + src``.
@@ -88,13 +88,13 @@ def graph_norm_weights(
     if not directed:
         if symmetrize not in ("max", "sum"):
             raise ValueError(f"symmetrize must be 'max' or 'sum', got {symmetrize!r}")
-        dst, src, w, cnt = _coalesce(dst, src, w, n, "sum")
+        dst, src, w, cnt = coalesce_edges(dst, src, w, n, "sum")
         v2 = torch.cat([cnt > 0, cnt > 0])
         d2, s2, w2 = torch.cat([dst, src]), torch.cat([src, dst]), torch.cat([w, w])
         if symmetrize == "sum":
-            dst, src, w, cnt = _coalesce(d2, s2, w2, n, "sum", v2)
+            dst, src, w, cnt = coalesce_edges(d2, s2, w2, n, "sum", v2)
         else:
-            dst, src, w, cnt = _coalesce(d2, s2, w2, n, "amax", v2)
+            dst, src, w, cnt = coalesce_edges(d2, s2, w2, n, "amax", v2)
             # an entry seen once is max(w, 0) (its transpose is an absent zero); diagonal entries are seen twice
             w = torch.where(cnt == 1, w.clamp_min(0), w)
         valid = cnt > 0
