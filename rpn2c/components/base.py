@@ -207,6 +207,10 @@ class Interdependence(Component):
 
     axes: ClassVar[tuple[str, ...]] = ("attribute", "instance")
     kind: ClassVar[str] = "static"
+    # a softmax-bilinear (attention) ξ: its module has query/key projections ``w_q`` [Mq, r], ``w_k`` [Mc, r]
+    # (absent when ``full``), biases ``b_q``, ``b_k`` and ``attend(q, k, v, aux)``; identical heads of a layer
+    # store these packed (``rpn2c/ir/layout.py``)
+    attention: ClassVar[bool] = False
 
     @classmethod
     def example_template(cls) -> str:

@@ -387,6 +387,7 @@ class _BilinearHP(HP):
 class _BilinearBase(Interdependence):
     axes = ("instance",)
     kind = "data"
+    attention = True
 
     def rank(self, ctx) -> int:
         raise NotImplementedError

@@ -26,7 +26,7 @@ def _mask_input(ctx: Context, v, dims: str, what: str) -> Value | None:
 
 def _attention(ctx: Context, mha: nn.MultiheadAttention, local: str, name: str, q: Value, key: Value | None,
                value: Value | None, kpm, attn_mask, causal: bool, extra: list[str], comment: list[str],
-               pre: list[str] = (), post: list[str] = ()) -> tuple[Value, str]:
+               pre: list[str] = (), post: list[str] = (), need_weights: bool = False) -> tuple[Value, str]:
     """Emit the attention head for ``mha`` (torch tensors under ``local``); returns (value, name)."""
     e, h = mha.embed_dim, mha.num_heads
     r = e // h
@@ -51,6 +51,15 @@ def _attention(ctx: Context, mha: nn.MultiheadAttention, local: str, name: str, 
             am_v = _mask_input(ctx, attn_mask, f"B, T, {s_sym}", "attn_mask")
         else:
             am_v = _mask_input(ctx, attn_mask, f"T, {s_sym}", "attn_mask")
+    if causal and am_v is not None:
+        # torch reads is_causal as a hint about attn_mask (F.multi_head_attention_forward): with no key padding
+        # mask and no weights returned it runs SDPA's own causal mask and ignores attn_mask's values; otherwise
+        # it applies attn_mask and ignores the hint. The spec does the same (the input stays declared).
+        if kpm_v is None and not need_weights:
+            am_v.uses += 1  # read by torch as the hint only: not an unused input
+            am_v = None
+        else:
+            causal = False
     has_bias = mha.in_proj_bias is not None
     out_bias = mha.out_proj.bias is not None
     xi = [f"rank = {r}", f"bias = {lit(has_bias)}"]
@@ -72,23 +81,14 @@ def _attention(ctx: Context, mha: nn.MultiheadAttention, local: str, name: str, 
                  out_kind="items",
                  time_major=not bf)
     y.items_from = q.items_from
-    # weights: per head h, rows [h·r, (h+1)·r) of W_q, W_k, W_v and their biases
+    # identical heads are packed as torch packs them (rpn2c/ir/layout.py): the tensors map one to one
     if mha._qkv_same_embed_dim:
-        wq, wk, wv = [(f"{local}in_proj_weight", o) for o in (0, e, 2 * e)]
+        ctx.param(f"{name}.in_proj_weight", f"{local}in_proj_weight")
     else:
-        wq, wk, wv = [(f"{local}{n}_proj_weight", 0) for n in "qkv"]
-    for i in range(h):
-        p = name if h == 1 else f"{name}.heads.h{i}"
-        def rows(off, i=i):
-            return off + i * r, off + (i + 1) * r
-
-        ctx.param(f"{p}.xi_instance.w_q", wq[0], rows=rows(wq[1]), transpose=True)
-        ctx.param(f"{p}.xi_instance.w_k", wk[0], rows=rows(wk[1]), transpose=True)
-        ctx.param(f"{p}.psi.weight", wv[0], rows=rows(wv[1]))
-        if has_bias:
-            ctx.param(f"{p}.xi_instance.b_q", f"{local}in_proj_bias", rows=rows(0))
-            ctx.param(f"{p}.xi_instance.b_k", f"{local}in_proj_bias", rows=rows(e))
-            ctx.param(f"{p}.bias", f"{local}in_proj_bias", rows=rows(2 * e))
+        for part in "qkv":
+            ctx.param(f"{name}.{part}_proj_weight", f"{local}{part}_proj_weight")
+    if has_bias:
+        ctx.param(f"{name}.in_proj_bias", f"{local}in_proj_bias")
     ctx.param(f"{name}.fusion.linear.weight", f"{local}out_proj.weight")
     if out_bias:
         ctx.param(f"{name}.fusion.linear.bias", f"{local}out_proj.bias")
@@ -113,14 +113,16 @@ def multihead_attention(m: nn.MultiheadAttention, ctx: Context) -> Value:
         masks.append("key_padding_mask -> key_padding (its dtype gives the polarity: bool = True blocks)")
     if ctx.get("attn_mask") is not None:
         masks.append("attn_mask -> attn_mask (bool = True blocks, float = added to the logits)")
+    need_weights = bool(ctx.get("need_weights", True))
     if causal:
-        masks.append("is_causal=True -> causal = true (torch treats attn_mask as the causal mask; both are applied)")
+        masks.append("is_causal=True -> causal = true: a hint that attn_mask is causal; as in torch, SDPA's causal "
+                     "mask replaces attn_mask without key_padding_mask and need_weights, else attn_mask alone applies")
     comment = [f"{ctx.where()}(embed_dim={m.embed_dim}, num_heads={m.num_heads}, batch_first={m.batch_first}):",
                *_head_comment(m, True), *[f"  mask: {t}" for t in masks]]
     if m.dropout > 0:
         comment.append(f"  attention dropout p={m.dropout} is identity in eval mode (not represented)")
     y, _ = _attention(ctx, m, "", ctx.name("attn"), q, key, value, ctx.get("key_padding_mask"),
-                      ctx.get("attn_mask"), causal, [], comment)
+                      ctx.get("attn_mask"), causal, [], comment, need_weights=need_weights)
     return y
 
 

@@ -1,25 +1,166 @@
-"""The ``fused_heads`` kernel: H identical softmax-bilinear (attention) heads as one batched SDPA call."""
+"""Packed attention heads (``rpn2c/ir/layout.py``): the layer's packed tensors, each head's views of them, loading
+checkpoints written with per-head tensors, and the kernel ``fused_sdpa`` that runs the H heads as torch runs
+``nn.MultiheadAttention``:
+
+    [Q | K | V] = X · in_proj_weightᵀ + in_proj_bias                 (one GEMM when q, k, v read one input)
+    O_h = softmax(Q_h K_hᵀ · scale + masks) V_h                      (one scaled_dot_product_attention, all heads)
+    Y   = [O_1 | … | O_H] W_oᵀ + b_o                                 (concat_linear fusion: one GEMM)
+
+No parameter is stacked, selected or concatenated per call. The bias of V can join the GEMM because every row of
+a softmax sums to 1 (A(V + 1bᵀ) = AV + 1bᵀ), except where a mask can empty a row (then A's row is 0 and the head
+adds b after ξ, as the reference does): with an ``attn_mask``, ``key_padding`` or a ``window``.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rpn2c.ir.layout import AttentionLayout
 
 
-def fused_attention(mods, q, c, aux, values):
-    """H identical softmax-bilinear heads in one ``scaled_dot_product_attention`` call.
+@dataclass(frozen=True)
+class _Link:
+    """One per-head tensor as a view of the packed ones: ``module.attr`` (checkpoint key ``path`` under the
+    layer) is rows ``head`` of ``part``'s weight (transposed: ξ stores ``[M, r]``) or bias."""
 
-    ``values`` is ``[B, H, Nc, n]`` (each head's ψ already applied); returns ``[B, H, Nq, n]``. Equal to calling
-    each head's ``apply`` (the per-head projections are stacked, not changed).
+    path: str
+    module: nn.Module
+    attr: str
+    part: str
+    head: int
+    bias: bool
+    transpose: bool
+
+
+class PackedHeads:
+    """The packing of one layer's attention heads: moves their tensors into the layer's packed parameters
+    (values kept), then serves per-head views and migrates per-head checkpoints."""
+
+    def __init__(self, layer: nn.Module, holders: list[tuple[str, nn.Module]], layout: AttentionLayout):
+        self.layout = layout
+        self.links: list[_Link] = []
+        for i, (prefix, hd) in enumerate(holders):
+            xi = hd.xi_instance
+            self.links.append(_Link(f"{prefix}xi_instance.w_q", xi, "w_q", "q", i, False, True))
+            if any(part == "k" for part, _, _ in layout.parts):
+                self.links.append(_Link(f"{prefix}xi_instance.w_k", xi, "w_k", "k", i, False, True))
+            self.links.append(_Link(f"{prefix}psi.weight", hd.psi, "weight", "v", i, False, False))
+            if "q" in layout.biased:
+                self.links.append(_Link(f"{prefix}xi_instance.b_q", xi, "b_q", "q", i, True, False))
+            if "k" in layout.biased:
+                self.links.append(_Link(f"{prefix}xi_instance.b_k", xi, "b_k", "k", i, True, False))
+            if "v" in layout.biased:
+                self.links.append(_Link(f"{prefix}bias", hd, "bias", "v", i, True, False))
+        own = {(link.part, link.head, link.bias): getattr(link.module, link.attr) for link in self.links}
+        for name, rows in self._weights():
+            layer.register_parameter(name, nn.Parameter(torch.cat(
+                [self._oriented(own[(part, h, False)], part) for part in rows for h in range(layout.heads)]).detach()))
+        if layout.biased:
+            layer.register_parameter("in_proj_bias", nn.Parameter(torch.cat(
+                [own[(part, h, True)] for part in layout.biased for h in range(layout.heads)]).detach()))
+        for link in self.links:
+            del link.module._parameters[link.attr]
+
+    def _weights(self) -> list[tuple[str, tuple[str, ...]]]:
+        """(parameter name, parts in its rows)."""
+        parts = tuple(p for p, _, _ in self.layout.parts)
+        return [("in_proj_weight", parts)] if self.layout.packed else [(f"{p}_proj_weight", (p,)) for p in parts]
+
+    def _oriented(self, t: torch.Tensor, part: str) -> torch.Tensor:
+        return t.t() if part in ("q", "k") else t
+
+    def weight(self, layer, part: str) -> torch.Tensor:
+        """The packed weight holding ``part``'s rows (``in_proj_weight`` or ``{part}_proj_weight``)."""
+        return layer.in_proj_weight if self.layout.packed else getattr(layer, f"{part}_proj_weight")
+
+    def view(self, layer, link: _Link) -> torch.Tensor:
+        per = self.layout.per_head(link.part)
+        if link.bias:
+            start, _ = self.layout.bias_rows(link.part)
+            return layer.in_proj_bias[start + link.head * per:start + (link.head + 1) * per]
+        start, _ = self.layout.rows(link.part)
+        rows = self.weight(layer, link.part)[start + link.head * per:start + (link.head + 1) * per]
+        return rows.t() if link.transpose else rows
+
+    def bind_views(self, layer) -> None:
+        """Give each head its tensors as views of the packed ones (for the per-head forms: the reference, a
+        rule switched off, the layer-matrix view). Per call: a conversion (``.double()``) replaces the storage."""
+        for link in self.links:
+            link.module.__dict__[link.attr] = self.view(layer, link)
+
+    def migrate(self, state_dict: dict, prefix: str) -> None:
+        """A checkpoint with per-head tensors (``heads.h0.xi_instance.w_q`` …, written before heads were packed,
+        or mapped per head) becomes the packed tensors, in place; a partial one is left for ``strict`` to report."""
+        keys = [prefix + link.path for link in self.links]
+        if not all(k in state_dict for k in keys):
+            return
+        got = {(link.part, link.head, link.bias): state_dict.pop(k) for link, k in zip(self.links, keys)}
+        for name, rows in self._weights():
+            state_dict[prefix + name] = torch.cat([self._oriented(got[(p, h, False)], p) for p in rows
+                                                   for h in range(self.layout.heads)])
+        if self.layout.biased:
+            state_dict[prefix + "in_proj_bias"] = torch.cat([got[(p, h, True)] for p in self.layout.biased
+                                                             for h in range(self.layout.heads)])
+
+
+def _split_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
+    """``[B, N, H·r] -> [B, H, N, r]`` (a view)."""
+    return t.unflatten(-1, (heads, -1)).transpose(-3, -2)
+
+
+def packed_attention(layer, x, data, aux: dict, fold_v_bias: bool, fuse_out: bool):
+    """Kernel op ``fused_sdpa``: the H packed heads of ``layer`` on queries ``x`` and context ``data``.
+
+    Returns the concat_linear fusion's output ``[B, Nq, n_out]`` when ``fuse_out``, else the heads' outputs
+    (a list of ``[B, Nq, n]``). ``fold_v_bias``: V's bias joins the projection GEMM (no mask can empty a row).
     """
-    first = mods[0]
-    keys = aux["keys"] if first.hp.keys is not None else c
-    qq = torch.einsum("bnm,hmr->bhnr", q, torch.stack([m.w_q for m in mods]))
-    if first.b_q is not None:
-        qq = qq + torch.stack([m.b_q for m in mods])[None, :, None, :]
-    if first.full:
-        kk = keys.unsqueeze(1).expand(-1, len(mods), -1, -1)
-    else:
-        kk = torch.einsum("bnm,hmr->bhnr", keys, torch.stack([m.w_k for m in mods]))
-        if first.b_k is not None:
-            kk = kk + torch.stack([m.b_k for m in mods])[None, :, None, :]
-    return first.attend(qq, kk, values, aux)  # the heads share their masks: the first head's kernel
+    pk: PackedHeads = layer.packed
+    lay, heads = pk.layout, pk.layout.heads
+    first = layer.first_attention
+    own = {k: aux[v] for k, v in first.aux_keys.items() if v in aux}  # the masks and keys by ξ's names
+    keys = own["keys"] if first.hp.keys is not None else data
+    source = {"q": x, "k": keys, "v": data}
+    parts = [p for p, _, _ in lay.parts]
+    groups: list[list[str]] = []  # consecutive parts that read one input: one GEMM (only in a packed weight)
+    for p in parts:
+        if groups and lay.packed and source[p] is source[groups[-1][-1]]:
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    bias = layer.in_proj_bias if lay.biased else None
+    out: dict[str, torch.Tensor] = {}
+    late: list[str] = []  # biased parts whose bias is added after the GEMM (v: after ξ when not folded)
+    for group in groups:
+        w = pk.weight(layer, group[0])
+        a, b = lay.rows(group[0])[0], lay.rows(group[-1])[1]
+        if (a, b) != (0, w.shape[0]):
+            w = w[a:b]
+        in_gemm = all(p in lay.biased and (p != "v" or fold_v_bias) for p in group)
+        gb = None
+        if in_gemm:
+            c, d = lay.bias_rows(group[0])[0], lay.bias_rows(group[-1])[1]
+            gb = bias if (c, d) == (0, bias.shape[0]) else bias[c:d]
+        else:
+            late += [p for p in group if p in lay.biased]
+        y = F.linear(source[group[0]], w, gb)
+        ys = [y] if len(group) == 1 else y.split([heads * lay.per_head(p) for p in group], dim=-1)
+        out.update(zip(group, ys))
+    for p in late:
+        if p != "v" or fold_v_bias:
+            c, d = lay.bias_rows(p)
+            out[p] = out[p] + bias[c:d]
+    qq = _split_heads(out["q"], heads)
+    kk = _split_heads(out["k"], heads) if "k" in out else keys.unsqueeze(1).expand(-1, heads, -1, -1)
+    vv = _split_heads(out["v"], heads)
+    y = first.attend(qq, kk, vv, own)  # [B, H, Nq, n]
+    if "v" in late and not fold_v_bias:
+        c, d = lay.bias_rows("v")
+        y = y + bias[c:d].view(heads, 1, -1)
+    if fuse_out:
+        fusion = layer.fusion.linear
+        return F.linear(y.transpose(-3, -2).flatten(-2), fusion.weight, fusion.bias)
+    return list(y.unbind(-3))

@@ -18,7 +18,8 @@ from torch import nn
 from rpn2c.ir.trace import HeadTrace
 from rpn2c.components.base import XiContext
 from rpn2c.functional.expansion import taylor_reconcile
-from rpn2c.lower.attention import fused_attention
+from rpn2c.ir.layout import attention_layout
+from rpn2c.lower.attention import PackedHeads, packed_attention
 from rpn2c.lower import reference as literal
 from rpn2c.ir.graph import HeadSpec, LayerSpec
 from rpn2c.ir.types import TensorType
@@ -118,12 +119,47 @@ class LayerModule(nn.Module):
                 self._ties += _tie(hd, self.heads[h.tie])
         self._bind_ties()
         self.fusion = spec.fusion.component.build([t.n for t in traces]) if spec.fusion is not None else None
+        self.packed = self._pack_attention(spec, traces, x, data, aux_types)
+        self._fused_attention = self.packed is not None and "fused_heads" in self.layer_kernels
+        if self._fused_attention:
+            hp = spec.heads[0].xi["xi_instance"].component.hp
+            # V's bias joins the GEMM unless a mask can leave a query with no key (then A's row is 0, b is not)
+            self._fold_v_bias = hp.attn_mask is None and hp.key_padding is None and hp.window is None
+            self._fuse_out = spec.fusion.name == "concat_linear" and not any(h.post for h in spec.heads)
         pi = spec.pi.component
         self.pi = pi.build(x.features, out.features) if pi.name != "zero" else None
         self.post = nn.ModuleList([u.component.build(out) for u in spec.post]) if spec.post else ()
 
     def _holders(self):
         return [self] if not hasattr(self, "heads") else list(self.heads.values())
+
+    def _pack_attention(self, spec, traces, x, data, aux_types) -> PackedHeads | None:
+        """Identical attention heads keep their projections packed, as ``nn.MultiheadAttention`` does
+        (``rpn2c/ir/layout.py``); checkpoints with per-head tensors still load."""
+        xi = spec.heads[0].xi.get("xi_instance")
+        keys = getattr(xi.component.hp, "keys", None) if xi is not None else None
+        key_features = aux_types[keys.name].features if keys is not None else data.features
+        layout = attention_layout(spec, traces, x.features, key_features, data.features)
+        if layout is None:
+            return None
+        single = not hasattr(self, "heads")
+        packed = PackedHeads(self, [("" if single else f"heads.{name}.", hd) for name, hd in
+                                    ([("", self)] if single else self.heads.items())], layout)
+        self._register_load_state_dict_pre_hook(self._migrate_heads)
+        return packed
+
+    def _migrate_heads(self, state_dict, prefix, *args):
+        self.packed.migrate(state_dict, prefix)
+
+    @property
+    def first_attention(self):
+        """The first packed head's ξ module: the masks and kernel flags all the heads share."""
+        return self._holders()[0].xi_instance
+
+    def bind_views(self) -> None:
+        """Per-head tensors as views of packed ones (a no-op for layers without packed heads)."""
+        if self.packed is not None:
+            self.packed.bind_views(self)
 
     def _bind_ties(self):
         """Point each tied head's parameters at its target's (per call: conversions may replace them)."""
@@ -145,17 +181,23 @@ class LayerModule(nn.Module):
         for p in self.pre:
             x = p(x)
         data = context if context is not None else x
+        if self.packed is not None and not self._fused_attention:
+            self.packed.bind_views(self)
+        y = None
         if self.reference:  # the oracle: lower/reference.py, nothing of the default heads below
             outs = [literal.head(hd, x, data, lambda m: own_aux(m, aux), self.out_kind == "grid")
                     for hd in self._holders()]
-        elif "fused_heads" in self.layer_kernels:
-            outs = self._fused_heads(x, data, aux)
+        elif self._fused_attention:  # rule fused_heads: kernel op fused_sdpa
+            outs = packed_attention(self, x, data, aux, self._fold_v_bias, self._fuse_out)
+            if self._fuse_out:
+                y, outs = outs, None
         elif "stacked_heads" in self.layer_kernels:
             outs = self._stacked_heads(data)
         else:
             outs = [self._head(hd, x, data, aux) for hd in self._holders()]
-        outs = self._head_post(outs)
-        y = literal.fuse(self.fusion, outs, self.out_kind == "grid") if self.fusion is not None else outs[0]
+        if y is None:
+            outs = self._head_post(outs)
+            y = literal.fuse(self.fusion, outs, self.out_kind == "grid") if self.fusion is not None else outs[0]
         if self.pi is not None:
             y = y + (self.pi(raw.movedim(1, -1)).movedim(-1, 1) if self.x_kind == "grid" else self.pi(raw))
         for p in self.post:
@@ -174,17 +216,6 @@ class LayerModule(nn.Module):
         z0 = data.unsqueeze(1) if vec else data
         y = self._items_head(hd, q, z0, aux)
         return y.squeeze(1) if vec else y
-
-    def _fused_heads(self, x, data, aux):
-        """Identical attention heads (rule ``fused_heads``): values for all heads by one einsum, one SDPA call."""
-        holders = self._holders()
-        w_v = torch.stack([hd.psi.matrix() for hd in holders])  # [H, n, D]
-        values = torch.einsum("bnd,hkd->bhnk", data, w_v)
-        y = fused_attention([hd.xi_instance for hd in holders], x, data, own_aux(holders[0].xi_instance, aux),
-                            values)  # [B, H, Nq, n]
-        if holders[0].bias is not None:
-            y = y + torch.stack([hd.bias for hd in holders])[None, :, None, :]
-        return list(y.unbind(1))
 
     def _stacked_heads(self, data):
         """Identical perceptron heads (rule ``stacked_heads``): κ once, one F.linear with ψ rows stacked."""

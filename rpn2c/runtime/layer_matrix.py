@@ -160,6 +160,7 @@ def _head_layer(name, spec, module, x, context, aux, sample) -> LayerMatrix:
     for p in module.pre:  # the matrix then acts on pre(x)
         x = p(x)
     data = context.double() if context is not None else x
+    module.bind_views()  # packed attention heads: each head's tensors as views
     holders = module._holders()
     grid_out = module.out_kind == "grid"
     maps = [_head(name, hd, x, data, aux, sample) for hd in holders]

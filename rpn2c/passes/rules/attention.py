@@ -3,29 +3,14 @@ mask; H identical softmax-bilinear heads as one batched scaled_dot_product_atten
 
 from __future__ import annotations
 
+from rpn2c.ir.layout import attention_heads
 from rpn2c.passes.cost import Cost, size
 from rpn2c.passes.rewrite import Match
 from rpn2c.passes.rule import P, Rule, Site, to
 
 
-def _attention_head(h) -> bool:
-    xi = h.xi.get("xi_instance")
-    return (set(h.xi) == {"xi_instance"} and xi.name in ("low_rank_bilinear", "bilinear") and xi.component.hp.softmax
-            and h.kappa.name == "identity" and h.psi.name == "identity" and h.channels == 1 and h.groups == 1
-            and h.bias != "untied")
-
-
-def _same_heads(spec) -> bool:
-    def key(h):
-        return {k: v for k, v in h.canonical().items() if k != "name"}
-
-    return all(key(h) == key(spec.heads[0]) for h in spec.heads[1:])
-
-
 def _fusable(s: Site) -> bool:
-    spec, traces = s.node.layer, s.node.trace["heads"]
-    return (len(spec.heads) > 1 and all(_attention_head(h) for h in spec.heads)
-            and all(t.view == "items" for t in traces) and _same_heads(spec))
+    return attention_heads(s.node.layer, s.node.trace["heads"])
 
 
 def _causal_only(s: Site) -> bool:
@@ -82,8 +67,9 @@ ATTENTION_RULES: tuple[Rule, ...] = (
          benefit=1, cost=_window_cost, pattern=P(("xi", "xi_kernel"), "k", where=_instance),
          rewrite=to("flex_attention")),
     Rule("fused_heads", "layer", "heads", _fusable,
-         "H identical attention heads: values by one einsum, one batched [B, H, N, r] "
-         "scaled_dot_product_attention instead of H calls",
+         "H identical attention heads (packed parameters, as nn.MultiheadAttention): Q, K and V by one GEMM on "
+         "the layer input (one per distinct input), one [B, H, N, r] scaled_dot_product_attention for every head, "
+         "and a concat_linear head fusion as one GEMM on the heads' outputs, no per-head copies",
          "RPN 2 §6.4 Transformer as multi-head bilinear ξ; torch SDPA", benefit=2,
          pattern=P("fuse_heads"), rewrite=_horizontal),
 )

@@ -1,0 +1,99 @@
+"""Parameter layouts that follow from the checked layer alone, never from an optimiser decision: both lowerings
+(and every rule switched off) store the same tensors under the same names, so one ``state_dict`` loads into all.
+
+**Packed attention.** A layer whose heads are H ≥ 1 identical softmax-attention heads joined by a head fusion
+(RPN 2 §6.4: the Transformer's multi-head bilinear ξ, ``nn.MultiheadAttention``) stores the heads' projections as
+torch does, one tensor each, rows grouped by part then by head:
+
+    in_proj_weight = [W_q,1ᵀ; …; W_q,Hᵀ; W_k,1ᵀ; …; W_k,Hᵀ; ψ_1; …; ψ_H]      [H·(r + r + n), D]
+    in_proj_bias   = [b_q,1; …; b_q,H; b_k,1; …; b_k,H; b_1; …; b_H]           (the parts that have a bias)
+
+where W_q,h ∈ R^{Mq x r}, W_k,h ∈ R^{Mc x r} are head h's ξ projections and ψ_h ∈ R^{n x D} its reconciliation.
+When the query, key and value widths differ the weight is three tensors, ``q_proj_weight``, ``k_proj_weight``,
+``v_proj_weight`` (torch's ``_qkv_same_embed_dim = False``); a full bilinear ξ (no W_k) has no key part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rpn2c.ir.graph import HeadSpec, LayerSpec
+
+
+def _attention_head(h: HeadSpec, view: str) -> bool:
+    xi = h.xi.get("xi_instance")
+    return (set(h.xi) == {"xi_instance"} and xi.component.attention and xi.component.hp.softmax
+            and h.kappa.name == "identity" and h.psi.name == "identity" and h.channels == 1 and h.groups == 1
+            and h.bias != "untied" and h.tie is None and view == "items")
+
+
+def _same(h: HeadSpec, first: HeadSpec) -> bool:
+    def key(x):
+        return {k: v for k, v in x.canonical().items() if k != "name"}
+
+    return key(h) == key(first)
+
+
+@dataclass(frozen=True)
+class AttentionLayout:
+    """Where each part of H packed attention heads lives. ``parts`` is ``(part, rows per head, input width)`` in
+    row order (``q``, ``k`` unless the ξ is full, ``v``); ``biased`` the parts with a bias, in the same order."""
+
+    heads: int
+    parts: tuple[tuple[str, int, int], ...]
+    biased: tuple[str, ...]
+
+    @property
+    def packed(self) -> bool:
+        """One ``in_proj_weight`` (every part reads the same width), else one ``{part}_proj_weight`` each."""
+        return len({width for _, _, width in self.parts}) == 1
+
+    def rows(self, part: str) -> tuple[int, int]:
+        """Row range of ``part`` (all heads) in its weight: in ``in_proj_weight`` when packed, else its own."""
+        start = 0
+        for name, per_head, _ in self.parts:
+            if name == part:
+                return start, start + self.heads * per_head
+            if self.packed:
+                start += self.heads * per_head
+        raise KeyError(part)
+
+    def bias_rows(self, part: str) -> tuple[int, int] | None:
+        """Entry range of ``part``'s bias in ``in_proj_bias``, or None when the part has none."""
+        if part not in self.biased:
+            return None
+        start = 0
+        for name, per_head, _ in self.parts:
+            if name == part:
+                return start, start + self.heads * per_head
+            if name in self.biased:
+                start += self.heads * per_head
+        raise KeyError(part)
+
+    def per_head(self, part: str) -> int:
+        return next(per_head for name, per_head, _ in self.parts if name == part)
+
+
+def attention_heads(layer: LayerSpec, traces) -> bool:
+    """Whether ``layer``'s heads are H ≥ 1 identical softmax-attention heads under a head fusion (κ and ψ identity,
+    one channel, no other ξ, no tying): their parameters are then packed."""
+    heads = layer.heads
+    return (layer.fusion is not None and all(_attention_head(h, t.view) for h, t in zip(heads, traces))
+            and all(_same(h, heads[0]) for h in heads[1:]))
+
+
+def attention_layout(layer: LayerSpec, traces, query_features: int, key_features: int,
+                     data_features: int) -> AttentionLayout | None:
+    """The packed layout of ``layer``'s heads (None unless :func:`attention_heads`). ``key_features`` is the width
+    the keys are computed from (the ``keys`` input, else the data)."""
+    if not attention_heads(layer, traces):
+        return None
+    first = layer.heads[0]
+    comp = first.xi["xi_instance"].component
+    full = not hasattr(comp.hp, "rank")  # a full bilinear ξ: W ∈ R^{Mq x Mc}, keys unprojected
+    rank = key_features if full else comp.hp.rank
+    n = first.out if first.out is not None else traces[0].d
+    parts = (("q", rank, query_features),) + ((("k", rank, key_features),) if not full else ()) + \
+        (("v", n, data_features),)
+    biased = ((("q",) if full else ("q", "k")) if comp.hp.bias else ()) + (("v",) if first.bias == "tied" else ())
+    return AttentionLayout(len(layer.heads), parts, biased)
