@@ -389,7 +389,7 @@ class Elaborator:
         arg_ids = [self._value_ref(a, scope, unit, later, name, i) for i, a in enumerate(call.args)]
         synthetic = ast.Call(ast.Name(func.parts, func.span), (), call.kwargs, call.span)
         use = resolve_use(synthetic, entry.family, scope, self.diags)
-        lo, hi = getattr(entry.cls, "arity", (1, 1))
+        lo, hi = entry.cls.arity
         if not lo <= len(call.args) <= hi:
             want = str(lo) if lo == hi else f"{lo} to {hi}"
             self.diags.error("E0311", f"'{fname}' takes {want} input value(s), got {len(call.args)}", call.span)
@@ -509,7 +509,7 @@ class Elaborator:
 
 def _refuse_tokens(fname: str, comp, types: list[TensorType]) -> None:
     """Token ids are integers, not features: only an op declaring ``reads_tokens`` (the embedding) reads them."""
-    if getattr(comp, "reads_tokens", False):
+    if comp.reads_tokens:
         return
     for i, t in enumerate(types):
         if t.kind == "tokens":

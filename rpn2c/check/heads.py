@@ -18,19 +18,17 @@ from rpn2c.components.xi import GridXi as GridXiLike
 from rpn2c.components.registry import REGISTRY, SLOT_FAMILIES, FAMILIES, ValueRef, lookup, names
 from rpn2c.check.values import INVALID, MAX_INT, Scope, evaluate
 from rpn2c.errors import Diagnostics, Span, did_you_mean
-from rpn2c.ir.graph import HeadSpec, LayerSpec, Use
+from rpn2c.ir.graph import HEAD_SLOT, HeadSlot, HeadSpec, LayerSpec, Use, slots_after, slots_before
 from rpn2c.ir.trace import HeadTrace
 from rpn2c.ir.types import TensorType, grid, is_known, items, vector
 from rpn2c.syntax import ast
 
-HEAD_KEYS = ("kappa", "psi", "xi_attribute", "xi_attribute_post", "xi_instance", "xi_instance_prior", "channels",
-             "channel_fusion", "bias", "out", "groups")
+HEAD_KEYS = ("kappa", "psi", *HEAD_SLOT, "channels", "channel_fusion", "bias", "out", "groups")
 LAYER_KEYS = ("fusion", "pi", "pre", "post")
 SINGLE_HEAD_KEYS = HEAD_KEYS + LAYER_KEYS + ("heads",)
 DECL_KEYS = HEAD_KEYS + ("post", "tie")  # a `head name { ... }` of a layer: also its own processing and a tie
 AUX_KINDS = {"edges": ("edges",), "weight": ("edge_weight",), "key_padding": ("mask",), "attn_mask": ("mask",),
              "keys": ("items",)}
-XI_SLOTS = ("xi_attribute", "xi_instance_prior", "xi_instance", "xi_attribute_post")
 
 
 class LayerShapeError(Exception):
@@ -234,7 +232,7 @@ def _build_head(name, hs: dict[str, ast.Setting], compress, scope, diags, span) 
     kappa = comp("kappa", "identity", "expansion")
     psi = comp("psi", "eye" if compress else "identity", "reconciliation")
     xi = {}
-    for slot in XI_SLOTS:
+    for slot in HEAD_SLOT:
         if slot in hs:
             use = resolve_use(hs[slot].value, slot, scope, diags)
             if use is not None and use.name != "identity":
@@ -438,11 +436,8 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span, label: 
         m = _need_int(data.features, "the feature count", span)
         tr = HeadTrace(data.kind, m, data.items)
         mz, nz = m, data.items
-        for slot in ("xi_attribute", "xi_instance_prior"):
-            if slot in h.xi:
-                axis = "attribute" if slot == "xi_attribute" else "instance"
-                size = mz if axis == "attribute" else nz
-                mz, nz, params = _apply_xi(h, slot, axis, size, x, data, aux, mz, nz, params)
+        for slot in slots_before(h):
+            mz, nz, params = _apply_xi(h, slot, slot.size(tr), x, data, aux, mz, nz, params)
         tr.mz, tr.nz = mz, nz
         feat = (mz,)
     try:
@@ -456,20 +451,19 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span, label: 
             str(tr.nz) != str(data.items):
         raise LayerShapeError(f"'{inst.name}' computes its matrix from the input's {data.items} items, but "
                               f"xi_instance_prior makes them {tr.nz}", inst.span)
-    if "xi_instance" in h.xi:
-        _, n_out, params = _apply_xi(h, "xi_instance", "instance", tr.nz, x, data, aux, d, tr.nz, params)
-    dk = d
-    if "xi_attribute_post" in h.xi:
-        d, _, params = _apply_xi(h, "xi_attribute_post", "attribute", d, x, data, aux, d, n_out, params)
-    tr.d, tr.dk, tr.n_out, tr.params = d, dk, n_out, params
+    tr.dk = d
+    for slot in slots_after(h):
+        d, n_out, params = _apply_xi(h, slot, slot.size(tr), x, data, aux, d, n_out, params)
+    tr.d, tr.n_out, tr.params = d, n_out, params
     if x is not data and str(n_out) != str(x.items):
         raise LayerShapeError(f"with a context input the head must map back to the query's {x.items} items "
                               f"(an instance ξ such as attention), got {n_out}", span)
     return _finish(h, tr, span, label)
 
 
-def _apply_xi(h, slot, axis, size, x, data, aux, mz, nz, params):
-    use = h.xi[slot]
+def _apply_xi(h, slot: HeadSlot, size, x, data, aux, mz, nz, params):
+    """ξ of ``slot`` on an axis of length ``size``: the new ``(features, items, params)``."""
+    use, axis = h.xi[slot.name], slot.axis
     comp: Interdependence = use.component
     aux_types = {}
     for key, ref in comp.value_refs():

@@ -211,6 +211,8 @@ class Interdependence(Component):
     # (absent when ``full``), biases ``b_q``, ``b_k`` and ``attend(q, k, v, aux)``; identical heads of a layer
     # store these packed (``rpn2c/ir/layout.py``)
     attention: ClassVar[bool] = False
+    graph_operator: ClassVar[bool] = False  # propagates over an edge list: can run as SpMM (rule graph_spmm)
+    shareable: ClassVar[bool] = False  # depends only on its named inputs: computed once per forward (shared_xi)
 
     @classmethod
     def example_template(cls) -> str:
@@ -252,6 +254,8 @@ class Fusion(Component):
 # ------------------------------------------------------------------------------------------------- processing/op
 class Processing(Component):
     """Shape-preserving processing (activation, norm, dropout); also callable as a one-input op."""
+
+    arity: ClassVar[tuple[int, int]] = (1, 1)  # input values when called as an op
 
     @classmethod
     def example_template(cls) -> str:

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from rpn2c.ir.graph import HEAD_SLOTS
 from rpn2c.ir.types import ValueRef  # noqa: F401  (hyper-parameters may name dataflow values)
 
 FAMILIES = {
@@ -44,10 +45,7 @@ SLOT_FAMILIES: dict[str, tuple[str, ...]] = {
     "kappa": ("expansion", "compression"),
     "psi": ("reconciliation",),
     "pi": ("remainder",),
-    "xi_attribute": ("interdependence",),
-    "xi_attribute_post": ("interdependence",),
-    "xi_instance": ("interdependence",),
-    "xi_instance_prior": ("interdependence",),
+    **{slot.name: ("interdependence",) for slot in HEAD_SLOTS},
     "fusion": ("fusion",),
     "cell": ("cell",),
     "kappa_state": ("expansion", "compression"),
@@ -74,6 +72,7 @@ class Component:
     example: ClassVar[str] = ""  # a whole runnable spec, when the family template does not fit
     example_call: ClassVar[str] = ""  # how the example writes this entry, e.g. ``patch_max(size = 2)``
     compile_limitation: ClassVar[str | None] = None  # why fullgraph torch.compile fails (a torch limitation)
+    reads_tokens: ClassVar[bool] = False  # an op that may read integer token ids (the checker refuses all others)
 
     def __init__(self, hp: HP):
         self.hp = hp

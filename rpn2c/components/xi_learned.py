@@ -491,7 +491,7 @@ def _hybrid_parts(hp) -> list[tuple[Interdependence, dict]]:
         if entry is None or (allowed is not None and entry.cls.name not in allowed):
             kinds = "kernel ξ" if allowed is not None else "interdependence"
             raise ValueError(f"part {i} '{name}' is not a registered {kinds} entry")
-        if getattr(entry.cls, "kind", "") == "grid" or issubclass(entry.cls, Hybrid):
+        if entry.cls.kind == "grid" or issubclass(entry.cls, Hybrid):
             raise ValueError(f"part {i} '{name}' cannot be fused (grid patches and hybrids are not parts)")
         schemas.append(entry)
     kw = [dict() for _ in schemas]

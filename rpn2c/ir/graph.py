@@ -10,12 +10,15 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
 from rpn2c.errors import UNKNOWN_SPAN, Span
 from rpn2c.ir.types import TensorType, ValueRef
+
+if TYPE_CHECKING:
+    from rpn2c.ir.trace import HeadTrace
 
 IR_VERSION = 1
 
@@ -60,7 +63,7 @@ class HeadSpec:
     name: str
     kappa: Use
     psi: Use
-    xi: dict[str, Use]  # slot -> ξ (xi_attribute, xi_attribute_post, xi_instance, xi_instance_prior)
+    xi: dict[str, Use]  # slot name (HEAD_SLOTS) -> ξ
     channels: int
     channel_fusion: Use
     bias: str  # "none" | "tied" | "untied"
@@ -83,6 +86,44 @@ class HeadSpec:
         if self.tie is not None:
             out["tie"] = self.tie
         return out
+
+
+@dataclass(frozen=True)
+class HeadSlot:
+    """An interdependence slot of a head: the axis its ξ acts on, whether before κ, and the trace field sizing it."""
+
+    name: str
+    axis: str  # "attribute" (features: Z A) | "instance" (items: A Z)
+    before_kappa: bool
+    size_field: str  # the HeadTrace field holding the length of the axis the ξ acts on
+
+    def size(self, t: HeadTrace) -> Any:
+        return getattr(t, self.size_field)
+
+
+# The head's ξ slots in application order: Y = A_i κ(A_ip Z A_a) A_ap.
+HEAD_SLOTS: tuple[HeadSlot, ...] = (
+    HeadSlot("xi_attribute", "attribute", True, "m"),  # the data path's features
+    HeadSlot("xi_instance_prior", "instance", True, "n_items"),  # the data path's items
+    HeadSlot("xi_instance", "instance", False, "nz"),  # the items entering κ
+    HeadSlot("xi_attribute_post", "attribute", False, "dk"),  # κ's own output width
+)
+HEAD_SLOT: dict[str, HeadSlot] = {s.name: s for s in HEAD_SLOTS}
+
+
+def head_slots(h: HeadSpec) -> tuple[HeadSlot, ...]:
+    """The slots ``h`` fills, in application order."""
+    return tuple(s for s in HEAD_SLOTS if s.name in h.xi)
+
+
+def slots_before(h: HeadSpec) -> tuple[HeadSlot, ...]:
+    """The slots ``h`` fills before κ, in order."""
+    return tuple(s for s in head_slots(h) if s.before_kappa)
+
+
+def slots_after(h: HeadSpec) -> tuple[HeadSlot, ...]:
+    """The slots ``h`` fills after κ, in order."""
+    return tuple(s for s in head_slots(h) if not s.before_kappa)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rpn2c.errors import UNKNOWN_SPAN, Span
-from rpn2c.ir.graph import Graph, HeadSpec, Node
+from rpn2c.ir.graph import Graph, HeadSpec, Node, slots_after, slots_before
 
 SEMANTIC_OPS = ("input", "xi", "patches", "expand", "reconcile", "bias", "fuse_channels", "fuse_heads",
                 "remainder", "process", "recur")
@@ -150,7 +150,7 @@ def _head(tab: TermTable, node: Node, h: HeadSpec, t, data: Term) -> Term:
 
     def xi(slot, z, c):
         use = h.xi[slot]
-        per_channel = getattr(use.component, "kind", "static") not in ("static", "grid")
+        per_channel = use.component.kind not in ("static", "grid")
         return make("xi", (z,), use, c if per_channel else None, slot=slot)
 
     if t.grid_kappa:  # a compression κ on the grid: pooling-like, no ψ
@@ -161,13 +161,11 @@ def _head(tab: TermTable, node: Node, h: HeadSpec, t, data: Term) -> Term:
             z = make("patches", (data,), h.xi["xi_attribute"], mode=h.xi["xi_attribute"].component.mode)
         else:
             z = data
-            for slot in ("xi_attribute", "xi_instance_prior"):
-                if slot in h.xi:
-                    z = xi(slot, z, c)
+            for slot in slots_before(h):
+                z = xi(slot.name, z, c)
         k = make("expand", (z,), h.kappa, None if t.view == "grid" else c)  # a grid head expands once
-        for slot in ("xi_instance", "xi_attribute_post"):
-            if slot in h.xi:
-                k = xi(slot, k, c)
+        for slot in slots_after(h):
+            k = xi(slot.name, k, c)
         y = make("reconcile", (k,), h.psi, c)
         ys.append(make("bias", (y,), None, c, what=h.bias))
     y = ys[0] if len(ys) == 1 else make("fuse_channels", ys, h.channel_fusion)

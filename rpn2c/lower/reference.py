@@ -15,6 +15,7 @@ import torch
 
 from rpn2c.components.kappa import literal_patches
 from rpn2c.components.xi import aggregation_matrix
+from rpn2c.ir.graph import slots_after, slots_before
 
 
 def interdependence(m, z, q, data, aux):
@@ -54,13 +55,11 @@ def head(hd, x, data, aux_of, grid_out: bool):
     ys = []
     for c in range(h.channels):
         z = z0
-        for slot in ("xi_attribute", "xi_instance_prior"):
-            if slot in h.xi:
-                z = _interdependence(getattr(hd, slot), c, z, q, z0, aux_of)
+        for slot in slots_before(h):
+            z = _interdependence(getattr(hd, slot.name), c, z, q, z0, aux_of)
         k = hd.kappa(z)
-        for slot in ("xi_instance", "xi_attribute_post"):
-            if slot in h.xi:
-                k = _interdependence(getattr(hd, slot), c, k, q, z0, aux_of)
+        for slot in slots_after(h):
+            k = _interdependence(getattr(hd, slot.name), c, k, q, z0, aux_of)
         y = reconciliation(channel(hd.psi, c), k, h.groups)
         ys.append(y if hd.bias is None else y + hd.bias)
     y = fuse_channels(hd, ys, grid_out)

@@ -33,13 +33,11 @@ from torch import nn
 
 from rpn2c.components.xi import aggregation_matrix, padding_matrix
 from rpn2c.errors import did_you_mean
-from rpn2c.ir.graph import Graph
+from rpn2c.ir.graph import Graph, head_slots, slots_before
 from rpn2c.lower import reference as literal
 from rpn2c.lower.heads import own_aux
 from rpn2c.train.interdependence import layer_call, layer_module
 
-SLOTS_BEFORE = ("xi_attribute", "xi_instance_prior")
-SLOTS_AFTER = ("xi_instance", "xi_attribute_post")
 MAX_ENTRIES = 50_000_000  # a dense float64 M of 400 MB
 
 
@@ -220,17 +218,15 @@ def _items_channel(name, hd, c, x, data, aux, sample) -> LayerMatrix:
     q = x.unsqueeze(1) if vec else x
     z0 = data.unsqueeze(1) if vec else data
     kappa = h.kappa.component
-    if kappa.name != "identity" and any(s in h.xi for s in SLOTS_BEFORE):
+    if kappa.name != "identity" and slots_before(h):
         raise ViewError(f"layer '{name}': κ = {kappa.name} between interdependence functions is not linear")
     u = (hd.kappa(z0) if kappa.name != "identity" else z0)[sample].double()  # [N, D]
     left = torch.eye(u.shape[-2], dtype=torch.float64)
     right = torch.eye(u.shape[-1], dtype=torch.float64)
     factors, dependent = {}, False
-    for slot in (*SLOTS_BEFORE, *SLOTS_AFTER):
-        if slot not in h.xi:
-            continue
-        m = literal.channel(getattr(hd, slot), c)
-        attribute = m.axis == "attribute"
+    for slot in head_slots(h):
+        m = literal.channel(getattr(hd, slot.name), c)
+        attribute = slot.axis == "attribute"
         a = m.matrix(q, z0, own_aux(m, aux), right.shape[-1] if attribute else left.shape[0])
         varies = a.dim() == 3
         a = (a[min(sample, a.shape[0] - 1)] if varies else a).double()
@@ -239,7 +235,7 @@ def _items_channel(name, hd, c, x, data, aux, sample) -> LayerMatrix:
             right = right @ a
         else:
             left = a @ left
-        factors["attention" if varies else slot] = a
+        factors["attention" if varies else slot.name] = a
     psi = _psi_matrix(hd, c)
     right = right @ psi.T
     n_out, n = left.shape[0], right.shape[1]

@@ -16,11 +16,9 @@ from torch import nn
 
 from rpn2c.components.xi import aggregation_matrix, padding_matrix
 from rpn2c.errors import did_you_mean
-from rpn2c.ir.graph import Graph
+from rpn2c.ir.graph import Graph, head_slots
 
 from .config import TrainError
-
-SLOT_ORDER = ("xi_attribute", "xi_instance_prior", "xi_instance", "xi_attribute_post")
 
 
 @dataclass
@@ -128,29 +126,29 @@ def layer_matrices(model: nn.Module, layer: str, inputs: dict[str, torch.Tensor]
         vec = trace.view == "vector"
         q = x.unsqueeze(1) if vec else x
         z0 = data.unsqueeze(1) if vec else data
-        for slot in [s for s in SLOT_ORDER if s in spec.xi]:
-            use = spec.xi[slot]
+        for slot in head_slots(spec):
+            use = spec.xi[slot.name]
             comp = use.component
-            if getattr(comp, "kind", "") == "grid":
+            if comp.kind == "grid":
                 spatial = tuple(int(s) for s in data.shape[2:])
                 build = padding_matrix if comp.mode == "padding" else aggregation_matrix
                 a = build(trace.geometry, spatial, torch.float64, data.device)
                 cols = "patch q × tap j (column q·p + j)" if comp.mode == "padding" else "patch q"
                 cells = "×".join(map(str, spatial))
-                out.append(XiMatrix(layer, head_name, slot, 0, str(use), a,
+                out.append(XiMatrix(layer, head_name, slot.name, 0, str(use), a,
                                     f"input cell n (row-major over {cells})", cols))
                 continue
-            mod = getattr(hd, slot)
+            mod = getattr(hd, slot.name)
             mods = list(mod) if isinstance(mod, nn.ModuleList) else [mod]
             for c, m in enumerate(mods):
-                size = {"xi_attribute": trace.m, "xi_attribute_post": trace.d}.get(slot)
-                if size is None:  # instance axis: the items entering κ
-                    size = trace.nz if isinstance(trace.nz, int) else z0.shape[-2]
+                size = slot.size(trace)
+                if not isinstance(size, int):  # a symbolic item count: this input's
+                    size = z0.shape[-2]
                 a = m.matrix(q, z0, aux, size)
                 if a.dim() == 3:
                     a = a[min(sample, a.shape[0] - 1)]
                 rows, cols = _labels(str(use), m.axis)
-                out.append(XiMatrix(layer, head_name, slot, c, str(use), a.detach().to(torch.float64), rows, cols))
+                out.append(XiMatrix(layer, head_name, slot.name, c, str(use), a.detach().to(torch.float64), rows, cols))
     return out
 
 
