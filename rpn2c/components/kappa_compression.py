@@ -168,36 +168,37 @@ class PatchPoolModule(nn.Module):
         self.register_buffer("index", index, persistent=False)
         self.register_buffer("outside", ~valid, persistent=False)
         self.register_buffer("count", valid.sum(-1).clamp(min=1), persistent=False)
-        self.native = False  # set by select_kernels when the optimiser's `pool` rule fired
         if not reference and native_pooling(geo, metric) and metric in ("sum", "mean"):
             self.register_buffer("mask", geo.kernel_mask().to(torch.get_default_dtype()), persistent=False)
-
-    def select_kernels(self, kernels) -> None:
-        """Native pooling runs only where the optimiser chose it (rule ``pool``); otherwise gather + reduce."""
-        self.native = not self.reference and "pool" in kernels and native_pooling(self.geo, self.metric)
 
     def _mean_ignoring(self, s):
         return s / self.count.to(s.dtype)
 
+    def pool(self, x):
+        """Kernel op ``pool`` (rule ``pool``, where ``native_pooling`` holds): max/min by native max pooling of
+        the explicitly padded grid, sum/mean by a depthwise convolution with the patch mask."""
+        c = x.shape[1]
+        geo, metric = self.geo, self.metric
+        pads = pad_pairs(geo)
+        padded = any(pads)  # F.pad copies even when every pad is zero
+        pool = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[geo.rank - 1]
+        if metric == "max":
+            return pool(F.pad(x, pads, value=self.fill) if padded else x, geo.kernel, geo.stride, 0, geo.dilation)
+        if metric == "min":
+            return -pool(F.pad(-x, pads, value=-self.fill) if padded else -x, geo.kernel, geo.stride, 0,
+                         geo.dilation)
+        conv = (F.conv1d, F.conv2d, F.conv3d)[geo.rank - 1]
+        w = self.mask.to(x.dtype).expand(c, 1, *geo.kernel)
+        y = conv(F.pad(x, pads) if padded else x, w, stride=geo.stride, dilation=geo.dilation, groups=c)
+        if metric == "mean":
+            y = y / self.count.to(x.dtype).reshape(self.out_spatial) if self.ignore else y / geo.patch_size
+        return y
+
     def forward(self, x, grid=True):
+        """φ over every patch by gather + reduce (the reference: by the padding matrix)."""
         b, c = x.shape[:2]
         geo, metric = self.geo, self.metric
         mean_ignore = metric == "mean" and self.ignore
-        if self.native:
-            pads = pad_pairs(geo)
-            padded = any(pads)  # F.pad copies even when every pad is zero
-            pool = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[geo.rank - 1]
-            if metric == "max":
-                return pool(F.pad(x, pads, value=self.fill) if padded else x, geo.kernel, geo.stride, 0, geo.dilation)
-            if metric == "min":
-                return -pool(F.pad(-x, pads, value=-self.fill) if padded else -x, geo.kernel, geo.stride, 0,
-                             geo.dilation)
-            conv = (F.conv1d, F.conv2d, F.conv3d)[geo.rank - 1]
-            w = self.mask.to(x.dtype).expand(c, 1, *geo.kernel)
-            y = conv(F.pad(x, pads) if padded else x, w, stride=geo.stride, dilation=geo.dilation, groups=c)
-            if metric == "mean":
-                y = y / self.count.to(x.dtype).reshape(self.out_spatial) if self.ignore else y / geo.patch_size
-            return y
         if self.reference:
             taps = literal_patches(x, geo, self.spatial)  # [B, C, P, p]
             if self.ignore and self.fill != 0.0:

@@ -283,7 +283,6 @@ class _GraphXi(XiModule):
         self.hp, self.axis = hp, axis
         self._cache = None  # (key, (src, dst, w)) of the last graph seen
         self.share_key = None  # set by the lowering when the optimiser's shared_xi rule merged this ξ with others
-        self.sparse_kernel = False  # set by the lowering where the optimiser's graph_spmm rule fired
 
     def edge_list(self, aux, n, dtype, device):
         """(src, dst, w) with self-loops and normalisation applied: A[dst, src] = w. O(E).
@@ -348,21 +347,20 @@ class _GraphXi(XiModule):
         return m if self.axis == "instance" else m.T
 
     def operator(self, aux, n, dtype):
-        """``x ↦ A @ x`` on the graph's cached operator (rule ``graph_spmm``: one SpMM or GEMM per hop, built once
-        per edge tensor, also under ``torch.compile``); ``None`` where the gather/scatter form runs: the rule did
-        not fire, edge weights that need gradients, or dtypes without a sparse kernel."""
+        """``x ↦ A @ x`` on the graph's cached operator (kernel op ``spmm``: one SpMM or GEMM per hop, built once
+        per edge tensor, also under ``torch.compile``); ``None`` where its declared fallback ``gather_scatter``
+        runs: edge weights that need gradients, or dtypes without a sparse kernel."""
         weight = aux.get("weight")
-        if not self.sparse_kernel or dtype not in (torch.float32, torch.float64) or (
-                weight is not None and weight.requires_grad):
+        if dtype not in (torch.float32, torch.float64) or (weight is not None and weight.requires_grad):
             return None
         hp = self.hp
         return functools.partial(structure.graph_mm, aux["edges"], weight, n=n, self_loops=hp.self_loops,
                                  norm=hp.norm, directed=hp.directed)
 
-    def apply(self, z, q, c, aux):
+    def apply(self, z, q, c, aux, kernel: str | None = None):
         zz = z if self.axis == "instance" else z.transpose(-1, -2)
         n = zz.shape[-2]
-        op = self.operator(aux, n, zz.dtype)
+        op = self.operator(aux, n, zz.dtype) if kernel == "spmm" else None
         if op is not None:
             y = self._propagate(zz, None, None, None, n, operator=op)
         else:
@@ -460,17 +458,6 @@ class _BilinearXi(XiModule):
         self.b_k = nn.Parameter(torch.zeros(r)) if hp.bias and not self.full else None
         self.scale = hp.scale if hp.scale is not None else 1 / math.sqrt(r)
         self.modes = {k: t.mask_mode for k, t in aux_types.items()}
-        self.is_causal_kernel = False  # set by the lowering where the optimiser's causal_sdpa rule fired
-        self.flex_kernel = False  # set by the lowering where the optimiser's flex_window rule fired
-
-    @property
-    def is_causal_kernel(self) -> bool:
-        """SDPA's own causal mask: only where the causal mask is the only one (a window narrows it further)."""
-        return self._causal_kernel and self.hp.window is None
-
-    @is_causal_kernel.setter
-    def is_causal_kernel(self, value: bool) -> None:
-        self._causal_kernel = value
 
     def _qk(self, q, c, aux):
         if self.hp.keys is not None:
@@ -517,21 +504,22 @@ class _BilinearXi(XiModule):
         empty = torch.isneginf(logits).all(-1, keepdim=True)  # a query with no key left: a zero row (as SDPA)
         return torch.where(empty, 0.0, torch.softmax(torch.where(empty, 0.0, logits), dim=-1))
 
-    def apply(self, z, q, c, aux):
+    def apply(self, z, q, c, aux, kernel: str | None = None):
         if not self.hp.softmax:
             return self.matrix(q, c, aux) @ z
         qq, kk = self._qk(q, c, aux)
         if qq.shape[-1] != kk.shape[-1]:  # pragma: no cover - shapes are checked statically
             raise RuntimeError("query/key width mismatch")
-        return self.attend(qq, kk, z, aux)
+        return self.attend(qq, kk, z, aux, kernel)
 
-    def attend(self, qq, kk, values, aux):
-        """softmax(qq kkᵀ · scale + masks) · values, ``[..., Nq, r]`` × ``[..., Nc, r]`` × ``[..., Nc, n]``: SDPA
-        with ``is_causal`` (rule ``causal_sdpa``), FlexAttention with a band block mask where it skips blocks and
-        no gradient is needed (rule ``flex_window``), else SDPA with the masks as one additive mask."""
-        if self.is_causal_kernel:  # the causal mask alone: SDPA's own (top-left aligned = triu(1) blocked)
+    def attend(self, qq, kk, values, aux, kernel: str | None = None):
+        """softmax(qq kkᵀ · scale + masks) · values, ``[..., Nq, r]`` × ``[..., Nc, r]`` × ``[..., Nc, n]``, by the
+        kernel op the optimiser chose: ``sdpa_causal`` (SDPA's is_causal: the causal mask is the only one),
+        ``flex_attention`` (FlexAttention's band block mask; its declared fallback ``sdpa_band`` where gradients
+        are needed, for float64 or short sequences), else SDPA with every mask as one additive mask."""
+        if kernel == "sdpa_causal" and self.hp.window is None:  # top-left aligned = triu(1) blocked; a band isn't
             return F.scaled_dot_product_attention(qq, kk, values, is_causal=True, scale=self.scale)
-        if (self.flex_kernel and flex_op.supported(qq, kk, values)
+        if (kernel == "flex_attention" and flex_op.supported(qq, kk, values)
                 and flex_op.worthwhile(qq.shape[-2], kk.shape[-2], self.hp.window)):
             return windowed_flex_attention(qq, kk, values, self.hp.window, self.hp.causal, self.scale)
         mask = self._additive_mask(aux, qq.shape[-2], kk.shape[-2], qq.dtype, qq.device)

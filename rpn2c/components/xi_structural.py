@@ -443,7 +443,12 @@ class PageRank(Interdependence):
     example, example_call = graph_example(), "pagerank(edges = edges)"
     aliases = ("pagerank_graph",)
     HP = _PageRankHP
-    graph_operator = True  # the power steps can run as SpMMs on the built adjacency (rule graph_spmm)
+
+    @property
+    def graph_operator(self) -> bool:
+        """The power steps run as SpMMs on the built adjacency (rule graph_spmm); ``method = "solve"`` inverts the
+        dense matrix built from the edges, so no SpMM runs and the rule must not claim one."""
+        return self.hp.method != "solve"
 
     def build(self, ctx):
         return _PageRankXi(self.hp, ctx.axis)
@@ -452,9 +457,6 @@ class PageRank(Interdependence):
 class _PageRankXi(_GraphXi):
     def support(self, aux, n, dtype, device):
         return None
-
-    def operator(self, aux, n, dtype):
-        return None if self.hp.method == "solve" else super().operator(aux, n, dtype)  # solve reads the edges
 
     def _from_adjacency(self, a):
         return structure.pagerank_matrix(a, self.hp.alpha)

@@ -29,6 +29,14 @@ KERNEL_OPS = ("conv", "box_sum", "unfold", "gather_patches", "pool", "linear", "
               "flex_attention", "fused_sdpa", "stacked_linear", "degree_linear", "rnn_fused", "parallel_scan",
               "time_loop")
 
+# kernel ops whose kernel depends on facts known only at run time: (the form that runs instead, when). Their
+# emitters implement exactly this, and ``rpn2c explain`` prints it beside the op.
+FALLBACKS: dict[str, tuple[str, str]] = {
+    "spmm": ("gather_scatter", "the edge weights need gradients, or the dtype is not float32/float64"),
+    "flex_attention": ("sdpa_band", "gradients are needed, the dtype is float64, FlexAttention cannot be compiled "
+                                    "(no C++ toolchain), or the band skips fewer than half of the key blocks"),
+}
+
 
 @dataclass(frozen=True)
 class Term:

@@ -112,11 +112,12 @@ def _split_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
     return t.unflatten(-1, (heads, -1)).transpose(-3, -2)
 
 
-def packed_attention(layer, x, data, aux: dict, fold_v_bias: bool, fuse_out: bool):
+def packed_attention(layer, x, data, aux: dict, fold_v_bias: bool, fuse_out: bool, kernel: str | None = None):
     """Kernel op ``fused_sdpa``: the H packed heads of ``layer`` on queries ``x`` and context ``data``.
 
     Returns the concat_linear fusion's output ``[B, Nq, n_out]`` when ``fuse_out``, else the heads' outputs
     (a list of ``[B, Nq, n]``). ``fold_v_bias``: V's bias joins the projection GEMM (no mask can empty a row).
+    ``kernel``: the heads' attention kernel (``sdpa_causal``, ``flex_attention``; None: SDPA with the masks).
     """
     pk: PackedHeads = layer.packed
     lay, heads = pk.layout, pk.layout.heads
@@ -156,7 +157,7 @@ def packed_attention(layer, x, data, aux: dict, fold_v_bias: bool, fuse_out: boo
     qq = _split_heads(out["q"], heads)
     kk = _split_heads(out["k"], heads) if "k" in out else keys.unsqueeze(1).expand(-1, heads, -1, -1)
     vv = _split_heads(out["v"], heads)
-    y = first.attend(qq, kk, vv, own)  # [B, H, Nq, n]
+    y = first.attend(qq, kk, vv, own, kernel)  # [B, H, Nq, n]
     if "v" in late and not fold_v_bias:
         c, d = lay.bias_rows("v")
         y = y + bias[c:d].view(heads, 1, -1)

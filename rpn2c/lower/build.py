@@ -15,7 +15,6 @@ from rpn2c.ir.graph import Graph, Node
 from rpn2c.ir.types import TensorType
 from rpn2c.lower.heads import LayerModule
 from rpn2c.lower.recurrent import RecurrentModule
-from rpn2c.passes import kernels
 
 
 class _Scope(nn.Module):
@@ -67,13 +66,15 @@ class CompiledModel(nn.Module):
             x = g.node(preds["x"]).type
             ctx = g.node(preds["context"]).type if "context" in preds else None
             aux = {src: g.node(src).type for role, src in preds.items() if role.startswith("aux:")}
-            return LayerModule(node.layer, node.trace["heads"], x, ctx, aux, node.type, kernels(node), self.reference,
+            return LayerModule(node.layer, node.trace["heads"], x, ctx, aux, node.type, node, preds, self.reference,
                                node.trace.get("xi_share"))
         if node.kind == "recurrent":
             x = g.node(preds["x"]).type
-            fired = kernels(node)[None]
-            return RecurrentModule(node.layer, x.features, node.trace["recurrent"], self.reference,
-                                   fused="fused_recurrent" in fired, scan="parallel_scan" in fired)
+            # the rewritten term's op: the fused kernel, a parallel scan, a time loop; ``recur`` (no rule) and the
+            # reference lowering run the paper's form
+            op = node.terms[1].op if node.terms and not self.reference else "recur"
+            return RecurrentModule(node.layer, x.features, node.trace["recurrent"], op == "recur",
+                                   fused=op == "rnn_fused", scan=op == "parallel_scan")
         args = [g.node(preds[f"arg{i}"]).type for i in range(len(preds))]
         comp = node.op.component
         return comp.build(args) if node.op.component.family == "op" else comp.build(args[0])

@@ -1,5 +1,5 @@
 """The optimiser stage: graph canonicalisation and kernel selection from rule tables (``passes/rules/``)."""
 
-from rpn2c.passes.pipeline import kernels, optimize, rule_names
+from rpn2c.passes.pipeline import optimize, rule_names
 
-__all__ = ["optimize", "kernels", "rule_names"]
+__all__ = ["optimize", "rule_names"]

@@ -76,7 +76,7 @@ def common_ops(graph: Graph) -> list[GraphRewrite]:
 
 def _xi_share_key(graph: Graph, node, head, slot, use) -> str | None:
     comp = use.component
-    if not getattr(comp, "shareable", False):
+    if not comp.shareable:
         return None
     preds = graph.preds(node.id)
     inputs = sorted((k, preds.get(f"aux:{r.name}", "")) for k, r in comp.value_refs())

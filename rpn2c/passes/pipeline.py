@@ -4,9 +4,10 @@
 and recurrent node's term of paper operations (``rpn2c/ir/terms.py``) and rewrites it to a fixed point with the
 rules of ``rpn2c/passes/rules`` (``passes/rewrite.py``). Each rule that fired becomes a :class:`Decision` on the
 node (``node.decisions``, in firing order, with the spans it replaced and the term before and after); the term
-itself is kept as ``node.terms = (before, after)``. The decisions are the *only* input the default lowering reads
-to choose a kernel, so the labels shown by ``rpn2c check`` and ``rpn2c explain`` are what runs. ``disable``
-switches rules off (the lowering then takes the next rule or the literal form) — the differential tests use it.
+itself is kept as ``node.terms = (before, after)``. The rewritten term is the program the default lowering runs
+(``rpn2c/lower/program.py``: one emitter per op), so the kernels ``rpn2c check`` and ``rpn2c explain`` show are what
+runs, with the run-time fallbacks each kernel op declares (``rpn2c.ir.terms.FALLBACKS``). ``disable`` switches
+rules off (the term then keeps the next rule's op or the literal form) — the differential tests use it.
 """
 
 from __future__ import annotations
@@ -117,10 +118,3 @@ def optimize(graph: Graph, disable: Iterable[str] = ()) -> Graph:
         node.plan = sorted({d.rule for d in node.decisions if d.slot not in CANONICAL_SLOTS})
     return graph
 
-
-def kernels(node) -> dict[str | None, set[str]]:
-    """The rules that fired on ``node``, per head name (``None``: layer- or node-wide)."""
-    out: dict[str | None, set[str]] = {None: set()}
-    for d in getattr(node, "decisions", ()):
-        out.setdefault(d.head, set()).add(d.rule)
-    return out

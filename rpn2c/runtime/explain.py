@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from rpn2c.ir.graph import Graph
+from rpn2c.ir.terms import FALLBACKS
 from rpn2c.runtime.report import describe
 
 
@@ -17,8 +18,15 @@ def explain_json(graph: Graph) -> dict:
             continue
         terms = {"term": str(n.terms[0]), "rewritten": str(n.terms[1])} if n.terms else {}
         nodes.append({"node": n.id, "at": str(n.span), "recipe": describe(n), "type": str(n.type), **terms,
-                      "decisions": [d.to_json() for d in n.decisions]})
+                      "decisions": [d.to_json() for d in n.decisions],
+                      "fallbacks": {op: {"runs": f, "when": w} for op, (f, w) in _fallbacks(n)}})
     return {"model": graph.name, "nodes": nodes, "graph_rewrites": [r.to_json() for r in graph.log]}
+
+
+def _fallbacks(n) -> list[tuple[str, tuple[str, str]]]:
+    """The run-time fallbacks of the kernel ops in ``n``'s rewritten term."""
+    ops = sorted({t.op for t in n.terms[1].walk()} & set(FALLBACKS)) if n.terms else []
+    return [(op, FALLBACKS[op]) for op in ops]
 
 
 def render_explain(graph: Graph) -> str:
@@ -38,8 +46,8 @@ def render_explain(graph: Graph) -> str:
         if not n.decisions:
             plain = n.kind == "layer" and all(not h.xi for h in n.layer.heads)
             lines.append("  no rule fired: " + ("κ then ψ, no interdependence to fuse" if plain else
-                                                "the generic default lowering runs (patches by index, ξ applied "
-                                                "by the component)"))
+                                                "the term runs as the paper writes it (ξ by its matrix, patches "
+                                                "by the padding matrix)"))
         for d in n.decisions:
             head = f" [head {d.head}]" if d.head and len(getattr(n.layer, "heads", ())) > 1 else ""
             lines.append(f"  {d.slot:<10} {d.rule}{head}   defined at {d.location}")
@@ -49,6 +57,8 @@ def render_explain(graph: Graph) -> str:
             lines.append(f"  {'':<10} paper: {d.paper}")
             if d.cost is not None:
                 lines.append(f"  {'':<10} estimated: {d.cost}")
+        for op, (instead, when) in _fallbacks(n):
+            lines.append(f"  fallback   {op} ⇢ {instead} at run time when {when}")
     return "\n".join(lines)
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 
 import rpn2c
+from rpn2c.lower.build import CompiledModel
 from rpn2c.components import xi as xi_mod
 from rpn2c.functional import structure as S
 from tests.test_lowering_equivalence import assert_equivalent
@@ -112,10 +113,11 @@ def test_a_causal_window_is_not_labelled_or_run_as_the_causal_kernel():
     text = _spec(6, None, 1, True, False)
     graph = rpn2c.check(text)
     fast = rpn2c.compile(text).double()
-    assert "causal_sdpa" not in fast.graph.node("y").plan and not fast.y.xi_instance.is_causal_kernel
-    fast.y.xi_instance.is_causal_kernel = True
-    assert not fast.y.xi_instance.is_causal_kernel
+    assert "causal_sdpa" not in fast.graph.node("y").plan
+    assert "sdpa_causal" not in {t.op for t in fast.graph.node("y").terms[1].walk()}
     x = _rand(2, 6, 4)
+    m = fast.y.xi_instance
+    assert_close(m.apply(x, x, x, {}, kernel="sdpa_causal"), m.apply(x, x, x, {}))  # never the causal kernel alone
     assert_close(fast(x), _torch(fast, x, None, None, 1, True))
     assert graph.param_count == 4 * 2 + 4 * 2 + 4 * 3 + 3
 
@@ -179,8 +181,7 @@ def test_flex_window_runs_flexattention_where_the_band_skips_blocks(n, m, window
     text = _spec(n, m, window, causal, False)
     assert "flex_window" in rpn2c.passes.optimize(rpn2c.check(text)).node("y").plan
     model = rpn2c.compile(text).eval()
-    plain = rpn2c.compile(text).eval()
-    plain.y.xi_instance.flex_kernel = False  # what runs with the rule off: SDPA with the band mask
+    plain = CompiledModel(rpn2c.passes.optimize(rpn2c.check(text), disable={"flex_window"})).eval()  # SDPA + band
     plain.load_state_dict(model.state_dict())
     x = _rand(2, n, 4).float()
     inputs = (x,) if m is None else (x, _rand(2, m, 3, seed=1).float())

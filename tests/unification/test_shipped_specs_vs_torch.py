@@ -191,6 +191,7 @@ def test_rnn_chain_spec_is_not_nn_rnn():
     net = PaperChainRNN().double().eval()
     model = _compiled("rnn_chain", _rnn_state(net), False)
     seen = {}
+    model.emit(inline=False)  # layer hooks need module calls
     model.h1.register_forward_hook(lambda mod, args, out: seen.setdefault("h1", out))
     x = rand(2, 5, 8)
     model(x)

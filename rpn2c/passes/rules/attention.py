@@ -19,7 +19,7 @@ def _causal_only(s: Site) -> bool:
         return False
     hp = xi.component.hp
     return (hp.softmax and hp.causal and hp.attn_mask is None and hp.key_padding is None
-            and getattr(hp, "window", None) is None and len(s.head.xi) == 1)
+            and hp.window is None and len(s.head.xi) == 1)
 
 
 def _window_only(s: Site) -> bool:

@@ -14,7 +14,7 @@ from rpn2c.passes.rule import P, Rule, Site, to
 
 def _grid_xi(s: Site):
     use = s.head.xi.get("xi_attribute")
-    return None if use is None or getattr(use.component, "kind", "") != "grid" else use.component
+    return None if use is None or use.component.kind != "grid" else use.component
 
 
 def _grid_head(s: Site) -> bool:
@@ -62,7 +62,7 @@ def _pool_cost(s: Site) -> Cost:
 
 def _native_pool(s: Site) -> bool:
     k = s.head.kappa.component
-    return (s.trace.grid_kappa and getattr(k, "grid_only", False) and k.family == "compression"
+    return (s.trace.grid_kappa and k.grid_only and k.family == "compression"
             and hasattr(k, "native_pooling") and k.native_pooling(len(s.data.spatial)))
 
 

@@ -15,7 +15,7 @@ from rpn2c.passes.rule import P, Rule, Site
 def _plain(h, t) -> bool:
     return (not h.xi and h.channels == 1 and h.groups == 1 and h.psi.name == "identity"
             and h.bias in ("tied", "none") and t.view in ("items", "vector") and not t.grid_kappa
-            and not getattr(h, "post", ()) and h.kappa.component.count((t.mz,)) == 0)
+            and not h.post and h.kappa.component.count((t.mz,)) == 0)
 
 
 def stackable(s: Site) -> bool:

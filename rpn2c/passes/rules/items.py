@@ -19,7 +19,7 @@ from rpn2c.passes.rule import P, Rule, Site, to
 
 
 def _xi_paramless(s: Site) -> bool:
-    return all(getattr(u.component, "kind", "static") in ("static", "grid") for u in s.head.xi.values())
+    return all(u.component.kind in ("static", "grid") for u in s.head.xi.values())
 
 
 def _items(s: Site) -> bool:
@@ -41,7 +41,7 @@ def _share_cost(s: Site) -> Cost:
 
 
 def _graph_xi(s: Site) -> bool:
-    return _items(s) and any(getattr(u.component, "graph_operator", False) for u in s.head.xi.values())
+    return _items(s) and any(u.component.graph_operator for u in s.head.xi.values())
 
 
 def _spmm_cost(s: Site) -> Cost:
@@ -57,11 +57,11 @@ def _instance_xi(t) -> bool:
 
 
 def _structured(t) -> bool:
-    return getattr(t.info["use"].component, "kind", "") in ("static", "data")
+    return t.info["use"].component.kind in ("static", "data")
 
 
 def _graph_term(t) -> bool:
-    return getattr(t.info["use"].component, "graph_operator", False)
+    return t.info["use"].component.graph_operator
 
 
 def _reorder(m: Match):
@@ -99,7 +99,7 @@ ITEMS_RULES: tuple[Rule, ...] = (
          "RPN 2 eq (26) with identity reconciliation: the perceptron", benefit=1,
          pattern=P("bias", P("reconcile", "k")), rewrite=to("linear")),
     Rule("structured_xi", "head", "xi",
-         lambda s: _items(s) and any(getattr(u.component, "kind", "") in ("static", "data")
+         lambda s: _items(s) and any(u.component.kind in ("static", "data")
                                      for u in s.head.xi.values()),
          "chain → shifts/scans, graph → gather/scatter_add on the edge list, bilinear+softmax → "
          "scaled_dot_product_attention: the interdependence matrix is never built",

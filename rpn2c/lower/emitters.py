@@ -1,0 +1,345 @@
+"""The op → torch table of the default lowering: exactly one emitter per op of a rewritten layer term.
+
+An emitter ``EMITTERS[op](term, site)`` is called once, when the layer is built, with the term and the plain facts
+of its head (``Site``); it returns ``run(layer, *args)``, the op's torch computation, which reads the layer's
+parameters at call time (so moving, converting or loading the model needs nothing else). Semantic ops that no rule
+rewrote run as the paper writes them (``xi`` by its matrix, ``patches`` by the padding matrix, ``recur`` by the
+reference recurrence); kernel ops run their kernel. ``lower/program.py`` orders the calls. A kernel whose choice
+depends on run-time facts states its fallback in ``rpn2c.ir.terms.FALLBACKS``; the emitter implements exactly that.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from rpn2c.components.kappa import pad_pairs
+from rpn2c.functional.expansion import taylor_reconcile
+from rpn2c.ir.terms import Term
+from rpn2c.lower import reference as literal
+from rpn2c.lower.attention import packed_attention
+
+_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+
+@dataclass(frozen=True)
+class Site:
+    """What an emitter may read when the layer is built: plain data only (programs are shared by copies)."""
+
+    head: str | None  # the head's name; None for a layer-level op
+    multi: bool  # the layer keeps its heads in ``layer.heads`` (else the layer is the head)
+    spec: Any = None  # HeadSpec
+    trace: Any = None  # HeadTrace
+    grid_out: bool = False  # the layer's output is a grid (fusions read the channel axis)
+    x_grid: bool = False  # the layer's input is a grid (the remainder reads the channel axis)
+
+    def holder(self, layer):
+        return layer.heads[self.head] if self.multi else layer
+
+
+def _named(fn: Callable, op: str) -> Callable:
+    fn.__name__ = fn.__qualname__ = f"rpn2c_{op}"  # the generated program names each call after its op
+    return fn
+
+
+# ------------------------------------------------------------------------------------------------ layer ops
+def _process(t: Term, s: Site):
+    where = t.key[1:]
+    if where[0] == "pre":
+        i = where[1]
+        return lambda layer, y: layer.pre[i](y)
+    if t.info.get("head") is not None:  # a head's own processing, before the head fusion
+        i = where[-1]
+        return lambda layer, y: s.holder(layer).head_post[i](y)
+    i = where[0]
+    return lambda layer, y: layer.post[i](y)
+
+
+def _remainder(t: Term, s: Site):
+    if s.x_grid:
+        return lambda layer, y, raw: y + layer.pi(raw.movedim(1, -1)).movedim(-1, 1)
+    return lambda layer, y, raw: y + layer.pi(raw)
+
+
+def _fuse_heads(t: Term, s: Site):
+    return lambda layer, *ys: literal.fuse(layer.fusion, list(ys), s.grid_out)
+
+
+def _head_posts(layer, outs):
+    for i, hd in enumerate(layer._holders()):
+        for p in getattr(hd, "head_post", ()):
+            outs[i] = p(outs[i])
+    return outs
+
+
+def _fused_sdpa(t: Term, s: Site):
+    """H packed attention heads (``lower/attention.py``): args (query, data, aux). The mask kernel the heads'
+    terms name (``sdpa_causal``, ``flex_attention``, plain ``xi_kernel``) is the one that runs."""
+    ops = {u.op for u in t.walk()}
+    kernel = next((k for k in ("sdpa_causal", "flex_attention") if k in ops), None)
+    fuse_out = t.info["what"] == "concat_linear" and not any(u.op == "process" for u in t.walk())
+
+    def run(layer, q, data, aux):
+        out = packed_attention(layer, q, data, aux, layer._fold_v_bias, fuse_out, kernel)
+        if fuse_out:
+            return out
+        return literal.fuse(layer.fusion, _head_posts(layer, out), s.grid_out)
+
+    return run
+
+
+def _stacked_linear(t: Term, s: Site):
+    """Identical perceptron heads: κ once, one F.linear with the heads' ψ rows (and biases) stacked."""
+
+    def run(layer, data):
+        holders = layer._holders()
+        k = holders[0].kappa(data)
+        weight = torch.cat([hd.psi.weight for hd in holders])
+        bias = torch.cat([hd.bias for hd in holders]) if holders[0].bias is not None else None
+        ys = F.linear(k, weight, bias).split([hd.psi.weight.shape[0] for hd in holders], dim=-1)
+        return literal.fuse(layer.fusion, list(ys), s.grid_out)
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------ ξ ops
+def _xi_with(kernel: str | None, literal_form: bool = False):
+    """ξ on ``z`` (query ``q``, context ``c``): by its matrix (``literal_form``) or its module's ``apply`` with the
+    named kernel. A vector head's ξ sees its one item as ``[B, 1, M]``."""
+
+    def build(t: Term, s: Site):
+        slot, channel = t.info["slot"], t.info["channel"]
+        vec = s.trace.view == "vector"
+
+        def run(layer, z, q, c, aux):
+            m = literal.channel(getattr(s.holder(layer), slot), channel or 0)
+            if vec:
+                z, q, c = z.unsqueeze(1), q.unsqueeze(1), c.unsqueeze(1)
+            own = own_aux(m, aux)
+            if literal_form:
+                y = literal.interdependence(m, z, q, c, own)
+            else:
+                y = m.apply(z, q, c, own) if kernel is None else m.apply(z, q, c, own, kernel=kernel)
+            return y.squeeze(1) if vec else y
+
+        return run
+
+    return build
+
+
+def own_aux(m, aux: dict) -> dict:
+    """The layer's extra inputs (keyed by value id) as ``m`` reads them: keyed by its hyper-parameter names."""
+    own = {k: aux[v] for k, v in getattr(m, "aux_keys", {}).items() if v in aux}
+    if "_memo" in aux:
+        own["_memo"] = aux["_memo"]
+    return own
+
+
+# ------------------------------------------------------------------------------------------------ κ, ψ, bias
+def _expand(t: Term, s: Site):
+    if t.info.get("grid"):
+        return lambda layer, x: s.holder(layer).kappa(x, grid=True)
+    return lambda layer, z: s.holder(layer).kappa(z)
+
+
+def _pool(t: Term, s: Site):
+    return lambda layer, x: s.holder(layer).kappa.pool(x)
+
+
+def _reconcile(t: Term, s: Site):
+    c, g = t.info["channel"] or 0, s.spec.groups
+
+    def run(layer, k):
+        psi = literal.channel(s.holder(layer).psi, c)
+        if g == 1:
+            return psi.apply(k)
+        w = psi.matrix().unflatten(0, (g, -1))  # [g, n/g, D/g]: ψ block-diagonal over the feature groups
+        return torch.einsum("...gd,gnd->...gn", k.unflatten(-1, (g, -1)), w).flatten(-2)
+
+    return run
+
+
+def _on_grid(s: Site, fn):
+    """A grid head's ``[B, P, n]`` result back on the output grid ``[B, n, *P]`` (a view); args end with the
+    head's grid input, whose spatial size fixes P."""
+    if s.trace.view != "grid":
+        return lambda layer, y, *_: fn(layer, y)
+    geo = s.trace.geometry
+
+    def run(layer, y, x):
+        y = fn(layer, y)
+        return y.transpose(1, 2).reshape(x.shape[0], y.shape[-1], *geo.out_spatial(tuple(x.shape[2:])))
+
+    return run
+
+
+def _bias(t: Term, s: Site):
+    return _on_grid(s, lambda layer, y: y if s.holder(layer).bias is None else y + s.holder(layer).bias)
+
+
+def _linear(t: Term, s: Site):
+    c = t.info["channel"] or 0
+
+    def run(layer, k):
+        hd = s.holder(layer)
+        return F.linear(k, literal.channel(hd.psi, c).weight, hd.bias)
+
+    return _on_grid(s, run)
+
+
+def _degree_linear(t: Term, s: Site):
+    c, d = t.info["channel"] or 0, s.spec.kappa.component.hp.d
+
+    def run(layer, z):
+        hd = s.holder(layer)
+        return taylor_reconcile(z, literal.channel(hd.psi, c).weight, hd.bias, d=d)
+
+    return _on_grid(s, run)
+
+
+def _fuse_channels(t: Term, s: Site):
+    return lambda layer, *ys: literal.fuse_channels(s.holder(layer), list(ys), s.grid_out)
+
+
+# ------------------------------------------------------------------------------------------------ grid ops
+def _pad(x, geo):
+    pads = pad_pairs(geo)
+    if not any(pads):
+        return x
+    mode = {"zeros": "constant"}.get(geo.padding_mode, geo.padding_mode)
+    return F.pad(x, pads, mode=mode)
+
+
+def conv_padding(kappa_name: str, geo) -> tuple[int, ...] | None:
+    """The padding a convolution can apply itself: symmetric zero padding read by an identity κ (any other κ
+    must see κ(0) in the padded cells, so the grid is padded explicitly); None otherwise."""
+    if kappa_name == "identity" and geo.padding_mode == "zeros" and tuple(geo.pad_before) == tuple(geo.pad_after):
+        return tuple(geo.pad_before)
+    return None
+
+
+def _conv(t: Term, s: Site):
+    """Padding-mode grid ξ + elementwise κ + ψ (+ tied bias) of one channel as one convolution: ψ's rows reshaped
+    to the kernel, κ applied to the (padded) grid first, zero padding the convolution's own where κ is the
+    identity."""
+    h, geo, c = s.spec, s.trace.geometry, t.info["channel"] or 0
+    kappa = h.kappa.component
+    d, p, g = kappa.degree(), geo.patch_size, h.groups
+    own_padding = conv_padding(kappa.name, geo)
+    conv = _CONV[geo.rank]
+
+    def run(layer, x):
+        hd = s.holder(layer)
+        if own_padding is not None:
+            xp, padding = x, own_padding
+        else:
+            xp, padding = _pad(x, geo), 0
+            if kappa.name != "identity":
+                xp = hd.kappa(xp, grid=True)  # [B, C·d, ...]; padded cells read κ(0)
+        w = literal.channel(hd.psi, c).matrix()  # [n, (C/g)·p·d]
+        n, cg = w.shape[0], x.shape[1] // g
+        if d > 1:
+            w = w.reshape(n, cg, p, d).transpose(2, 3)
+        w = w.reshape(n, cg * d, p)
+        if geo.taps is not None:  # a tap subset: its kernel-box positions, zero elsewhere
+            w = w.new_zeros(n, cg * d, math.prod(geo.kernel)).index_copy(-1, hd.tap_pos, w)
+        w = w.reshape(n, cg * d, *geo.kernel).contiguous()  # size-1 axes can leave a strided view
+        tied = hd.bias is not None and h.bias == "tied"
+        y = conv(xp, w, hd.bias if tied else None, stride=geo.stride, padding=padding, dilation=geo.dilation,
+                 groups=g)
+        if hd.bias is not None and not tied:
+            y = y + hd.bias.transpose(0, 1).reshape(1, -1, *y.shape[2:])
+        return y
+
+    return run
+
+
+def _patches_literal(t: Term, s: Site):
+    geo, mode = s.trace.geometry, t.info["mode"]
+    return lambda layer, x: literal.patches(x, geo, mode, tuple(x.shape[2:]))
+
+
+def _gather_patches(t: Term, s: Site):
+    """Patches by index (out-of-grid taps read 0): ``[B, P, C·p]``; the index of a known grid is a buffer."""
+    geo = s.trace.geometry
+
+    def run(layer, x):
+        b, cin = x.shape[:2]
+        index = getattr(s.holder(layer), "patch_index", None)
+        if index is None:
+            index = geo.patch_index(tuple(x.shape[2:]), device=x.device)  # [P, p]
+        taps = x.reshape(b, cin, -1)[:, :, index.clamp(min=0)] * (index >= 0)  # [B, C, P, p]
+        return taps.permute(0, 2, 1, 3).flatten(2)
+
+    return run
+
+
+def _unfold(t: Term, s: Site):
+    """Padding-mode patches of a 1-D or 2-D grid by im2col (``F.unfold``): ``[B, P, C·p]``, channel-major taps."""
+    geo = s.trace.geometry
+    own = geo.padding_mode == "zeros" and tuple(geo.pad_before) == tuple(geo.pad_after)
+
+    def run(layer, x):
+        c = x.shape[1]
+        xp, padding = (x, tuple(geo.pad_before)) if own else (_pad(x, geo), (0,) * geo.rank)
+        kernel, stride, dilation = geo.kernel, geo.stride, geo.dilation
+        if geo.rank == 1:
+            xp, kernel, stride, dilation, padding = (xp.unsqueeze(2), (1, *kernel), (1, *stride), (1, *dilation),
+                                                     (0, *padding))
+        cols = F.unfold(xp, kernel, dilation=dilation, padding=padding, stride=stride)  # [B, C·box, P]
+        if geo.taps is not None:  # kernel-box positions of the taps (a buffer built with the head)
+            cols = cols.unflatten(1, (c, -1)).index_select(2, s.holder(layer).tap_pos).flatten(1, 2)
+        return cols.transpose(1, 2)
+
+    return run
+
+
+def _box_sum(t: Term, s: Site):
+    """Aggregation-mode patches (each patch summed): a depthwise convolution with the patch mask, ``[B, P, C]``."""
+    geo = s.trace.geometry
+
+    def run(layer, x):
+        cin = x.shape[1]
+        kernel = geo.kernel_mask(x.device).to(x.dtype).expand(cin, 1, *geo.kernel)
+        y = _CONV[geo.rank](_pad(x, geo), kernel, stride=geo.stride, dilation=geo.dilation, groups=cin)
+        return y.flatten(2).transpose(1, 2)
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------ the table
+EMITTERS: dict[str, Callable[[Term, Site], Callable]] = {
+    # semantic ops (what runs where no rule rewrote them: the paper's literal forms)
+    "xi": _xi_with(None, literal_form=True),
+    "patches": _patches_literal,
+    "expand": _expand,
+    "reconcile": _reconcile,
+    "bias": _bias,
+    "fuse_channels": _fuse_channels,
+    "fuse_heads": _fuse_heads,
+    "remainder": _remainder,
+    "process": _process,
+    # kernel ops
+    "xi_kernel": _xi_with(None),
+    "spmm": _xi_with("spmm"),
+    "sdpa_causal": _xi_with("sdpa_causal"),
+    "flex_attention": _xi_with("flex_attention"),
+    "conv": _conv,
+    "box_sum": _box_sum,
+    "unfold": _unfold,
+    "gather_patches": _gather_patches,
+    "pool": _pool,
+    "linear": _linear,
+    "degree_linear": _degree_linear,
+    "fused_sdpa": _fused_sdpa,
+    "stacked_linear": _stacked_linear,
+}
+
+
+def emitter(t: Term, s: Site) -> Callable:
+    """The bound computation of term ``t`` (named after its op in the generated program)."""
+    return _named(EMITTERS[t.op](t, s), t.op)

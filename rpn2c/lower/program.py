@@ -1,0 +1,94 @@
+"""A layer's rewritten term as its program: the term (``node.terms[1]``) walked once, children first, into a
+straight-line list of steps, each the one emitter of its op (``lower/emitters.py``) bound to its head. What the
+rewrites produce is exactly what runs: the layer module interprets the steps, and ``lower/emit.py`` writes the
+same steps into the model's generated program. Interned subterms (a κ shared by channels, a processed input read
+by several heads) are one step.
+
+Arguments the term leaves implicit are made explicit here: every ξ also reads the query (the processed layer input)
+and the context, and the layer's extra inputs (masks, edges, keys: ``aux``); a grid head's last step reads the grid
+input, whose size fixes the output grid; a multi-head kernel (``fused_sdpa``, ``stacked_linear``) reads the query
+and the context, not its heads' terms, which only describe it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Union
+
+from rpn2c.ir.terms import Term, TermTable
+from rpn2c.lower.emitters import Site, emitter
+
+Arg = Union[int, tuple[str, str], str]  # an earlier step, ("input", value id), or "aux" (the extra inputs)
+AUX = "aux"
+_XI_OPS = ("xi", "xi_kernel", "spmm", "sdpa_causal", "flex_attention")
+_ON_GRID = ("bias", "linear", "degree_linear")
+
+
+@dataclass(frozen=True)
+class Step:
+    op: str
+    run: Callable  # run(layer, *args)
+    args: tuple[Arg, ...]
+
+
+def _layer_inputs(node, preds) -> tuple[Term, Term, Term]:
+    """(raw input, query, data) as ``rpn2c/ir/terms.py`` builds them (equal terms, so found in the term)."""
+    tab = TermTable()
+    raw = q = tab.make("input", (), (preds["x"],))
+    for i, _ in enumerate(node.layer.pre):
+        q = tab.make("process", (q,), (node.id, "pre", i))
+    data = tab.make("input", (), (preds["context"],)) if "context" in preds else q
+    return raw, q, data
+
+
+def layer_program(node, preds: dict, multi: bool, grid_out: bool, x_grid: bool) -> list[Step]:
+    """The steps of layer ``node``'s rewritten term; the last step's value is the layer's output."""
+    spec = node.layer
+    heads = {h.name: (h, t) for h, t in zip(spec.heads, node.trace["heads"])}
+    _, query, data = _layer_inputs(node, preds)
+    steps: list[Step] = []
+    index: dict[Term, Arg] = {}
+
+    def site(t: Term) -> Site:
+        name = t.info.get("head")
+        h, tr = heads[name] if name is not None else (None, None)
+        return Site(name, multi, h, tr, grid_out, x_grid)
+
+    def visit(t: Term) -> Arg:
+        if t in index:
+            return index[t]
+        if t.op == "input":
+            index[t] = ("input", t.key[0])
+            return index[t]
+        s = site(t)
+        if t.op in ("fused_sdpa",):
+            args = (visit(query), visit(data), AUX)
+        elif t.op == "stacked_linear":
+            args = (visit(data),)
+        elif t.op in _XI_OPS:
+            args = (visit(t.args[0]), visit(query), visit(data), AUX)
+        elif t.op in _ON_GRID and s.trace is not None and s.trace.view == "grid":
+            args = (visit(t.args[0]), visit(data))
+        else:
+            args = tuple(visit(a) for a in t.args)
+        steps.append(Step(t.op, emitter(t, s), args))
+        index[t] = len(steps) - 1
+        return index[t]
+
+    out = visit(node.terms[1])
+    if not isinstance(out, int):  # the term is an input itself (nothing to compute): pass it through
+        steps.append(Step("input", _identity, (out,)))
+    return steps
+
+
+def _identity(layer, x):
+    return x
+
+
+def run_program(layer, steps: list[Step], inputs: dict, aux: dict):
+    """Interpret ``steps`` (the layer module's forward; the generated program inlines the same calls)."""
+    env: list = []
+    for step in steps:
+        env.append(step.run(layer, *[env[a] if isinstance(a, int) else aux if a == AUX else inputs[a[1]]
+                                     for a in step.args]))
+    return env[-1]
