@@ -1,5 +1,5 @@
-"""Graph ξ caches: the normalised edge list per ξ (gather/scatter form) and the operator of rpn2c::graph_mm
-(rule graph_spmm) per edge tensor; neither may ever serve a stale graph."""
+"""The one graph cache: the normalised edge list (gather/scatter form) and the operator of rpn2c::graph_mm (rule
+graph_spmm), one entry per edge tensor; it may never serve a stale graph."""
 
 import pytest
 import torch
@@ -21,18 +21,20 @@ def _models(disable=()):
 
 def test_graph_normalisation_cache_follows_the_edge_tensor():
     fast, ref = _models(disable={"graph_spmm"})
+    cache.clear_graph_cache()
     g = torch.Generator().manual_seed(0)
     n = 30
     x = torch.randn(n, 34, generator=g, dtype=torch.float64)
     edges = torch.randint(0, n, (2, 80), generator=g)
     assert_close(fast(x, edges), ref(x, edges))
-    xi = fast.h.xi_instance
-    cached = xi._cache[1]
+    (entry,) = [op for _, op in cache._CACHE.values() if _ is not None and _[0] is edges]
+    cached = entry.edges
     assert_close(fast(x, edges), ref(x, edges))
-    assert xi._cache[1] is cached  # same tensor, unmodified: served from the cache
+    assert len(cache._CACHE) == 1 and next(iter(cache._CACHE.values()))[1].edges is cached  # served, not rebuilt
+    assert entry.csr is None and entry.dense is None  # the gather/scatter form never builds the matrix
     edges[1, :5] = (edges[1, :5] + 7) % n  # in-place edit bumps the version counter
     assert_close(fast(x, edges), ref(x, edges))
-    assert xi._cache[1] is not cached
+    assert all(op.edges is not cached for _, op in list(cache._CACHE.values())[-1:])
     other = torch.randint(0, n, (2, 80), generator=g)  # a different tensor
     assert_close(fast(x, other), ref(x, other))
 

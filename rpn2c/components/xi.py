@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import math
-import weakref
 from typing import Literal, Optional
 
 import torch
@@ -281,16 +280,15 @@ class _GraphXi(XiModule):
     def __init__(self, hp, axis="instance"):
         super().__init__()
         self.hp, self.axis = hp, axis
-        self._cache = None  # (key, (src, dst, w)) of the last graph seen
         self.share_key = None  # set by the lowering when the optimiser's shared_xi rule merged this ξ with others
 
     def edge_list(self, aux, n, dtype, device):
         """(src, dst, w) with self-loops and normalisation applied: A[dst, src] = w. O(E).
 
         Shared within one forward by every ξ the optimiser found identical (``shared_xi``: same settings, same
-        edge inputs), also under ``torch.compile``. Cached across calls while the same edge (and weight) tensors
-        come back unmodified — a fixed training graph is normalised once. Not cached across calls for weights
-        that need gradients or while compiling.
+        edge inputs), also under ``torch.compile``. Across calls, the one graph cache (``graph_cache``) serves it
+        while the same edge (and weight) tensors come back unmodified — a fixed training graph is normalised
+        once; weights that need gradients and compiled graphs compute it in place.
         """
         memo = aux.get("_memo") if self.share_key is not None else None
         if memo is not None:
@@ -302,22 +300,8 @@ class _GraphXi(XiModule):
 
     def _edge_list(self, aux, n, dtype, device):
         hp = self.hp
-        edges, weight = aux["edges"], aux.get("weight")
-        cacheable = not torch.compiler.is_compiling() and (weight is None or not weight.requires_grad)
-        key = None
-        if cacheable:
-            key = (edges._version, tuple(edges.shape), n, dtype, device,
-                   None if weight is None else (weight._version, tuple(weight.shape)))
-            if self._cache is not None:
-                (refs, old_key), value = self._cache
-                if old_key == key and refs[0]() is edges and (weight is None or refs[1]() is weight):
-                    return value
-        value = structure.graph_norm_weights(edges, n, weight, self_loops=hp.self_loops, normalization=hp.norm,
-                                             directed=hp.directed, device=device, dtype=dtype)
-        if cacheable:
-            refs = (weakref.ref(edges), None if weight is None else weakref.ref(weight))
-            self._cache = ((refs, key), value)
-        return value
+        return structure.normalized_edges(aux["edges"], aux.get("weight"), n, dtype, device, hp.self_loops, hp.norm,
+                                          hp.directed)
 
     def support(self, aux, n, dtype, device):
         """The edge list of the literal matrix when it is the 1-hop adjacency (hybrid's sparse path), else None."""

@@ -236,20 +236,25 @@ def test_check_kernel_column_is_the_explain_record(capsys):
 
 
 def test_two_gcn_layers_normalise_their_shared_edges_once_per_call():
-    """CSE of interdependence: the edge normalisation runs once per forward, also where nothing is cached."""
+    """CSE of interdependence: the edge normalisation runs once per forward, also where nothing is cached (as
+    in a compiled graph); eagerly the one graph cache serves every layer and call."""
     from unittest import mock
 
-    from rpn2c.functional import structure
+    from rpn2c.functional.structure import graph_cache as cache
 
     text = (ROOT / "specs" / "gcn.rpn").read_text(encoding="utf-8")
     graph = optimize(rpn2c.check(text))
     assert [r.rule for r in graph.log] == ["shared_xi"]
     x, edges = torch.randn(34, 34, dtype=torch.float64), torch.randint(0, 34, (2, 60))
-    for disable, calls in ((("graph_spmm",), 1), (("graph_spmm", "shared_xi"), 2)):  # the gather/scatter form
-        model, _ = _build(text, disable=disable)
-        with mock.patch.object(structure, "graph_norm_weights", wraps=structure.graph_norm_weights) as norm:
-            model(x, edges.clone())
-        assert norm.call_count == calls, disable
+    for compiling in (True, False):
+        for disable, calls in ((("graph_spmm",), 1), (("graph_spmm", "shared_xi"), 2 if compiling else 1)):
+            model, _ = _build(text, disable=disable)
+            cache.clear_graph_cache()
+            with mock.patch.object(cache, "graph_norm_weights", wraps=cache.graph_norm_weights) as norm, \
+                    mock.patch.object(cache.torch.compiler, "is_compiling", return_value=compiling):
+                for _ in range(2):
+                    model(x, edges)
+            assert norm.call_count == (2 * calls if compiling else calls), (compiling, disable)
 
 
 def test_graph_spmm_normalises_a_graph_once_across_layers_calls_and_compiled_calls():

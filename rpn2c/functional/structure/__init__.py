@@ -83,7 +83,7 @@ from rpn2c.functional.structure.graph import (  # noqa: F401
 from rpn2c.functional.structure.band import band_blocked, band_matrix, band_outside  # noqa: F401
 from rpn2c.functional.structure.masks import additive_mask, mask_term  # noqa: F401
 from rpn2c.functional.structure.bilinear import bilinear_entries, row_logsumexp  # noqa: F401
-from rpn2c.functional.structure.graph_cache import clear_graph_cache, graph_mm  # noqa: F401
+from rpn2c.functional.structure.graph_cache import clear_graph_cache, graph_mm, normalized_edges  # noqa: F401
 
 __all__ = [
     # grid patches
@@ -117,6 +117,7 @@ __all__ = [
     "graph_adjacency",
     "graph_mm",
     "clear_graph_cache",
+    "normalized_edges",
     "graph_propagate",
     "multihop_graph",
     "multihop_propagate",

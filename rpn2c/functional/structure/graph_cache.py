@@ -1,4 +1,5 @@
-"""``A @ x`` for a graph's normalised adjacency, with ``A`` built once per edge tensor, eagerly and compiled.
+"""The one cache of graphs' normalised adjacencies, and ``A @ x`` with ``A`` built once per edge tensor, eagerly
+and compiled. :func:`normalized_edges` serves the edge list to the gather/scatter form from the same entries.
 
 ``graph_mm(edges, weight, x, n, ...)`` is the custom op ``rpn2c::graph_mm``: ``A`` is
 :func:`graph_norm_weights` of the edge list (self-loops, normalisation, symmetrisation) as a CSR matrix, or a
@@ -27,29 +28,30 @@ _CACHE: OrderedDict[tuple, tuple[tuple, _Operator]] = OrderedDict()
 
 
 class _Operator:
-    """``A`` dense, or CSR with ``Aᵀ`` built the first time a backward asks for it."""
+    """One graph's normalised adjacency: the edge list ``(src, dst, w)`` (``A[dst, src] = w``, what the
+    gather/scatter form reads) and, built on the first product, ``A`` dense or CSR, with ``Aᵀ`` built the first
+    time a backward asks for it."""
 
     def __init__(self, src: Tensor, dst: Tensor, w: Tensor, n: int):
+        self.edges, self.n = (src, dst, w), n
         self.dense = self.csr = self.csr_t = None
-        if dense_pays(n, src.numel()):
-            self.dense = dense_from_edges(src, dst, w, n)
-            self._edges = None
-        else:
-            self.csr = _csr(*_csr_parts(dst, src, w, n))
-            self._edges = (src, dst, w, n)
 
     @property
     def layout(self) -> str:
-        return "dense" if self.dense is not None else "csr"
+        return "dense" if dense_pays(self.n, self.edges[0].numel()) else "csr"
 
     def mm(self, x: Tensor, transpose: bool) -> Tensor:
-        if self.dense is not None:
+        src, dst, w = self.edges
+        if self.layout == "dense":
+            if self.dense is None:
+                self.dense = dense_from_edges(src, dst, w, self.n)
             return (self.dense.T if transpose else self.dense) @ x
         if not transpose:
+            if self.csr is None:
+                self.csr = _csr(*_csr_parts(dst, src, w, self.n))
             return self.csr @ x
         if self.csr_t is None:
-            src, dst, w, n = self._edges
-            self.csr_t, self._edges = _csr(*_csr_parts(src, dst, w, n)), None
+            self.csr_t = _csr(*_csr_parts(src, dst, w, self.n))
         return self.csr_t @ x
 
 
@@ -75,6 +77,16 @@ def graph_operator_cached(edges: Tensor, weight: Tensor | None, n: int, dtype: t
     while len(_CACHE) > MAX_GRAPHS:
         _CACHE.popitem(last=False)
     return op
+
+
+def normalized_edges(edges: Tensor, weight: Tensor | None, n: int, dtype: torch.dtype, device: torch.device,
+                     self_loops: bool | None, norm: str, directed: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """``(src, dst, w)`` of the normalised adjacency, from the one graph cache (eager calls whose edge weights
+    need no gradient; anything else is computed in place, e.g. traced into a compiled graph)."""
+    if torch.compiler.is_compiling() or (weight is not None and weight.requires_grad):
+        return graph_norm_weights(edges, n, weight, self_loops=self_loops, normalization=norm, directed=directed,
+                                  device=device, dtype=dtype)
+    return graph_operator_cached(edges, weight, n, dtype, device, self_loops, norm, directed).edges
 
 
 def clear_graph_cache() -> None:
