@@ -8,10 +8,8 @@ hands every head to ``lower/reference.py`` (the oracle: each matrix materialised
 
 from __future__ import annotations
 
-import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from rpn2c.ir.trace import HeadTrace
@@ -21,7 +19,7 @@ from rpn2c.lower.attention import PackedHeads
 from rpn2c.lower.emitters import own_aux
 from rpn2c.lower.program import layer_program, run_program
 from rpn2c.lower import reference as literal
-from rpn2c.ir.graph import HeadSpec, LayerSpec
+from rpn2c.ir.graph import HEAD_SLOT, HeadSpec, LayerSpec
 from rpn2c.ir.types import TensorType
 
 
@@ -42,9 +40,7 @@ def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, dat
         comp = use.component
         if comp.kind == "grid":
             continue
-        axis = "attribute" if slot.startswith("xi_attribute") else "instance"
-        size = {"xi_attribute": t.m, "xi_instance_prior": data.items, "xi_instance": t.nz,
-                "xi_attribute_post": t.dk}[slot]
+        axis, size = HEAD_SLOT[slot].axis, HEAD_SLOT[slot].size(t)
         ctx = XiContext(axis, size, x.features, data.features, x.items if x.kind == "items" else None,
                         {k: aux_types[r.name] for k, r in comp.value_refs()})
         mods = [comp.build(ctx) for _ in range(c if comp.count(ctx) else 1)]
