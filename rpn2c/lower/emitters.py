@@ -36,6 +36,7 @@ class Site:
     trace: Any = None  # HeadTrace
     grid_out: bool = False  # the layer's output is a grid (fusions read the channel axis)
     x_grid: bool = False  # the layer's input is a grid (the remainder reads the channel axis)
+    fn: Callable | None = None  # a processing step that is a plain activation: the function itself
 
     def holder(self, layer):
         return layer.heads[self.head] if self.multi else layer
@@ -48,6 +49,9 @@ def _named(fn: Callable, op: str) -> Callable:
 
 # ------------------------------------------------------------------------------------------------ layer ops
 def _process(t: Term, s: Site):
+    if s.fn is not None:  # an activation: the function, no module call
+        fn = s.fn
+        return lambda layer, y: fn(y)
     where = t.key[1:]
     if where[0] == "pre":
         i = where[1]

@@ -14,6 +14,7 @@ from torch import nn
 
 from rpn2c.ir.trace import HeadTrace
 from rpn2c.components.base import XiContext
+from rpn2c.components.processing import Apply
 from rpn2c.ir.layout import attention_layout
 from rpn2c.lower.attention import PackedHeads
 from rpn2c.lower.emitters import own_aux
@@ -112,12 +113,24 @@ class LayerModule(nn.Module):
             hp = spec.heads[0].xi["xi_instance"].component.hp
             # V's bias joins the GEMM unless a mask can leave a query with no key (then A's row is 0, b is not)
             self._fold_v_bias = hp.attn_mask is None and hp.key_padding is None and hp.window is None
-        self.program = () if term is None else layer_program(node, preds, hasattr(self, "heads"),
-                                                             out.kind == "grid", x.kind == "grid")
-        self.input_ids = (preds["x"], preds.get("context"))
         pi = spec.pi.component
         self.pi = pi.build(x.features, out.features) if pi.name != "zero" else None
         self.post = nn.ModuleList([u.component.build(out) for u in spec.post]) if spec.post else ()
+        self.program = () if term is None else layer_program(node, preds, hasattr(self, "heads"),
+                                                             out.kind == "grid", x.kind == "grid", self._activation)
+        self.input_ids = (preds["x"], preds.get("context"))
+
+    def _activation(self, t):
+        """The plain function of the processing step ``t`` stands for, or None (a module with state or mode)."""
+        where = t.key[1:]
+        if where[0] == "pre":
+            mod = self.pre[where[1]]
+        elif t.info.get("head") is not None:
+            hd = self.heads[t.info["head"]] if hasattr(self, "heads") else self
+            mod = hd.head_post[where[-1]]
+        else:
+            mod = self.post[where[0]]
+        return mod.fn if isinstance(mod, Apply) else None
 
     def _holders(self):
         return [self] if not hasattr(self, "heads") else list(self.heads.values())

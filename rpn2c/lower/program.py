@@ -41,8 +41,10 @@ def _layer_inputs(node, preds) -> tuple[Term, Term, Term]:
     return raw, q, data
 
 
-def layer_program(node, preds: dict, multi: bool, grid_out: bool, x_grid: bool) -> list[Step]:
-    """The steps of layer ``node``'s rewritten term; the last step's value is the layer's output."""
+def layer_program(node, preds: dict, multi: bool, grid_out: bool, x_grid: bool,
+                  activation: Callable[[Term], Callable | None] = lambda t: None) -> list[Step]:
+    """The steps of layer ``node``'s rewritten term; the last step's value is the layer's output.
+    ``activation(term)``: the plain function a ``process`` term applies, if it is one (called directly)."""
     spec = node.layer
     heads = {h.name: (h, t) for h, t in zip(spec.heads, node.trace["heads"])}
     _, query, data = _layer_inputs(node, preds)
@@ -52,7 +54,7 @@ def layer_program(node, preds: dict, multi: bool, grid_out: bool, x_grid: bool) 
     def site(t: Term) -> Site:
         name = t.info.get("head")
         h, tr = heads[name] if name is not None else (None, None)
-        return Site(name, multi, h, tr, grid_out, x_grid)
+        return Site(name, multi, h, tr, grid_out, x_grid, activation(t) if t.op == "process" else None)
 
     def visit(t: Term) -> Arg:
         if t in index:
