@@ -285,3 +285,118 @@ def test_shipped_rnn_spec_equals_hand_written_gru_classifier():
         model = rpn2c.compile_file("specs/rnn.rpn", reference=reference).double().eval()
         model.load_state_dict({k: v.detach() for k, v in sd.items()})
         assert_close(model(x), ref(x), rtol=1e-10, atol=1e-10)
+
+
+# ------------------------------------------------------------------------------------------- compiled kernels
+def _aot_graphs(model, inputs, grad: bool, compare: bool = True) -> dict[str, list[str]]:
+    """The call targets of the forward and backward graphs AOTAutograd hands to the compiler (fullgraph); with
+    ``compare`` the compiled output equals eager."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    torch._dynamo.reset()
+    seen = {"forward": [], "backward": []}
+
+    def recorder(kind):
+        def compiler(gm, example_inputs):
+            seen[kind].extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+            return make_boxed_func(gm.forward)
+        return compiler
+
+    compiled = torch.compile(model, fullgraph=True,
+                             backend=aot_autograd(fw_compiler=recorder("forward"), bw_compiler=recorder("backward")))
+    if grad:
+        out = compiled(*inputs)
+        out.square().sum().backward()
+    else:
+        with torch.no_grad():
+            out = compiled(*inputs)
+    if compare:
+        with torch.no_grad():
+            assert_close(out, model(*inputs), rtol=1e-10, atol=1e-10)
+    return seen
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["train", "no_grad"])
+@pytest.mark.parametrize("cls, kernel", [(torch.nn.LSTM, "lstm"), (torch.nn.GRU, "gru"), (torch.nn.RNN, "rnn_tanh")])
+def test_a_compiled_recurrence_is_one_opaque_kernel_node_not_a_time_loop(cls, kernel, grad):
+    """A converted nn.LSTM/GRU/RNN under torch.compile (float64: no oneDNN kernel): the forward graph calls the
+    fused kernel as one node ``rpn2c::<kernel>`` (its backward one ``rpn2c::<kernel>_backward``), and the graphs do
+    not grow with the sequence length (AOTAutograd's decomposition would unroll T steps, as it does on CUDA)."""
+    sizes = {}
+    for steps in (3, 12):
+        torch.manual_seed(0)
+        inner = cls(4, 5, batch_first=True, num_layers=2).double()
+        spec = rpn2c.from_torch(inner, (torch.randn(2, steps, 4, dtype=torch.float64),))
+        model = rpn2c.compile(spec.text).double().train(grad)
+        model.load_state_dict(spec.state_dict)
+        seen = _aot_graphs(model, (_rand(2, steps, 4),), grad)
+        assert seen["forward"].count(f"rpn2c.{kernel}.default") == 1, seen["forward"]
+        assert seen["backward"].count(f"rpn2c.{kernel}_backward.default") == grad, seen["backward"]
+        sizes[steps] = (len(seen["forward"]), len(seen["backward"]))
+    assert sizes[3] == sizes[12], sizes
+
+
+def test_compiled_dropout_between_layers_runs_one_opaque_call_per_layer():
+    """Training with dropout between layers: the opaque op's recomputing backward could not redraw it, so each
+    layer is one op call and the dropout sits between them in the graph (no time loop)."""
+    text = _recurrent_text("gru", 3, 4, 3, True, True, False, False, "dropout = 0.5")
+    model = rpn2c.compile(text).double()
+    seen = _aot_graphs(model.eval(), (_rand(2, 6, 3),), True)
+    assert seen["forward"].count("rpn2c.gru.default") == 1  # no dropout in eval mode: one call for all layers
+    seen = _aot_graphs(model.train(), (_rand(2, 6, 3),), True, compare=False)
+    assert seen["forward"].count("rpn2c.gru.default") == 3, seen["forward"]
+    assert seen["backward"].count("rpn2c.gru_backward.default") == 3, seen["backward"]
+    assert seen["forward"].count("aten.native_dropout.default") == 2, seen["forward"]
+
+
+@pytest.mark.parametrize("training, grad, device, train, dropout", [
+    (False, True, "meta", True, 0.0),  # an accelerator's kernel differentiated in eval mode: training form
+    (False, False, "meta", False, 0.0),
+    (False, True, "cpu", False, 0.0),  # CPU keeps the module's mode
+    (True, True, "meta", True, 0.5),
+    (True, False, "cpu", True, 0.5),
+])
+def test_the_eager_kernel_runs_its_training_form_where_an_accelerator_must_differentiate_it(
+        monkeypatch, training, grad, device, train, dropout):
+    """cuDNN refuses the backward of its inference form ("cudnn RNN backward can only be called in training
+    mode"): an eval layer on a non-CPU device (meta stands in for CUDA) that needs gradients calls the kernel
+    with train=True and dropout 0, the same values; without gradients, or on CPU, the module's own mode."""
+    calls = []
+    real = torch._VF.lstm
+
+    def spy(*args):
+        calls.append(args[5:7])  # (dropout, train)
+        return real(*args)
+
+    monkeypatch.setattr(torch._VF, "lstm", spy, raising=False)
+    model = rpn2c.compile(_recurrent_text("lstm", 3, 4, 2, False, True, False, False, "dropout = 0.5"))
+    model = model.to(device).train(training)
+    with torch.set_grad_enabled(grad):
+        model(torch.randn(2, 5, 3, device=device))
+    assert calls == [(dropout, train)]
+
+
+def test_an_exported_program_keeps_torch_s_own_kernel():
+    """torch.export (and ONNX through it) must load without rpn2c: no opaque op in the exported graph."""
+    model = rpn2c.compile(_recurrent_text("gru", 3, 4, 2, True, True, False, False)).eval()
+    program = torch.export.export(model, (torch.randn(2, 5, 3),))
+    targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    assert "aten.gru.input" in targets and not any("rpn2c" in t for t in targets), targets
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_a_compiled_recurrence_under_autocast_computes_in_eager_s_dtype(cell):
+    """CPU bfloat16 autocast with gradients: the opaque op is fed what eager autocast feeds the kernel, so the
+    compiled output has eager's dtype and values."""
+    torch._dynamo.reset()
+    model = rpn2c.compile(f"model m {{\n  input x: sequence[B, T, 3]\n  e = head(x) {{ out = 3 }}\n"
+                          f"  y = recurrent(e) {{ cell = {cell}  out = 4  layers = 2 }}\n  return y\n}}")
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    x = torch.randn(2, 5, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want, got = model(x), compiled(x)
+    assert got.dtype == want.dtype == torch.bfloat16  # the head's bfloat16 output feeds the layer
+    assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+    got.float().sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())

@@ -10,6 +10,9 @@ Parameters carry torch's names and layouts (``weight_ih_l0``, ``weight_hh_l0_rev
 - default: the fused torch kernel (``torch._VF.rnn_tanh/rnn_relu/gru/lstm``, what ``nn.RNN`` calls, cuDNN on GPU)
   when κ_state is the identity — κ on the layer input is applied to the whole sequence first; otherwise a loop
   over time steps (a state expansion does not commute with the fused kernel).
+  Inside a compiled graph the kernel runs as the opaque op ``rpn2c::<kernel>`` (``rpn2c.functional.rnn_op``)
+  wherever the compiler would unroll it over time steps (every device but oneDNN's CPU LSTM inference), so cuDNN
+  stays one call there too; an eval layer differentiated on CUDA runs cuDNN's training form with dropout 0.
 
 Linear cells (``linear``, ``diagonal``: ``h_t = A h_{t−1} + u_t``, ``u_t = W_ih κ(x_t) + b``) with the identity
 κ_state: the default lowering is a log-depth parallel scan over time (rule ``parallel_scan``,
@@ -74,37 +77,42 @@ class RecurrentModule(nn.Module):
         a = x @ w["weight_ih"].transpose(0, 1)
         return a + w["bias_ih"] if "bias_ih" in w else a
 
-    def _opaque_lstm(self, x) -> bool:
-        """An LSTM on CPU being compiled with gradients on: AOTAutograd cannot differentiate oneDNN's
-        mkldnn_rnn_layer in torch <= 2.13 (pytorch/pytorch#158007), so the kernel runs as the opaque op
-        ``rpn2c::lstm``. Without gradients the compiled graph calls the kernel itself."""
-        return (self.cell.states == 2 and x.device.type == "cpu" and torch.compiler.is_compiling()
-                and torch.is_grad_enabled())
+    def _grad(self, x, h0, c0) -> bool:
+        """A gradient will flow through the kernel: grad mode and an input or parameter that requires it."""
+        return torch.is_grad_enabled() and (
+            x.requires_grad or h0.requires_grad or c0.requires_grad or any(p.requires_grad for p in self.parameters()))
 
-    def _fused_now(self, x) -> bool:
-        """The fused kernel; a compiled CPU LSTM with dropout between layers (which the opaque op's recomputing
-        backward cannot redraw) takes the time loop."""
-        if not self.fused:
-            return False
-        return not (self._opaque_lstm(x) and self.spec.dropout > 0 and self.training)
+    def _opaque(self, x, grad: bool) -> bool:
+        """The fused kernel runs as the opaque op ``rpn2c::<kernel>``: inside a compiled graph, wherever
+        AOTAutograd would otherwise unroll it over time steps (:func:`rnn_op.compiled_route`); never in an
+        exported program, which must load and run without rpn2c (torch.export, ONNX)."""
+        return (torch.compiler.is_compiling() and not torch.compiler.is_exporting()
+                and rnn_op.compiled_route(self.cell.kernel(), x.device.type, x.dtype, grad) == "opaque")
+
+    def _dropout_between_ops(self, x, grad: bool) -> bool:
+        """Dropout between the layers of an opaque op, whose recomputing backward could not redraw it: one op
+        call per layer, the dropout between them in the graph."""
+        spec = self.spec
+        return spec.dropout > 0 and self.training and spec.layers > 1 and self._opaque(x, grad)
 
     def forward(self, x, state=None, cell_state=None):
         spec = self.spec
-        fused = self._fused_now(x)
+        fused = self.fused
         b = x.shape[0]
         n_states = spec.layers * spec.directions
         zeros = x.new_zeros(n_states, b, spec.hidden)
         h0 = state.transpose(0, 1) if state is not None else zeros  # [S, B, H] (inputs are sample-first inside)
         c0 = cell_state.transpose(0, 1) if cell_state is not None else zeros
-        if not self.reference and fused and self.identity_kappa:
-            return self._kernel(x, h0, c0, spec.layers, 0)
+        grad = fused and self._grad(x, h0, c0)
+        if not self.reference and fused and self.identity_kappa and not self._dropout_between_ops(x, grad):
+            return self._kernel(x, h0, c0, spec.layers, 0, grad)
         out = x
         for i in range(spec.layers):
             if i > 0 and spec.dropout > 0:
                 out = F.dropout(out, spec.dropout, self.training)
             inp = self.kappa[i](out)
             if not self.reference and fused:
-                out = self._kernel(inp, h0, c0, 1, i)
+                out = self._kernel(inp, h0, c0, 1, i, grad)
                 continue
             if self.reference:
                 run = self._matrix_direction if self.literal_matrix else self._reference_direction
@@ -119,18 +127,40 @@ class RecurrentModule(nn.Module):
         return out
 
     # ------------------------------------------------------------------------------------------- default
-    def _kernel(self, x, h0, c0, layers: int, first: int) -> torch.Tensor:
-        """``layers`` layers from ``first`` on through the fused torch kernel (batch-first)."""
+    def _kernel(self, x, h0, c0, layers: int, first: int, grad: bool) -> torch.Tensor:
+        """``layers`` layers from ``first`` on through the fused torch kernel (batch-first): eager, torch's kernel
+        (cuDNN on CUDA, oneDNN or native on CPU); compiled, the opaque op where the compiler would unroll it.
+        An eval layer differentiated on CUDA runs the kernel's training form with dropout 0 (same values)."""
         spec = self.spec
         flat = [w for i in range(first, first + layers) for d in range(spec.directions) for w in self._weights(i, d)]
         sl = slice(first * spec.directions, (first + layers) * spec.directions)
-        hx = (h0[sl].contiguous(), c0[sl].contiguous()) if self.cell.states == 2 else h0[sl].contiguous()
-        if self._opaque_lstm(x):
-            record = self.training and torch.is_grad_enabled()  # keep the tape where a backward is expected
-            return rnn_op.lstm(x, *hx, flat, spec.bias, layers, spec.bidirectional, record)
+        hx = [h0[sl].contiguous(), c0[sl].contiguous()][: self.cell.states]
+        if self._opaque(x, grad):
+            x, hx, flat = self._autocast(x, hx, flat)
+            record = self.training and grad  # keep the tape where a backward is expected
+            op = rnn_op.OPS[self.cell.kernel()][0]
+            return op(x, hx, flat, spec.bias, layers, spec.bidirectional, record)
         kernel = getattr(torch._VF, self.cell.kernel())
-        result = kernel(x, hx, flat, spec.bias, layers, spec.dropout, self.training, spec.bidirectional, True)
+        train = rnn_op.kernel_train(self.training, x.device.type, grad)
+        dropout = spec.dropout if self.training else 0.0
+        result = kernel(x, tuple(hx) if len(hx) == 2 else hx[0], flat, spec.bias, layers, dropout, train,
+                        spec.bidirectional, True)
         return result[0]
+
+    def _autocast(self, x, hx, flat):
+        """The opaque op runs in its inputs' dtype: under autocast, cast them as torch's autocast casts this kernel
+        in eager mode (:func:`rnn_op.autocast_dtype`); floating inputs only, float64 excepted."""
+        device = x.device.type
+        enabled = torch.is_autocast_enabled(device)
+        low = rnn_op.autocast_dtype(self.cell.kernel(), device, x.dtype,
+                                    torch.get_autocast_dtype(device) if enabled else None)
+        if low is None:
+            return x, hx, flat
+
+        def cast(t):
+            return t.to(low) if t.is_floating_point() and t.dtype != torch.float64 else t
+
+        return cast(x), [cast(h) for h in hx], [cast(w) for w in flat]
 
     def _loop_direction(self, x, init, layer, direction):
         """A loop over time steps (κ_state is not the identity): input gates for all steps at once."""

@@ -1,4 +1,5 @@
-"""rpn2c::lstm: torch's fused LSTM as an opaque op whose backward replays the forward's tape or recomputes."""
+"""rpn2c::<kernel>: torch's fused LSTM/GRU/RNN as opaque ops whose backward replays the forward's tape or
+recomputes; the choices of the kernel's train flag and of the compiled route."""
 
 from __future__ import annotations
 
@@ -9,14 +10,19 @@ from torch.testing import assert_close
 
 from rpn2c.functional import rnn_op
 
+MODULES = {"lstm": (nn.LSTM, {}), "gru": (nn.GRU, {}), "rnn_tanh": (nn.RNN, {}),
+           "rnn_relu": (nn.RNN, {"nonlinearity": "relu"})}
 
-def _lstm(layers=2, bidirectional=True):
+
+def _module(kernel="lstm", layers=2, bidirectional=True):
+    """A torch module of ``kernel`` and initial states ``hx`` (``[h0]`` or ``[h0, c0]``) requiring gradients."""
     torch.manual_seed(0)
-    m = nn.LSTM(5, 7, num_layers=layers, batch_first=True, bidirectional=bidirectional).double()
+    cls, extra = MODULES[kernel]
+    m = cls(5, 7, num_layers=layers, batch_first=True, bidirectional=bidirectional, **extra).double()
     states = layers * (2 if bidirectional else 1)
-    h0 = torch.randn(states, 3, 7, dtype=torch.float64, requires_grad=True)
-    c0 = torch.randn(states, 3, 7, dtype=torch.float64, requires_grad=True)
-    return m, h0, c0
+    hx = [torch.randn(states, 3, 7, dtype=torch.float64, requires_grad=True)
+          for _ in range(2 if kernel == "lstm" else 1)]
+    return m, hx
 
 
 def _grads(out, leaves, g):
@@ -25,52 +31,102 @@ def _grads(out, leaves, g):
 
 @pytest.mark.parametrize("record", [False, True], ids=["recompute", "tape"])
 @pytest.mark.parametrize("layers, bidirectional", [(1, False), (2, True)])
-def test_outputs_and_every_gradient_equal_nn_lstm(record, layers, bidirectional):
-    m, h0, c0 = _lstm(layers, bidirectional)
+@pytest.mark.parametrize("kernel", sorted(MODULES))
+def test_outputs_and_every_gradient_equal_the_torch_module(kernel, record, layers, bidirectional):
+    m, hx = _module(kernel, layers, bidirectional)
     x = torch.randn(3, 6, 5, dtype=torch.float64, requires_grad=True)
     w = list(m._flat_weights)
-    want = m(x, (h0, c0))[0]
-    have = rnn_op.lstm(x, h0, c0, w, True, layers, bidirectional, record)
+    want = m(x, tuple(hx) if kernel == "lstm" else hx[0])[0]
+    have = rnn_op.OPS[kernel][0](x, hx, w, True, layers, bidirectional, record)
     assert_close(have, want, rtol=0, atol=0)
     assert have.is_contiguous()
     g = torch.randn_like(want)
     before = len(rnn_op._TAPES)
-    for a, b in zip(_grads(have, [x, h0, c0, *w], g), _grads(want, [x, h0, c0, *w], g)):
+    for a, b in zip(_grads(have, [x, *hx, *w], g), _grads(want, [x, *hx, *w], g)):
         assert_close(a, b, rtol=1e-12, atol=1e-12)
     assert len(rnn_op._TAPES) == before - record  # a tape is consumed by its backward
 
 
 def test_a_tape_is_replayed_only_for_the_tensors_it_was_recorded_on():
     """Weights changed in place after the forward (new version counter): the backward recomputes with them."""
-    m, h0, c0 = _lstm()
+    m, hx = _module()
+    hx = [h.detach() for h in hx]
     x = torch.randn(3, 6, 5, dtype=torch.float64)
     w = [p.detach().clone() for p in m._flat_weights]
-    out = rnn_op.lstm(x, h0.detach(), c0.detach(), w, True, 2, True, True)
+    out = rnn_op.lstm(x, hx, w, True, 2, True, True)
     with torch.no_grad():
         w[0].add_(0.5)
     g = torch.randn_like(out)
-    got = rnn_op.lstm_backward(g, out, x, h0.detach(), c0.detach(), w, True, 2, True)
-    leaves = [t.clone().requires_grad_() for t in (x, h0.detach(), c0.detach(), *w)]
+    got = rnn_op.lstm_backward(g, out, x, hx, w, True, 2, True)
+    leaves = [t.clone().requires_grad_() for t in (x, *hx, *w)]
     ref = torch._VF.lstm(leaves[0], (leaves[1], leaves[2]), leaves[3:], True, 2, 0.0, False, True, True)[0]
     for a, b in zip(got, torch.autograd.grad(ref, leaves, g)):
         assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
 def test_forwards_without_backward_keep_a_bounded_number_of_tapes():
-    m, h0, c0 = _lstm(1, False)
+    m, hx = _module("gru", 1, False)
     w = [p.detach() for p in m._flat_weights]
-    outs = [rnn_op.lstm(torch.randn(3, 6, 5, dtype=torch.float64), h0.detach(), c0.detach(), w, True, 1, False,
-                        True) for _ in range(rnn_op._KEEP + 3)]
+    outs = [rnn_op.gru(torch.randn(3, 6, 5, dtype=torch.float64), [hx[0].detach()], w, True, 1, False, True)
+            for _ in range(rnn_op._KEEP + 3)]
     assert len(outs) == rnn_op._KEEP + 3 and len(rnn_op._TAPES) <= rnn_op._KEEP
 
 
-def test_both_ops_pass_opcheck():
-    m, h0, c0 = _lstm()
+@pytest.mark.parametrize("kernel", ["lstm", "gru"])
+def test_both_ops_pass_opcheck(kernel):
+    m, hx = _module(kernel)
     x = torch.randn(3, 6, 5, dtype=torch.float64, requires_grad=True)
     w = [p.detach().requires_grad_() for p in m._flat_weights]
     for record in (False, True):
-        torch.library.opcheck(torch.ops.rpn2c.lstm.default, (x, h0, c0, w, True, 2, True, record))
-    out = rnn_op.lstm(x.detach(), h0.detach(), c0.detach(), [p.detach() for p in w], True, 2, True, False)
-    torch.library.opcheck(torch.ops.rpn2c.lstm_backward.default,
-                          (torch.randn_like(out), out, x.detach(), h0.detach(), c0.detach(),
-                           [p.detach() for p in w], True, 2, True))
+        torch.library.opcheck(getattr(torch.ops.rpn2c, kernel).default, (x, hx, w, True, 2, True, record))
+    x, hx, w = x.detach(), [h.detach() for h in hx], [p.detach() for p in w]
+    out = rnn_op.OPS[kernel][0](x, hx, w, True, 2, True, False)
+    torch.library.opcheck(getattr(torch.ops.rpn2c, f"{kernel}_backward").default,
+                          (torch.randn_like(out), out, x, hx, w, True, 2, True))
+
+
+def test_an_accelerator_kernel_differentiated_in_eval_mode_runs_its_training_form():
+    """cuDNN has no backward for its inference form: on a non-CPU device a gradient asks for train=True (the
+    module passes dropout 0 outside training, so the values are the same); CPU keeps the module's mode."""
+    assert rnn_op.kernel_train(False, "cuda", grad=True)
+    assert not rnn_op.kernel_train(False, "cuda", grad=False)
+    assert not rnn_op.kernel_train(False, "cpu", grad=True)
+    assert rnn_op.kernel_train(True, "cpu", grad=False) and rnn_op.kernel_train(True, "cuda", grad=False)
+
+
+@pytest.mark.parametrize("kernel, device, dtype, grad, route", [
+    ("lstm", "cpu", torch.float32, False, "native"),  # oneDNN's mkldnn_rnn_layer survives AOTAutograd
+    ("lstm", "cpu", torch.bfloat16, False, "native"),
+    ("lstm", "cpu", torch.float32, True, "opaque"),  # pytorch/pytorch#158007
+    ("lstm", "cpu", torch.float64, False, "opaque"),  # no oneDNN kernel: decomposed into time steps
+    ("lstm", "cuda", torch.float32, False, "opaque"),  # cuDNN: decomposed into time steps
+    ("gru", "cpu", torch.float32, False, "opaque"),
+    ("gru", "cuda", torch.float16, True, "opaque"),
+    ("rnn_tanh", "cuda", torch.float32, False, "opaque"),
+])
+def test_the_compiled_route_keeps_a_kernel_wherever_the_compiler_would_unroll_it(kernel, device, dtype, grad,
+                                                                                  route):
+    assert rnn_op.compiled_route(kernel, device, dtype, grad) == route
+
+
+def test_the_op_runs_in_its_inputs_dtype_under_autocast():
+    """Autocast is off inside the op, so its output dtype is the fake implementation's (the input's)."""
+    m, hx = _module("lstm", 1, False)
+    w = [p.detach().float() for p in m._flat_weights]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert m.float()(torch.randn(3, 6, 5))[0].dtype == torch.bfloat16  # torch's autocast casts the LSTM
+        out = rnn_op.lstm(torch.randn(3, 6, 5), [h.detach().float() for h in hx], w, True, 1, False, False)
+    assert out.dtype == torch.float32
+
+
+@pytest.mark.parametrize("kernel, device, dtype, autocast, want", [
+    ("lstm", "cuda", torch.float32, torch.bfloat16, torch.float16),  # cuDNN's RNNs: float16 under any autocast
+    ("gru", "cuda", torch.bfloat16, torch.bfloat16, torch.float16),
+    ("lstm", "cpu", torch.float32, torch.bfloat16, torch.bfloat16),  # oneDNN's LSTM: the autocast dtype
+    ("gru", "cpu", torch.float32, torch.bfloat16, torch.float32),  # CPU GRU/RNN: the input's dtype
+    ("rnn_tanh", "cpu", torch.bfloat16, torch.bfloat16, torch.bfloat16),
+    ("lstm", "cuda", torch.float64, torch.float16, None),  # autocast leaves float64 alone
+    ("lstm", "cuda", torch.float32, None, None),  # autocast off
+])
+def test_the_op_is_fed_the_dtype_eager_autocast_runs_the_kernel_in(kernel, device, dtype, autocast, want):
+    assert rnn_op.autocast_dtype(kernel, device, dtype, autocast) == want
