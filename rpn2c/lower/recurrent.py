@@ -40,8 +40,9 @@ class RecurrentModule(nn.Module):
 
     def __init__(self, spec: RecurrentSpec, features: int, trace: RecurrentTrace, reference: bool,
                  fused: bool = False, scan: bool = False):
-        """``fused``: the optimiser's ``fused_recurrent`` rule fired (identity κ_state, a cell with a torch kernel);
-        ``scan``: its ``parallel_scan`` rule fired (a linear cell, identity κ_state); else a time loop."""
+        """The node's rewritten term is the form that runs: ``fused`` for kernel op ``rnn_fused`` (identity κ_state, a
+        cell with a torch kernel), ``scan`` for ``parallel_scan`` (a linear cell, identity κ_state), else
+        ``time_loop``; ``reference`` (also for a bare ``recur`` term, no rule fired) the paper's form."""
         super().__init__()
         self.spec, self.reference = spec, reference
         self.cell = spec.cell.component
