@@ -451,29 +451,15 @@ class _BilinearXi(XiModule):
         return qq, kk
 
     def _additive_mask(self, aux, nq, nc, dtype, device, literal=False):
-        """All masks as one additive float mask [.., Nq, Nc] (-inf = blocked), or None. The window's band is
-        built from item indices, or (``literal``, the reference) as the 0/1 band matrix R of ones."""
-        bias = None
-
-        def add(m, mode):
-            nonlocal bias
-            if mode == "add":
-                term = m.to(dtype)
-            else:
-                blocked = m.bool() if mode == "block" else ~m.bool()
-                term = torch.zeros(blocked.shape, dtype=dtype, device=device).masked_fill(blocked, float("-inf"))
-            bias = term if bias is None else bias + term
-
-        if self.hp.causal:
-            add(torch.ones(nq, nc, dtype=torch.bool, device=device).triu(1), "block")
-        if self.hp.window is not None:
-            band = structure.band_matrix if literal else structure.band_blocked
-            add(band(nq, nc, self.hp.window, device=device), "keep" if literal else "block")
-        if self.hp.attn_mask is not None:
-            add(aux["attn_mask"], self.modes.get("attn_mask", "block"))
-        if self.hp.key_padding is not None:
-            add(aux["key_padding"].unsqueeze(-2), self.modes.get("key_padding", "block"))
-        return bias
+        """All masks as one additive float mask [.., Nq, Nc] (-inf = blocked), or None
+        (:func:`rpn2c.functional.structure.additive_mask`); ``literal``: the window as the band matrix R."""
+        hp = self.hp
+        return structure.additive_mask(
+            nq, nc, dtype, device, causal=hp.causal, window=hp.window,
+            attn_mask=aux["attn_mask"] if hp.attn_mask is not None else None,
+            attn_mode=self.modes.get("attn_mask", "block"),
+            key_padding=aux["key_padding"] if hp.key_padding is not None else None,
+            padding_mode=self.modes.get("key_padding", "block"), literal=literal)
 
     def matrix(self, q, c, aux, size=None):
         qq, kk = self._qk(q, c, aux)
