@@ -1,8 +1,11 @@
 """Data transformation κ: shared machinery of the expansion and compression entries.
 
-The entries themselves live in :mod:`rpn2c.components.kappa_expansion` and
-:mod:`rpn2c.components.kappa_compression`; every one of them calls the pure maths of
-:mod:`rpn2c.functional.expansion` / :mod:`rpn2c.functional.compression` / :mod:`rpn2c.functional.structure`.
+The entries themselves live in :mod:`rpn2c.components.kappa_expansion` (with
+:mod:`~rpn2c.components.kappa_probabilistic`, :mod:`~rpn2c.components.kappa_wavelets` and
+:mod:`~rpn2c.components.kappa_patches`) and :mod:`rpn2c.components.kappa_compression` (with
+:mod:`~rpn2c.components.kappa_pooling` and :mod:`~rpn2c.components.kappa_sampling`);
+every one of them calls the pure maths of :mod:`rpn2c.functional.expansion` / :mod:`rpn2c.functional.compression` /
+:mod:`rpn2c.functional.structure`.
 This module holds what they share:
 
 - :class:`FunctionalKappa`: an entry whose maths is the functional table's row of the entry's name (its function,

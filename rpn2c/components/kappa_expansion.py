@@ -1,5 +1,8 @@
-"""Data expansion κ (D >= m): every expansion of the RPN 2 paper (§7.1) and of the tinyBIG inventory.
+"""Data expansion κ (D >= m): the RPN 2 paper's (§7.1) and the tinyBIG inventory's elementwise and composite ones.
 
+Basic, polynomial, trigonometric, RBF and combinatorial expansions and the composites (``extended``, ``nested``)
+live here; the probabilistic ones in :mod:`rpn2c.components.kappa_probabilistic`, the wavelets in
+:mod:`rpn2c.components.kappa_wavelets` and the patch-based geometric ones in :mod:`rpn2c.components.kappa_patches`.
 Each entry maps its hyper-parameters onto a builder of :mod:`rpn2c.functional.expansion` (the maths lives there and
 is tested there). Elementwise entries give ``degree`` outputs per attribute, attribute-major (``out[i*k + j] =
 g_j(x_i)``); zero padding in grid heads reads ``value_at_zero()`` = κ(0). The order-0 constant is never part of a
@@ -8,28 +11,15 @@ polynomial expansion. The tinyBIG class names are registered as aliases (``hermi
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import torch
-import torch.nn.functional as F
-from pydantic import Field, create_model, field_validator, model_validator
-from torch import nn
+from pydantic import Field, field_validator, model_validator
 
-from rpn2c.components.base import GRID_VOLUME, Kappa, ShapeRuleError, compress_example
-from rpn2c.components.grid import Geometry, PatchHP
-from rpn2c.components.kappa import (
-    CentredCuboidHP,
-    Composite,
-    CylinderHP,
-    FunctionalKappa,
-    SphereHP,
-    literal_patches,
-    pad_pairs,
-    parts_hp,
-)
+from rpn2c.components.base import ShapeRuleError
+from rpn2c.components.kappa import Composite, FunctionalKappa, parts_hp
 from rpn2c.components.registry import HP, register
 from rpn2c.functional import expansion as FE
-from rpn2c.functional import structure
 
 
 class _Expansion(FunctionalKappa):
@@ -405,160 +395,6 @@ class InverseQuadraticRbf(_Rbf):
     aliases = ("inverse_quadratic_rbf_expansion",)
 
 
-# ------------------------------------------------------------------------------------------------ probabilistic
-_DISTS = ("normal", "cauchy", "chi2", "gamma", "laplace", "exponential")
-_DIST_PARAMS = {"normal": ("loc", "scale"), "cauchy": ("loc", "scale"), "laplace": ("loc", "scale"), "chi2": ("df",),
-                "gamma": ("concentration", "rate"), "exponential": ("rate",)}
-_POSITIVE = {"scale", "df", "concentration", "rate"}
-
-
-def _check_theta(dist: str, theta) -> tuple[float, ...]:
-    names = _DIST_PARAMS[dist]
-    if len(theta) != len(names):
-        raise ValueError(f"{dist} takes parameters ({', '.join(names)}), got {list(theta)}")
-    for n, v in zip(names, theta):
-        if n in _POSITIVE and not v > 0:
-            raise ValueError(f"{dist} parameter {n} must be > 0, got {v}")
-    return tuple(float(v) for v in theta)
-
-
-class _NaiveHP(HP):
-    params: Optional[list[float]] = Field(None, description="θ (default: the family's first member)")
-    squash: bool = Field(True, description="positive laws read 0.99·sigmoid(x)+0.001 (tinyBIG)")
-
-
-class _Naive(_Expansion):
-    DIST: ClassVar[str] = ""
-    HP = _NaiveHP
-
-    @property
-    def dist(self) -> str:
-        return self.hp.__dict__.get("dist", self.DIST)  # (pydantic's __getattr__ does not trace)
-
-    @property
-    def spec(self):
-        return self.table[f"naive_{self.dist}"]
-
-    def kwargs(self):
-        return {"params": None if self.hp.params is None else tuple(self.hp.params), "squash": self.hp.squash}
-
-
-class _NaiveAnyHP(_NaiveHP):
-    dist: Literal[_DISTS] = "normal"  # type: ignore[valid-type]
-
-    @model_validator(mode="after")
-    def _theta(self):
-        if self.params is not None:
-            _check_theta(self.dist, self.params)
-        return self
-
-
-@register
-class NaiveProbabilistic(_Naive):
-    """Naive probabilistic κ(x) = log p(x | θ) elementwise (normal, cauchy, chi2, gamma, laplace, exponential); D = m.
-
-    Positive-support laws (chi2, gamma, exponential) read 0.99·sigmoid(x) + 0.001 when ``squash`` (tinyBIG).
-    """
-
-    name = "naive_probabilistic"
-    HP = _NaiveAnyHP
-
-
-def _fixed_theta_hp(dist: str) -> type[HP]:
-    class FixedHP(_NaiveHP):
-        @model_validator(mode="after")
-        def _theta(self):
-            if self.params is not None:
-                _check_theta(dist, self.params)
-            return self
-
-    return FixedHP
-
-
-def _naive_entry(dist: str) -> type:
-    names = ", ".join(_DIST_PARAMS[dist])
-    cls = type(f"Naive_{dist}", (_Naive,), {
-        "__doc__": f"Naive {dist} κ(x) = log p(x | {names}) elementwise (θ = {FE.PROB_FAMILIES[dist][0]} by "
-                   f"default); D = m.",
-        "name": f"naive_{dist}", "DIST": dist, "aliases": (f"naive_{dist}_expansion",), "HP": _fixed_theta_hp(dist),
-        "__module__": __name__})
-    return register(cls)
-
-
-for _d in _DISTS:
-    _naive_entry(_d)
-
-
-class _FamilyHP(HP):
-    params: Optional[list[list[float]]] = Field(None, min_length=1, description="θ_1..θ_K (default: tinyBIG's set)")
-    squash: bool = Field(True, description="positive laws read 0.99·sigmoid(x)+0.001 (tinyBIG)")
-
-
-class _Family(_Expansion):
-    DIST: ClassVar[str] = ""
-
-    @property
-    def spec(self):
-        return self.table[self.hp.__dict__.get("dist", self.DIST)]  # (pydantic's __getattr__ does not trace)
-
-    def kwargs(self):
-        p = self.hp.params
-        return {"params": None if p is None else tuple(tuple(t) for t in p), "squash": self.hp.squash}
-
-
-class _FamilyAnyHP(_FamilyHP):
-    dist: Literal[_DISTS] = "normal"  # type: ignore[valid-type]
-
-    @model_validator(mode="after")
-    def _theta(self):
-        for t in self.params or ():
-            _check_theta(self.dist, t)
-        return self
-
-
-@register
-class Probabilistic(_Family):
-    """Probabilistic κ(x) = per attribute [log p(x | θ_1), ..., log p(x | θ_K)] for one family; D = m·K.
-
-    Default θ sets are tinyBIG's (6 members; chi2: 2), listed in ``rpn2c.functional.expansion.PROB_FAMILIES``.
-    """
-
-    name = "probabilistic"
-    HP = _FamilyAnyHP
-
-
-def _family_entry(dist: str) -> type:
-    class FixedHP(_FamilyHP):
-        @model_validator(mode="after")
-        def _theta(self):
-            for t in self.params or ():
-                _check_theta(dist, t)
-            return self
-
-    k = len(FE.PROB_FAMILIES[dist])
-    cls = type(f"Family_{dist}", (_Family,), {
-        "__doc__": f"{dist.capitalize()} family κ(x) = per attribute [log p(x | θ_j)] for tinyBIG's {k} {dist} "
-                   f"parameter sets; D = {k}m.",
-        "name": f"probabilistic_{dist}", "DIST": dist, "aliases": (f"{dist}_expansion",), "HP": FixedHP,
-        "__module__": __name__})
-    return register(cls)
-
-
-for _d in _DISTS:
-    _family_entry(_d)
-
-
-@register
-class HybridProbabilistic(_Expansion):
-    """Hybrid probabilistic κ(x) = per attribute log p(x) for N, Cauchy, χ², Γ, Laplace, Exp (θ fixed); D = 6m."""
-
-    name = "hybrid_probabilistic"
-    aliases = ("hybrid_probabilistic_expansion",)
-
-    class HP(HP):
-        squash: bool = Field(True, description="positive laws read 0.99·sigmoid(x)+0.001 (tinyBIG)")
-
-
 # ------------------------------------------------------------------------------------------------ combinatorial
 @register
 class Combinatorial(_Expansion):
@@ -608,116 +444,6 @@ class CombinatorialNormal(_Expansion):
         return super().flat_out(m)
 
 
-# ------------------------------------------------------------------------------------------------ wavelets
-class _WaveletHP(HP):
-    a: float = Field(2.0, gt=0, description="scale base (a > 1 for distinct scales; tinyBIG default 1)")
-    b: float = Field(1.0, ge=0, description="shift step")
-    s: int = Field(1, ge=1, le=16, description="number of scales σ = 0..s−1")
-    t: int = Field(1, ge=1, le=16, description="number of shifts τ = 0..t−1")
-    d: int = Field(1, ge=1, le=4, description="order (d >= 2 is not elementwise)")
-    order2: Literal["kron", "concat"] = Field(
-        "kron", description="order d >= 2: kron = κ1^{⊗d} (paper eq 161), concat = [κ1, ..., κ1^{⊗d}] (tinyBIG)")
-
-
-_MOTHER_HP: dict[str, dict[str, Any]] = {
-    "haar": {},
-    "shannon": {},
-    "meyer": {},
-    "ricker": {"sigma": (float, Field(1.0, gt=0))},
-    "dog": {"sigma_1": (float, Field(1.0, gt=0)), "sigma_2": (float, Field(2.0, gt=0))},
-    "beta": {"alpha": (float, Field(1.0, ge=1)), "beta": (float, Field(1.0, ge=1)),
-             "domain": (Literal["sigmoid", "support"], Field("sigmoid"))},
-}
-_MOTHER_FORMULA = {  # short form (first doc line), full form (further lines)
-    "haar": ("φ = 1 on [0, ½), −1 on [½, 1), 0 else (eq 152)", ""),
-    "shannon": ("φ(τ) = (sin 2πτ − sin πτ)/(πτ) (eq 155)", ""),
-    "meyer": ("φ = Meyer's mother wavelet (eq 157)",
-              "φ(τ) = (sin(2πτ/3) + (4/3)τ cos(4πτ/3))/(πτ − (16π/9)τ³), φ(0) = 2/3 + 4/(3π)."),
-    "ricker": ("φ(τ) ∝ (1 − τ²/σ²) e^{−τ²/(2σ²)} (eq 154)",
-               "φ(τ) = 2/(√(3σ) π^{1/4}) (1 − (τ/σ)²) e^{−τ²/(2σ²)}."),
-    "dog": ("φ(τ) = N(τ|0,σ1) − N(τ|0,σ2) (eq 156)", ""),
-    "beta": ("φ(τ) = Beta(α, β) pdf at u = sigmoid(τ) (eq 153)", "φ(τ) = u^{α−1}(1 − u)^{β−1}/B(α, β)."),
-}
-_MOTHER_ALIASES = {
-    "haar": ("haar", "harr_wavelet", "harr", "harr_wavelet_expansion", "haar_wavelet_expansion"),
-    "shannon": ("shannon", "shannon_wavelet_expansion"),
-    "meyer": ("meyer", "meyer_wavelet_expansion"),
-    "ricker": ("ricker", "mexican_hat_wavelet", "ricker_wavelet_expansion"),
-    "dog": ("dog", "difference_of_gaussians_wavelet", "dog_wavelet_expansion"),
-    "beta": ("beta_wavelet_expansion",),
-}
-_WAVELET_NOTES = {
-    "haar": "tinyBIG spells the class harr_wavelet_expansion; both spellings resolve here.",
-    "ricker": "Erratum (catalog §8.9): eq (154) prints √(3σπ^{1/4}); the normalisation 2/(√(3σ) π^{1/4}) is used.",
-    "beta": "Erratum: tinyBIG applies the sigmoid only when some τ of the batch leaves [0, 1], so one entry depends "
-            "on the others; here u = sigmoid(τ) always (domain = sigmoid) or the density's support (domain = support).",
-    "meyer": "The removable singularities at τ = 0 and |τ| = 3/4 are filled with their limits.",
-}
-
-
-class _Wavelet(_Expansion):
-    """Discrete wavelet expansion (eq 151, 160–161)."""
-
-    MOTHER: ClassVar[str] = ""
-
-    @property
-    def spec(self):
-        return self.table[f"{self.MOTHER}_wavelet"] if self.MOTHER else self.table["wavelet"]
-
-    def kwargs(self):
-        return {k: v for k, v in self.hp.model_dump().items() if v is not None}
-
-
-def _wavelet_entry(mother: str) -> type:
-    hp = create_model(f"{mother.capitalize()}WaveletHP", __base__=_WaveletHP, __module__=__name__,
-                      **_MOTHER_HP[mother])
-    short, full = _MOTHER_FORMULA[mother]
-    doc = f"{mother.capitalize()} wavelet κ(x) = [a^{{−σ/2}} φ(x/a^σ − τb)]_{{σ<s,τ<t}}, D = mst, {short}."
-    note = " ".join(t for t in (full, _WAVELET_NOTES.get(mother)) if t)
-    cls = type(f"{mother.capitalize()}Wavelet", (_Wavelet,), {
-        "__doc__": doc + ("\n\n" + note if note else "") + "\n\nErratum (catalog §8.10): order d >= 2 is the paper's "
-                   "κ1^{⊗d} by default; tinyBIG's concatenated powers are order2 = \"concat\".",
-        "name": f"{mother}_wavelet", "MOTHER": mother, "aliases": _MOTHER_ALIASES[mother], "HP": hp,
-        "__module__": __name__})
-    return register(cls)
-
-
-for _m in _MOTHER_HP:
-    _wavelet_entry(_m)
-
-
-class _AnyWaveletHP(_WaveletHP):
-    mother: Literal[tuple(_MOTHER_HP)] = "ricker"  # type: ignore[valid-type]
-    sigma: Optional[float] = Field(None, gt=0)
-    sigma_1: Optional[float] = Field(None, gt=0)
-    sigma_2: Optional[float] = Field(None, gt=0)
-    alpha: Optional[float] = Field(None, ge=1)
-    beta: Optional[float] = Field(None, ge=1)
-    domain: Optional[Literal["sigmoid", "support"]] = None
-
-    @model_validator(mode="after")
-    def _own(self):
-        own = set(_MOTHER_HP[self.mother])
-        extra = sorted(k for k in ("sigma", "sigma_1", "sigma_2", "alpha", "beta", "domain")
-                       if getattr(self, k) is not None and k not in own)
-        if extra:
-            raise ValueError(f"the {self.mother} wavelet has no hyper-parameter {', '.join(extra)}")
-        return self
-
-
-@register
-class Wavelet(_Wavelet):
-    """Wavelet κ(x) = [a^{−σ/2} φ(x/a^σ − τb)]_{σ<s,τ<t}, mother φ (haar, beta, ricker, shannon, meyer, dog); D = mst.
-
-    Erratum (catalog §8.10): order d >= 2 is the paper's κ1^{⊗d} (D = (mst)^d) by default; tinyBIG's concatenated
-    powers [κ1, κ1^{⊗2}, ...] are ``order2 = "concat"``.
-    """
-
-    name = "wavelet"
-    aliases = ("discrete_wavelet", "discrete_wavelet_expansion")
-    HP = _AnyWaveletHP
-
-
 # ------------------------------------------------------------------------------------------------ composites
 @register
 class Extended(Composite):
@@ -743,93 +469,3 @@ class Nested(Composite):
     aliases = ("nested_expansion",)
     concat = False
     HP = parts_hp(("expansion", "compression"))
-
-
-# ------------------------------------------------------------------------------------------------ geometric
-class PatchGatherModule(nn.Module):
-    """Grid [B, C, *S] -> patches as channels [B, C·p, *S'] (channel-major, tap fastest); out-of-grid taps read 0."""
-
-    def __init__(self, geo: Geometry, spatial: tuple[int, ...], reference: bool):
-        super().__init__()
-        self.geo, self.spatial, self.reference = geo, spatial, reference
-        self.out_spatial = geo.out_spatial(spatial)
-        self.register_buffer("index", geo.patch_index(spatial), persistent=False)
-        self.unfold = (not reference and geo.rank == 2 and geo.taps is None and geo.padding_mode == "zeros")
-
-    def forward(self, x, grid=True):
-        b, c = x.shape[:2]
-        p = self.geo.patch_size
-        if self.unfold:
-            y = F.unfold(F.pad(x, pad_pairs(self.geo)), self.geo.kernel, dilation=self.geo.dilation,
-                         stride=self.geo.stride)
-            return y.reshape(b, c * p, *self.out_spatial)
-        if self.reference:
-            t = literal_patches(x, self.geo, self.spatial)
-        else:
-            t = structure.gather_patches(x.flatten(2), self.index, dim=-1, fill=0.0)  # [B, C, P, p]
-        return t.transpose(-1, -2).reshape(b, c * p, *self.out_spatial)
-
-    def extra_repr(self):
-        return f"kernel={self.geo.kernel}, stride={self.geo.stride}, p={self.geo.patch_size}"
-
-
-class _PatchExpansion(Kappa):
-    """Geometric patch expansion: grid [C, *S] -> [C·p, *S'], every patch's p taps as channels."""
-
-    family = "expansion"
-    grid_only = True
-
-    def geometry(self, rank: int) -> Geometry:
-        hp = self.hp
-        return hp.to_geometry(rank) if hasattr(hp, "to_geometry") else hp.geometry(rank)
-
-    def features_out(self, feat):
-        if len(feat) < 2:
-            raise ShapeRuleError(f"{self.name} gathers patches of a grid; the input has flat features {feat}")
-        geo = self.geometry(len(feat) - 1)
-        return (feat[0] * geo.patch_size, *geo.out_spatial(tuple(feat[1:])))
-
-    def build(self, feat, reference=False):
-        return PatchGatherModule(self.geometry(len(feat) - 1), tuple(feat[1:]), reference)
-
-
-@register
-class PatchExpansion(_PatchExpansion):
-    """Patch expansion κ(x) = [x(patch_q)]_q (im2col; conv-style size, stride, pad, dilation): [C, *S] -> [C·p, *S']."""
-
-    name = "patch_expansion"
-    example_call = "patch_expansion(size = 2)"
-    aliases = ("geometric_expansion",)
-    HP = PatchHP
-
-
-@register
-class CuboidExpansion(_PatchExpansion):
-    """Cuboid patch expansion κ(x) = [x(patch(c))]_c, patch(c) = c + [−p, p'] per axis (eq 63, 67): [C·p, ceil(S/s)]."""
-
-    name = "cuboid_expansion"
-    aliases = ("cuboid_patch_based_geometric_expansion",)
-    HP = CentredCuboidHP
-
-
-@register
-class CylinderExpansion(_PatchExpansion):
-    """Cylinder patch expansion κ(x) = [x(patch(c))]_c, ∇i² + ∇j² ≤ r², ∇k ∈ [−p_d, p'_d] (eq 65): [C·p, ceil(S/s)].
-
-    Erratum (catalog §3.2): tinyBIG's cylinder ignores p_d (only symmetric depth); both bounds are honoured here.
-    """
-
-    name = "cylinder_expansion"
-    aliases = ("cylinder_patch_based_geometric_expansion",)
-    HP = CylinderHP
-
-
-@register
-class SphereExpansion(_PatchExpansion):
-    """Sphere patch expansion κ(x) = [x(patch(c))]_c, ∇i² + ∇j² + ∇k² ≤ r² (eq 65) on a 3-D grid: [C·p, ceil(S/s)]."""
-
-    name = "sphere_expansion"
-    example = compress_example(GRID_VOLUME)
-    aliases = ("sphere_patch_based_geometric_expansion",)
-    HP = SphereHP
-

@@ -1,0 +1,106 @@
+"""Patch-based geometric expansion κ: a grid's patches gathered as channels (RPN 2 §7.1, eq 63–67).
+
+Every entry builds a :class:`PatchGatherModule`: [C, *S] -> [C·p, *S'], the p taps of each patch (conv-style,
+centred cuboid, cylinder or sphere, :mod:`rpn2c.components.grid`) as channels; out-of-grid taps read 0. The index
+tables come from :mod:`rpn2c.functional.structure`. The tinyBIG class names are registered as aliases.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import nn
+
+from rpn2c.components.base import GRID_VOLUME, Kappa, ShapeRuleError, compress_example
+from rpn2c.components.grid import Geometry, PatchHP
+from rpn2c.components.kappa import CentredCuboidHP, CylinderHP, SphereHP, literal_patches, pad_pairs
+from rpn2c.components.registry import register
+from rpn2c.functional import structure
+
+
+class PatchGatherModule(nn.Module):
+    """Grid [B, C, *S] -> patches as channels [B, C·p, *S'] (channel-major, tap fastest); out-of-grid taps read 0."""
+
+    def __init__(self, geo: Geometry, spatial: tuple[int, ...], reference: bool):
+        super().__init__()
+        self.geo, self.spatial, self.reference = geo, spatial, reference
+        self.out_spatial = geo.out_spatial(spatial)
+        self.register_buffer("index", geo.patch_index(spatial), persistent=False)
+        self.unfold = (not reference and geo.rank == 2 and geo.taps is None and geo.padding_mode == "zeros")
+
+    def forward(self, x, grid=True):
+        b, c = x.shape[:2]
+        p = self.geo.patch_size
+        if self.unfold:
+            y = F.unfold(F.pad(x, pad_pairs(self.geo)), self.geo.kernel, dilation=self.geo.dilation,
+                         stride=self.geo.stride)
+            return y.reshape(b, c * p, *self.out_spatial)
+        if self.reference:
+            t = literal_patches(x, self.geo, self.spatial)
+        else:
+            t = structure.gather_patches(x.flatten(2), self.index, dim=-1, fill=0.0)  # [B, C, P, p]
+        return t.transpose(-1, -2).reshape(b, c * p, *self.out_spatial)
+
+    def extra_repr(self):
+        return f"kernel={self.geo.kernel}, stride={self.geo.stride}, p={self.geo.patch_size}"
+
+
+class _PatchExpansion(Kappa):
+    """Geometric patch expansion: grid [C, *S] -> [C·p, *S'], every patch's p taps as channels."""
+
+    family = "expansion"
+    grid_only = True
+
+    def geometry(self, rank: int) -> Geometry:
+        hp = self.hp
+        return hp.to_geometry(rank) if hasattr(hp, "to_geometry") else hp.geometry(rank)
+
+    def features_out(self, feat):
+        if len(feat) < 2:
+            raise ShapeRuleError(f"{self.name} gathers patches of a grid; the input has flat features {feat}")
+        geo = self.geometry(len(feat) - 1)
+        return (feat[0] * geo.patch_size, *geo.out_spatial(tuple(feat[1:])))
+
+    def build(self, feat, reference=False):
+        return PatchGatherModule(self.geometry(len(feat) - 1), tuple(feat[1:]), reference)
+
+
+@register
+class PatchExpansion(_PatchExpansion):
+    """Patch expansion κ(x) = [x(patch_q)]_q (im2col; conv-style size, stride, pad, dilation): [C, *S] -> [C·p, *S']."""
+
+    name = "patch_expansion"
+    example_call = "patch_expansion(size = 2)"
+    aliases = ("geometric_expansion",)
+    HP = PatchHP
+
+
+@register
+class CuboidExpansion(_PatchExpansion):
+    """Cuboid patch expansion κ(x) = [x(patch(c))]_c, patch(c) = c + [−p, p'] per axis (eq 63, 67): [C·p, ceil(S/s)]."""
+
+    name = "cuboid_expansion"
+    aliases = ("cuboid_patch_based_geometric_expansion",)
+    HP = CentredCuboidHP
+
+
+@register
+class CylinderExpansion(_PatchExpansion):
+    """Cylinder patch expansion κ(x) = [x(patch(c))]_c, ∇i² + ∇j² ≤ r², ∇k ∈ [−p_d, p'_d] (eq 65): [C·p, ceil(S/s)].
+
+    Erratum (catalog §3.2): tinyBIG's cylinder ignores p_d (only symmetric depth); both bounds are honoured here.
+    """
+
+    name = "cylinder_expansion"
+    aliases = ("cylinder_patch_based_geometric_expansion",)
+    HP = CylinderHP
+
+
+@register
+class SphereExpansion(_PatchExpansion):
+    """Sphere patch expansion κ(x) = [x(patch(c))]_c, ∇i² + ∇j² + ∇k² ≤ r² (eq 65) on a 3-D grid: [C·p, ceil(S/s)]."""
+
+    name = "sphere_expansion"
+    example = compress_example(GRID_VOLUME)
+    aliases = ("sphere_patch_based_geometric_expansion",)
+    HP = SphereHP
+
