@@ -2,7 +2,8 @@
 
 from rpn2c.components import cells, fusion, kappa, kappa_compression, kappa_expansion, ops, pi, processing, psi, xi  # noqa: F401  (registration)
 from rpn2c.components import kappa_patches, kappa_pooling, kappa_probabilistic, kappa_sampling, kappa_wavelets  # noqa: F401,E402  (registration: κ catalog)
-from rpn2c.components import xi_kernels, xi_learned, xi_structural  # noqa: F401,E402  (registration: ξ catalog)
+from rpn2c.components import xi_graph, xi_attention  # noqa: F401,E402  (registration: graph, bilinear ξ)
+from rpn2c.components import xi_kernels, xi_learned, xi_hybrid, xi_structural  # noqa: F401,E402  (registration: ξ catalog)
 from rpn2c.components import xi_graph_attention  # noqa: F401,E402  (registration: GAT's edge attention)
 from rpn2c.components import xi_recurrence  # noqa: F401,E402  (registration: seed 004's recurrence ξ)
 from rpn2c.components import sequence  # noqa: F401,E402  (registration: tokens, positions, readouts)

@@ -16,7 +16,8 @@ from pydantic import Field, field_validator, model_validator
 from rpn2c.components.base import GRID_VOLUME, Interdependence, ShapeRuleError, XiModule, graph_example, head_example
 from rpn2c.components.grid import Geometry, IntOrList, PatchHP, _per_axis
 from rpn2c.components.registry import HP, ValueRef, register
-from rpn2c.components.xi import Chain, Graph, GridXi, _ChainHP, _GraphHP, _GraphXi
+from rpn2c.components.xi import Chain, GridXi, _ChainHP
+from rpn2c.components.xi_graph import Graph, _GraphHP, _GraphXi
 from rpn2c.functional import structure
 from rpn2c.ir.types import is_known
 

@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import rpn2c.components.xi_learned as xl
 from rpn2c.components import REGISTRY
 from rpn2c.components.base import XiContext
 from rpn2c.components.registry import ValueRef
-from rpn2c.components.xi import _GraphXi
+from rpn2c.components.xi_attention import _BilinearXi
+from rpn2c.components.xi_graph import _GraphXi
 from rpn2c.functional import structure
 from rpn2c.functional.structure import bilinear
 from tests.test_lowering_equivalence import _bool_mask, _compile_pair, _rand, assert_equivalent
@@ -94,7 +94,7 @@ def test_graph_bilinear_hybrid_runs_on_edges_not_on_matrices(monkeypatch):
     for sm in ("false", "true"):
         fast, ref = _compile_pair(text.replace("{sm}", sm))
         want = ref(x=_rand(2, 5, 3), edges=edges)
-        for cls in (xl._BilinearXi, _GraphXi):
+        for cls in (_BilinearXi, _GraphXi):
             monkeypatch.setattr(cls, "matrix", lambda *a, **k: pytest.fail("dense part matrix built"))
         got = fast(x=_rand(2, 5, 3), edges=edges)
         monkeypatch.undo()

@@ -281,8 +281,7 @@ def test_hybrid_edge_masks_are_the_bilinear_parts_masks(modes, causal, window):
     ``structure.additive_mask`` of the part's settings (index band and literal band alike)."""
     from types import SimpleNamespace
 
-    from rpn2c.components.xi import _BilinearXi
-    from rpn2c.components.xi_learned import _bilinear_bias
+    from rpn2c.components.xi_attention import _BilinearXi
     from rpn2c.functional import structure
 
     entry = REGISTRY["interdependence"]["low_rank_bilinear"]
@@ -299,4 +298,23 @@ def test_hybrid_edge_masks_are_the_bilinear_parts_masks(modes, causal, window):
                                          padding_mode=modes[1], literal=literal)
         assert torch.equal(shared, dense)
     dst, src = torch.tensor([0, 4, 2, 3, 1]), torch.tensor([5, 0, 2, 3, 1])
-    assert torch.equal(_bilinear_bias(part, aux, 5, 6)(dst, src, F64), dense[..., dst, src])
+    assert torch.equal(part.entry_bias(aux, 5, 6)(dst, src, F64), dense[..., dst, src])
+
+
+@pytest.mark.parametrize("softmax", [True, False])
+@pytest.mark.parametrize("full", [True, False])
+def test_bilinear_entries_are_the_entries_of_its_matrix(softmax, full):
+    """``_BilinearXi.entries`` (what a hybrid gathers at its edges) equals the literal masked matrix at (dst, src)."""
+    from types import SimpleNamespace
+
+    from rpn2c.components.xi_attention import _BilinearXi
+
+    name = "bilinear" if full else "low_rank_bilinear"
+    hp = REGISTRY["interdependence"][name].schema(**({} if full else {"rank": 2}), softmax=softmax, causal=True,
+                                                  window=2, attn_mask=ValueRef("am"))
+    part = _BilinearXi(hp, 4, 3, None if full else 2, {"attn_mask": SimpleNamespace(mask_mode="add")}).double()
+    q, c = _rand(2, 5, 4), _rand(2, 5, 3)
+    aux = {"attn_mask": _rand(5, 5)}
+    dst, src = torch.tensor([0, 4, 2, 3, 1, 4, 2]), torch.tensor([0, 0, 2, 1, 1, 3, 4])
+    torch.testing.assert_close(part.entries(q, c, aux, dst, src), part.matrix(q, c, aux)[..., dst, src],
+                               rtol=1e-12, atol=1e-14)
