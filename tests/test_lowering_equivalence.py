@@ -7,6 +7,9 @@ It also checks that the built module has exactly the parameter count the checker
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -468,3 +471,23 @@ def test_shipped_specs_equivalent():
     gcn = (root / "gcn.rpn").read_text()
     edges = torch.randint(0, 10, (2, 30), generator=torch.Generator().manual_seed(3))
     assert_equivalent(gcn, {"x": _rand(10, 34), "edges": edges})
+
+
+_SHIPPED = sorted(Path(__file__).resolve().parents[1].glob("specs/*.rpn")) + \
+    sorted(Path(__file__).resolve().parents[1].glob("examples/specs/*.rpn"))
+
+
+@pytest.mark.parametrize("path", _SHIPPED, ids=lambda p: p.stem)
+def test_the_oracle_builds_its_layers_on_its_own_to_the_same_tensors(path):
+    """Two independent constructions (lower/heads.py, lower/oracle.py) agree on every tensor's name and shape:
+    the reference's layers are ReferenceLayers, never the default's LayerModule."""
+    from rpn2c.lower.heads import LayerModule
+    from rpn2c.lower.oracle import ReferenceLayer
+
+    fast, ref = rpn2c.compile_file(path), rpn2c.compile_file(path, reference=True)
+    assert not any(isinstance(m, LayerModule) for m in ref.modules())
+    assert all(isinstance(ref.get_submodule(n.id), ReferenceLayer) for n in ref.graph.nodes() if n.kind == "layer")
+    a, b = fast.state_dict(), ref.state_dict()
+    assert {k: tuple(v.shape) for k, v in a.items()} == {k: tuple(v.shape) for k, v in b.items()}
+    assert [k for k, _ in fast.named_parameters()] and \
+        {k: tuple(p.shape) for k, p in fast.named_parameters()} == {k: tuple(p.shape) for k, p in ref.named_parameters()}

@@ -42,19 +42,12 @@ class PackedHeads:
 
     def __init__(self, layer: nn.Module, holders: list[tuple[str, nn.Module]], layout: AttentionLayout):
         self.layout = layout
+        self.keys = per_head_keys(layout, [prefix for prefix, _ in holders])
         self.links: list[_Link] = []
-        for i, (prefix, hd) in enumerate(holders):
-            xi = hd.xi_instance
-            self.links.append(_Link(f"{prefix}xi_instance.w_q", xi, "w_q", "q", i, False, True))
-            if any(part == "k" for part, _, _ in layout.parts):
-                self.links.append(_Link(f"{prefix}xi_instance.w_k", xi, "w_k", "k", i, False, True))
-            self.links.append(_Link(f"{prefix}psi.weight", hd.psi, "weight", "v", i, False, False))
-            if "q" in layout.biased:
-                self.links.append(_Link(f"{prefix}xi_instance.b_q", xi, "b_q", "q", i, True, False))
-            if "k" in layout.biased:
-                self.links.append(_Link(f"{prefix}xi_instance.b_k", xi, "b_k", "k", i, True, False))
-            if "v" in layout.biased:
-                self.links.append(_Link(f"{prefix}bias", hd, "bias", "v", i, True, False))
+        for path, part, head, bias, transpose in self.keys:
+            prefix, holder = holders[head]
+            where, _, attr = path[len(prefix):].rpartition(".")
+            self.links.append(_Link(path, holder.get_submodule(where), attr, part, head, bias, transpose))
         own = {(link.part, link.head, link.bias): getattr(link.module, link.attr) for link in self.links}
         for name, rows in self._weights():
             layer.register_parameter(name, nn.Parameter(torch.cat(
@@ -93,18 +86,39 @@ class PackedHeads:
             link.module.__dict__[link.attr] = self.view(layer, link)
 
     def migrate(self, state_dict: dict, prefix: str) -> None:
-        """A checkpoint with per-head tensors (``heads.h0.xi_instance.w_q`` …, written before heads were packed,
-        or mapped per head) becomes the packed tensors, in place; a partial one is left for ``strict`` to report."""
-        keys = [prefix + link.path for link in self.links]
-        if not all(k in state_dict for k in keys):
-            return
-        got = {(link.part, link.head, link.bias): state_dict.pop(k) for link, k in zip(self.links, keys)}
-        for name, rows in self._weights():
-            state_dict[prefix + name] = torch.cat([self._oriented(got[(p, h, False)], p) for p in rows
-                                                   for h in range(self.layout.heads)])
-        if self.layout.biased:
-            state_dict[prefix + "in_proj_bias"] = torch.cat([got[(p, h, True)] for p in self.layout.biased
-                                                             for h in range(self.layout.heads)])
+        migrate_per_head(state_dict, prefix, self.layout, self.keys)
+
+
+def per_head_keys(layout: AttentionLayout, prefixes: list[str]) -> list[tuple[str, str, int, bool, bool]]:
+    """The per-head tensors packed heads replace, as ``(checkpoint key under the layer, part, head, is a bias,
+    stored transposed)``: head h's ``w_q`` [M, r] is the transpose of its rows of the packed weight."""
+    parts = [p for p, _, _ in layout.parts]
+    keys = []
+    for h, prefix in enumerate(prefixes):
+        keys.append((f"{prefix}xi_instance.w_q", "q", h, False, True))
+        if "k" in parts:
+            keys.append((f"{prefix}xi_instance.w_k", "k", h, False, True))
+        keys.append((f"{prefix}psi.weight", "v", h, False, False))
+        keys += [(f"{prefix}{name}", part, h, True, False)
+                 for part, name in (("q", "xi_instance.b_q"), ("k", "xi_instance.b_k"), ("v", "bias"))
+                 if part in layout.biased]
+    return keys
+
+
+def migrate_per_head(state_dict: dict, prefix: str, layout: AttentionLayout, keys) -> None:
+    """A checkpoint with per-head tensors (``heads.h0.xi_instance.w_q`` …, written before heads were packed, or
+    mapped per head) becomes the packed tensors, in place; a partial one is left for ``strict`` to report."""
+    full = [prefix + path for path, *_ in keys]
+    if not all(k in state_dict for k in full):
+        return
+    got = {(part, head, bias): state_dict.pop(k).t() if transpose else state_dict.pop(k)
+           for k, (_, part, head, bias, transpose) in zip(full, keys)}
+    heads = range(layout.heads)
+    parts = [p for p, _, _ in layout.parts]
+    for name, rows in ([("in_proj_weight", parts)] if layout.packed else [(f"{p}_proj_weight", [p]) for p in parts]):
+        state_dict[prefix + name] = torch.cat([got[(p, h, False)] for p in rows for h in heads])
+    if layout.biased:
+        state_dict[prefix + "in_proj_bias"] = torch.cat([got[(p, h, True)] for p in layout.biased for h in heads])
 
 
 def _split_heads(t: torch.Tensor, heads: int) -> torch.Tensor:

@@ -14,6 +14,7 @@ from torch import nn
 from rpn2c.ir.graph import Graph, Node
 from rpn2c.ir.types import TensorType
 from rpn2c.lower.heads import LayerModule
+from rpn2c.lower.oracle import ReferenceLayer
 from rpn2c.lower.recurrent import RecurrentModule
 
 
@@ -66,7 +67,9 @@ class CompiledModel(nn.Module):
             x = g.node(preds["x"]).type
             ctx = g.node(preds["context"]).type if "context" in preds else None
             aux = {src: g.node(src).type for role, src in preds.items() if role.startswith("aux:")}
-            return LayerModule(node.layer, node.trace["heads"], x, ctx, aux, node.type, node, preds, self.reference,
+            if self.reference:  # the oracle: built on its own, no rewritten term
+                return ReferenceLayer(node.layer, node.trace["heads"], x, ctx, aux, node.type)
+            return LayerModule(node.layer, node.trace["heads"], x, ctx, aux, node.type, node, preds,
                                node.trace.get("xi_share"))
         if node.kind == "recurrent":
             x = g.node(preds["x"]).type

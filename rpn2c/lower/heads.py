@@ -1,9 +1,9 @@
-"""The layer module: heads, channel and head fusion, remainder and processing, in both lowerings.
+"""The default lowering's layer module: heads, channel and head fusion, remainder and processing.
 
-The module holds the layer's parts (κ, ψ, ξ modules, biases, fusions, processing) and, in the default lowering,
-its program: the rewritten term as steps, one emitter per op (``lower/program.py``, ``lower/emitters.py``), which
-the forward interprets and the model's generated code inlines. Nothing here chooses a kernel. ``reference=True``
-hands every head to ``lower/reference.py`` (the oracle: each matrix materialised as the paper writes it).
+The module holds the layer's parts (κ, ψ, ξ modules, biases, fusions, processing) and its program: the rewritten
+term as steps, one emitter per op (``lower/program.py``, ``lower/emitters.py``), which the forward interprets and
+the model's generated code inlines. Nothing here chooses a kernel. The reference lowering builds its layers on its
+own (``lower/oracle.py``).
 """
 
 from __future__ import annotations
@@ -17,22 +17,20 @@ from rpn2c.components.base import XiContext
 from rpn2c.components.processing import Apply
 from rpn2c.ir.layout import attention_layout
 from rpn2c.lower.attention import PackedHeads
-from rpn2c.lower.emitters import own_aux
 from rpn2c.lower.program import layer_program, run_program
-from rpn2c.lower import reference as literal
 from rpn2c.ir.graph import HEAD_SLOT, HeadSpec, LayerSpec
 from rpn2c.ir.types import TensorType
 
 
 
 def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, data: TensorType, aux_types,
-                reference: bool, ops: frozenset, shares: dict | None = None) -> None:
+                ops: frozenset, shares: dict | None = None) -> None:
     """Register the head's parts on ``holder`` (the layer itself for single-head layers); ``ops`` are the ops of
     the head's rewritten term (what will run)."""
     holder.spec, holder.trace = h, t
     c = h.channels
     feat = (t.mz,) if not t.grid_kappa else (data.features, *data.spatial)
-    holder.kappa = h.kappa.component.build(feat, reference)
+    holder.kappa = h.kappa.component.build(feat, False)
     n = h.out if h.out is not None else t.d
     if not t.grid_kappa:
         psis = [h.psi.component.build(n, t.d // h.groups) for _ in range(c)]
@@ -70,15 +68,14 @@ def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, dat
 
 
 class LayerModule(nn.Module):
+    reference = False
+
     """One IR ``layer`` node: ``post(fuse_h(fuse_c(A_i κ(Z A_a) ψ_cᵀ + b)) + π(x))``."""
 
     def __init__(self, spec: LayerSpec, traces: list[HeadTrace], x: TensorType, ctx: TensorType | None,
-                 aux_types: dict, out: TensorType, node, preds: dict, reference: bool, shares: dict | None = None):
+                 aux_types: dict, out: TensorType, node, preds: dict, shares: dict | None = None):
         super().__init__()
-        self.reference = reference
-        term = node.terms[1] if node.terms and not reference else None  # the oracle runs no rewritten term
-        if reference:
-            shares = None
+        term = node.terms[1] if node.terms else None
 
         def head_ops(name):  # the ops of the head's rewritten term: the parts they need are built
             return frozenset(t.op for t in term.walk() if t.info.get("head") == name) if term else frozenset()
@@ -90,14 +87,13 @@ class LayerModule(nn.Module):
         data = ctx if ctx is not None else x
         self.has_context = ctx is not None
         if len(spec.heads) == 1:
-            _build_head(self, spec.heads[0], traces[0], x, data, aux_types, reference,
-                        head_ops(spec.heads[0].name), shares)
+            _build_head(self, spec.heads[0], traces[0], x, data, aux_types, head_ops(spec.heads[0].name), shares)
             self.head_modules = None
         else:
             self.heads = nn.ModuleDict()
             for h, t in zip(spec.heads, traces):
                 holder = nn.Module()
-                _build_head(holder, h, t, x, data, aux_types, reference, head_ops(h.name), shares)
+                _build_head(holder, h, t, x, data, aux_types, head_ops(h.name), shares)
                 self.heads[h.name] = holder
         self._ties = []  # (module, parameter name, module holding it): a tied head's parts read its target's
         for h, t, hd in zip(spec.heads, traces, self._holders()):
@@ -168,13 +164,6 @@ class LayerModule(nn.Module):
         for mod, name, src in self._ties:
             mod.__dict__[name] = getattr(src, name)
 
-    def _head_post(self, outs):
-        """Each head's own processing (``post`` inside a ``head name { ... }``), before the head fusion."""
-        for i, hd in enumerate(self._holders()):
-            for p in getattr(hd, "head_post", ()):
-                outs[i] = p(outs[i])
-        return outs
-
     @property
     def needs_prologue(self) -> bool:
         return bool(self._ties) or (self.packed is not None and not self._fused_attention)
@@ -188,22 +177,9 @@ class LayerModule(nn.Module):
             self.packed.bind_views(self)
 
     def forward(self, x, context=None, aux=None):
-        aux = aux or {}
+        """The rewritten term's program (lower/program.py); the generated model program inlines the same steps."""
         self.prologue()
-        if not self.reference:  # the rewritten term's program (lower/program.py)
-            return run_program(self, self.program, dict(zip(self.input_ids, (x, context))), aux)
-        raw = x  # the oracle: every head by lower/reference.py
-        for p in self.pre:
-            x = p(x)
-        data = context if context is not None else x
-        grid = self.out_kind == "grid"
-        outs = self._head_post([literal.head(hd, x, data, lambda m: own_aux(m, aux), grid) for hd in self._holders()])
-        y = literal.fuse(self.fusion, outs, grid) if self.fusion is not None else outs[0]
-        if self.pi is not None:
-            y = y + (self.pi(raw.movedim(1, -1)).movedim(-1, 1) if self.x_kind == "grid" else self.pi(raw))
-        for p in self.post:
-            y = p(y)
-        return y
+        return run_program(self, self.program, dict(zip(self.input_ids, (x, context))), aux or {})
 
 
 def _with_features(t: TensorType, n: int) -> TensorType:

@@ -35,7 +35,7 @@ from rpn2c.components.xi import aggregation_matrix, padding_matrix
 from rpn2c.errors import did_you_mean
 from rpn2c.ir.graph import Graph, head_slots, slots_before
 from rpn2c.lower import reference as literal
-from rpn2c.lower.heads import own_aux
+from rpn2c.lower.emitters import own_aux
 from rpn2c.train.interdependence import layer_call, layer_module
 
 MAX_ENTRIES = 50_000_000  # a dense float64 M of 400 MB
