@@ -7,6 +7,10 @@ normalisations, neither is Kipf's; §8 item 13), κ identity, ψ identity = Θ, 
 GATConv = ``heads = H`` heads fused by concat (or mean), head h: a graph_attention instance ξ (scores
 LeakyReLU(a_srcᵀ W_h x_j + a_dstᵀ W_h x_i), softmax over the edges into i), κ identity, ψ identity = W_h and its
 slice of the bias added after aggregation.
+
+SAGEConv = a head with a graph instance ξ from the edge list (norm "row" = the mean over the edges into each node,
+0 for a node without any; norm "none" for aggr add/sum), κ identity, ψ identity = lin_l with its bias added after
+aggregation, and the linear remainder π = lin_r on the root node (root_weight=True).
 """
 
 from __future__ import annotations
@@ -151,8 +155,55 @@ def gat_conv(m, ctx: Context) -> Value:
     return y
 
 
+_SAGE_NORM = {"mean": ("row", "the mean over the edges into i (duplicates counted, 0 without any)"),
+              "add": ("none", "the sum over the edges into i"), "sum": ("none", "the sum over the edges into i")}
+
+
+def sage_conv(m, ctx: Context) -> Value:
+    """torch_geometric.nn.SAGEConv(x, edge_index): lin_l(aggr_{j->i} x_j) + lin_r(x_i)."""
+    if isinstance(m.in_channels, (tuple, list)):
+        ctx.fail(f"in_channels={tuple(m.in_channels)}", "separate source/target features (a bipartite SAGEConv) have no "
+                                                        "single-input graph head")
+    aggr = m.aggr if isinstance(m.aggr, str) else type(m.aggr).__name__
+    if aggr not in _SAGE_NORM:
+        ctx.fail(f"aggr={aggr!r}", "the graph ξ aggregates by a (normalised) sum: mean, add and sum convert; a max, "
+                                   "min or learned aggregation has no graph ξ setting")
+    if getattr(m, "flow", "source_to_target") != "source_to_target":
+        ctx.fail(f"flow={m.flow!r}", "only messages from source (row 0) to target (row 1)")
+    if m.project:
+        ctx.fail("project=True", "the projection relu(lin(x)) feeds the neighbours but not the root term; convert "
+                                 "with project=False")
+    if m.normalize:
+        ctx.fail("normalize=True", "there is no L2-normalisation processing to put after the head; convert with "
+                                   "normalize=False")
+    if ctx.get("size") is not None:
+        ctx.fail("size=...", "only SAGEConv(x, edge_index)")
+    f, out = m.in_channels, m.out_channels
+    x, ei = _node_inputs(ctx, f)
+    norm, what = _SAGE_NORM[aggr]
+    settings = [f'xi_instance = graph(edges = {ei.name}, norm = "{norm}", self_loops = false)', f"out = {out}"]
+    has_bias = m.lin_l.bias is not None
+    if not has_bias:
+        settings.append("bias = false")
+    if m.root_weight:
+        settings.append("pi = linear(bias = false)")
+    name = ctx.name("sage")
+    comment = [f"{ctx.where()}({f} -> {out}, aggr={aggr}): a GraphSAGE head:",
+               f"  ξ_instance = graph from the edge list, A[target, source] = 1 per edge, norm {norm}: {what};",
+               f"  κ identity, ψ identity = lin_l, {'its bias added after aggregation' if has_bias else 'no bias'},",
+               f"  π = {'linear remainder lin_r on the root node (no bias)' if m.root_weight else 'zero (root_weight=False)'}"]
+    y = ctx.head(x, settings, comment=comment, name=name, uses=[ei])
+    ctx.param(f"{name}.psi.weight", "lin_l.weight")
+    if has_bias:
+        ctx.param(f"{name}.bias", "lin_l.bias")
+    if m.root_weight:
+        ctx.param(f"{name}.pi.weight", "lin_r.weight")
+    return y
+
+
 def register_all() -> None:
-    from torch_geometric.nn import GATConv, GCNConv
+    from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
     register_converter(GCNConv, gcn_conv)
     register_converter(GATConv, gat_conv)
+    register_converter(SAGEConv, sage_conv)
