@@ -11,6 +11,10 @@ slice of the bias added after aggregation.
 SAGEConv = a head with a graph instance ξ from the edge list (norm "row" = the mean over the edges into each node,
 0 for a node without any; norm "none" for aggr add/sum), κ identity, ψ identity = lin_l with its bias added after
 aggregation, and the linear remainder π = lin_r on the root node (root_weight=True).
+
+GINConv = a head with a hybrid instance ξ = graph (the sum over the edges into each node) + (1 + eps)·identity (sum
+fusion, fixed weights), κ identity, ψ eye (no parameters), no bias; then its ``nn`` converted on the aggregated
+features by the converters of its modules.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rpn2c.frontends.torch_import import Context, Link, Value, register_converter
+from rpn2c.frontends.torch_import import Context, Link, Value, convert_module, register_converter
 
 
 def _node_inputs(ctx: Context, f: int, batched: bool = True) -> tuple[Value, Value]:
@@ -162,8 +166,8 @@ _SAGE_NORM = {"mean": ("row", "the mean over the edges into i (duplicates counte
 def sage_conv(m, ctx: Context) -> Value:
     """torch_geometric.nn.SAGEConv(x, edge_index): lin_l(aggr_{j->i} x_j) + lin_r(x_i)."""
     if isinstance(m.in_channels, (tuple, list)):
-        ctx.fail(f"in_channels={tuple(m.in_channels)}", "separate source/target features (a bipartite SAGEConv) have no "
-                                                        "single-input graph head")
+        ctx.fail(f"in_channels={tuple(m.in_channels)}",
+                 "separate source/target features (a bipartite SAGEConv) have no single-input graph head")
     aggr = m.aggr if isinstance(m.aggr, str) else type(m.aggr).__name__
     if aggr not in _SAGE_NORM:
         ctx.fail(f"aggr={aggr!r}", "the graph ξ aggregates by a (normalised) sum: mean, add and sum convert; a max, "
@@ -188,10 +192,11 @@ def sage_conv(m, ctx: Context) -> Value:
     if m.root_weight:
         settings.append("pi = linear(bias = false)")
     name = ctx.name("sage")
+    pi = "linear remainder lin_r on the root node (no bias)" if m.root_weight else "zero (root_weight=False)"
     comment = [f"{ctx.where()}({f} -> {out}, aggr={aggr}): a GraphSAGE head:",
                f"  ξ_instance = graph from the edge list, A[target, source] = 1 per edge, norm {norm}: {what};",
                f"  κ identity, ψ identity = lin_l, {'its bias added after aggregation' if has_bias else 'no bias'},",
-               f"  π = {'linear remainder lin_r on the root node (no bias)' if m.root_weight else 'zero (root_weight=False)'}"]
+               f"  π = {pi}"]
     y = ctx.head(x, settings, comment=comment, name=name, uses=[ei])
     ctx.param(f"{name}.psi.weight", "lin_l.weight")
     if has_bias:
@@ -201,9 +206,38 @@ def sage_conv(m, ctx: Context) -> Value:
     return y
 
 
+def gin_conv(m, ctx: Context) -> Value:
+    """torch_geometric.nn.GINConv(x, edge_index): nn((1 + eps)·x_i + Σ_{j->i} x_j)."""
+    if isinstance(m.eps, torch.nn.Parameter):
+        ctx.fail("train_eps=True", "a learned eps has no place in the graph ξ (the hybrid's weights are fixed); "
+                                   "convert with train_eps=False")
+    aggr = m.aggr if isinstance(m.aggr, str) else type(m.aggr).__name__
+    if aggr not in ("add", "sum") or getattr(m, "flow", "source_to_target") != "source_to_target":
+        ctx.fail(f"aggr={aggr!r}, flow={m.flow!r}", "only sum aggregation from source to target")
+    if ctx.get("size") is not None:
+        ctx.fail("size=...", "only GINConv(x, edge_index)")
+    x = ctx.get("x")
+    if not isinstance(x, Value):
+        ctx.fail(f"x={type(x).__name__}", "expected a node feature tensor (not a bipartite pair)")
+    f = x.shape[-1]
+    x, ei = _node_inputs(ctx, f)
+    self_weight = 1.0 + float(m.eps)
+    xi = (f'hybrid(parts = ["graph", "identity"], fusion = "sum", weights = [1.0, {self_weight!r}], '
+          f'edges = {ei.name}, norm = "none", self_loops = false)')
+    name = ctx.name("gin")
+    comment = [f"{ctx.where()}(eps={float(m.eps)!r}): the GIN aggregation (1 + eps)·x_i + Σ_(j->i) x_j as a head:",
+               f"  ξ_instance = A + {self_weight!r}·I, A[target, source] = 1 per edge (summed, no normalisation),",
+               "  κ identity, ψ eye (no parameters), no bias, π zero; the module's nn follows on its output"]
+    agg = ctx.head(x, [f"xi_instance = {xi}", f"out = {f}", "psi = eye", "bias = false"], comment=comment,
+                   name=name, uses=[ei], out_shape=x.shape)
+    path = f"{ctx.path}.nn" if ctx.path else "nn"
+    return convert_module(ctx.builder, m.nn, path, [agg], {}, f"{name}_nn")
+
+
 def register_all() -> None:
-    from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+    from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 
     register_converter(GCNConv, gcn_conv)
     register_converter(GATConv, gat_conv)
     register_converter(SAGEConv, sage_conv)
+    register_converter(GINConv, gin_conv)

@@ -101,9 +101,64 @@ class GraphSAGE(nn.Module):
         return self.conv2(h, edge_index)
 
 
-@settings(max_examples=n_examples(10), deadline=None)
-@given(edge_lists(max_nodes=8), st.integers(0, 2**16))
-def test_two_layer_graphsage_model(graph, seed):
+def _mlp(fin, hidden, fout):
+    return nn.Sequential(nn.Linear(fin, hidden), nn.ReLU(), nn.Linear(hidden, fout))
+
+
+@settings(max_examples=n_examples(30), deadline=None)
+@given(edge_lists(), st.integers(1, 3), st.integers(1, 4), st.sampled_from([0.0, 0.5, -0.25, 2.0]), st.booleans(),
+       st.integers(0, 2**16))
+def test_ginconv_matches_pyg(graph, fin, fout, eps, batched, seed):
+    """GINConv (fixed eps, an MLP as nn, a batch axis) on any edge list: the sum over incoming edges plus
+    (1 + eps)·x_i, then the MLP; outputs and gradients equal PyG's, with as many free parameters."""
     n, ei = graph
     torch.manual_seed(seed)
-    check(_bias(GraphSAGE(3, 5, 2).double()), (rand(n, 3, seed=seed), ei))
+    m = _bias(GINConv(_mlp(fin, 5, fout), eps=eps).double())
+    x = rand(2, n, fin, seed=seed) if batched else rand(n, fin, seed=seed)
+    spec = check(m, (x, ei))
+    assert "psi = eye" in spec.text and f"weights = [1.0, {1.0 + eps!r}]" in spec.text
+
+
+def test_ginconv_with_an_identity_nn_is_the_aggregation_alone():
+    """nn = Identity: the spec is the parameter-free aggregation head, A + (1 + eps)·I applied to x."""
+    ei = torch.tensor([[0, 1, 1, 2, 2, 2], [1, 2, 2, 0, 2, 2]])
+    x = rand(4, 3)
+    m = GINConv(nn.Identity(), eps=0.5).double()
+    spec = rpn2c.from_torch(m, (x, ei))
+    a = torch.tensor([[0, 0, 1, 0], [1, 0, 0, 0], [0, 2, 2, 0], [0, 0, 0, 0]], dtype=torch.float64)
+    want = (a + 1.5 * torch.eye(4, dtype=torch.float64)) @ x
+    torch.testing.assert_close(m(x, ei), want)
+    for reference in (False, True):
+        torch.testing.assert_close(compile_or_skip(spec, reference).double()(x, ei), want)  # no tensors: float32
+
+
+def test_ginconv_refuses_a_learned_eps():
+    m = GINConv(_mlp(2, 3, 3), train_eps=True).double()
+    with pytest.raises(TorchImportError) as err:
+        rpn2c.from_torch(m, (rand(3, 2), torch.tensor([[0, 1], [1, 2]])))
+    assert err.value.option == "train_eps=True" and "GINConv" in str(err.value)
+
+
+class GIN(nn.Module):
+    """Two GINConv layers (MLPs inside) with a ReLU between them and a linear readout per node, traced by torch.fx."""
+
+    def __init__(self, fin, hidden, fout):
+        super().__init__()
+        self.conv1 = GINConv(_mlp(fin, hidden, hidden))
+        self.conv2 = GINConv(_mlp(hidden, hidden, hidden), eps=0.1)
+        self.lin = nn.Linear(hidden, fout)
+
+    def forward(self, x, edge_index):
+        h = self.conv1(x, edge_index).relu()
+        h = self.conv2(h, edge_index)
+        return self.lin(h)
+
+
+@pytest.mark.parametrize("model", [GraphSAGE, GIN])
+@settings(max_examples=n_examples(10), deadline=None)
+@given(graph=edge_lists(max_nodes=8), seed=st.integers(0, 2**16))
+def test_two_layer_models(model, graph, seed):
+    """A 2-layer GraphSAGE and a 2-layer GIN written as model classes convert through torch.fx, equal to PyG."""
+    n, ei = graph
+    torch.manual_seed(seed)
+    check(_bias(model(3, 6, 2).double()), (rand(n, 3, seed=seed), ei))
