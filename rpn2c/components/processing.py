@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, create_model
 from torch import nn
+from torch.nn import functional as F
 
 from rpn2c.components.base import Processing
 from rpn2c.components.registry import HP, register
@@ -18,7 +21,12 @@ class _Activation(Processing):
     fn = staticmethod(torch.relu)
 
     def build(self, t):
-        return Apply(self.fn, self.name)
+        return Apply(self.function(), self.name)
+
+    def function(self):
+        """``fn`` with the hyper-parameters bound (a plain function of x: the lowering may call it directly)."""
+        kwargs = dict(self.hp)
+        return functools.partial(type(self).fn, **kwargs) if kwargs else type(self).fn
 
 
 class Apply(nn.Module):
@@ -35,20 +43,111 @@ class Apply(nn.Module):
         return self.label
 
 
-def _act(name_, fn_, doc):
-    cls = type(name_.title().replace("_", ""), (_Activation,), {"__doc__": doc, "name": name_,
-                                                                "fn": staticmethod(fn_)})
+def _act(name_, fn_, doc, hp=None, call=""):
+    """Register the activation ``name_`` = ``fn_(x, **hp)``; ``hp``: its hyper-parameter schema (keyword
+    arguments of ``fn_``), ``call``: how its example writes it."""
+    body = {"__doc__": doc, "name": name_, "fn": staticmethod(fn_), "example_call": call}
+    if hp is not None:
+        body["HP"] = hp
+    cls = type(name_.title().replace("_", ""), (_Activation,), body)
     return register(cls)
+
+
+def _hp(name_: str, **fields) -> type[HP]:
+    """A hyper-parameter schema: ``fields`` maps a name to ``(type, Field(...))``."""
+    return create_model(f"{name_.title().replace('_', '')}HP", __base__=HP, **fields)
 
 
 _act("relu", torch.relu, "ReLU max(0, x).")
 _act("tanh", torch.tanh, "Hyperbolic tangent.")
 _act("sigmoid", torch.sigmoid, "Logistic sigmoid 1/(1+e^{−x}).")
-_act("gelu", nn.functional.gelu, "GELU x·Φ(x) (exact erf form, as torch's default).")
-_act("silu", nn.functional.silu, "SiLU x·σ(x).")
-_act("elu", nn.functional.elu, "ELU.")
-_act("leaky_relu", nn.functional.leaky_relu, "Leaky ReLU with slope 0.01.")
-_act("softplus", nn.functional.softplus, "Softplus log(1+e^x).")
+_act("gelu", F.gelu, "GELU x·Φ(x) (approximate = \"none\": the exact erf form, torch's default; \"tanh\": "
+     "0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).",
+     _hp("gelu", approximate=(Literal["none", "tanh"], Field("none", description="the erf form or the tanh one"))),
+     'gelu(approximate = "tanh")')
+_act("silu", F.silu, "SiLU x·σ(x).")
+_act("elu", F.elu, "ELU x for x > 0, alpha·(e^x − 1) otherwise.",
+     _hp("elu", alpha=(float, Field(1.0, description="the negative saturation value −alpha"))), "elu(alpha = 0.5)")
+_act("leaky_relu", F.leaky_relu, "Leaky ReLU x for x ≥ 0, negative_slope·x otherwise (default slope 0.01).",
+     _hp("leaky_relu", negative_slope=(float, Field(0.01, description="the slope for x < 0"))),
+     "leaky_relu(negative_slope = 0.2)")
+_act("softplus", F.softplus, "Softplus log(1 + e^{beta·x})/beta, x itself where beta·x > threshold.",
+     _hp("softplus", beta=(float, Field(1.0, gt=0, description="the sharpness")),
+         threshold=(float, Field(20.0, description="beta·x above which the result is x (numerical stability)"))),
+     "softplus(beta = 2.0)")
+_act("relu6", F.relu6, "ReLU6 min(max(0, x), 6).")
+_act("hardtanh", F.hardtanh, "Hard tanh min(max(x, min_val), max_val).",
+     _hp("hardtanh", min_val=(float, Field(-1.0, description="the lower bound")),
+         max_val=(float, Field(1.0, description="the upper bound"))), "hardtanh(min_val = -2.0, max_val = 2.0)")
+_act("hardsigmoid", F.hardsigmoid, "Hard sigmoid min(max(0, x/6 + 1/2), 1).")
+_act("hardswish", F.hardswish, "Hard swish x·min(max(0, x + 3), 6)/6.")
+_act("selu", F.selu, "SELU scale·(max(0, x) + min(0, alpha·(e^x − 1))), alpha ≈ 1.6733, scale ≈ 1.0507.")
+_act("celu", F.celu, "CELU max(0, x) + min(0, alpha·(e^{x/alpha} − 1)).",
+     _hp("celu", alpha=(float, Field(1.0, gt=0, description="the negative saturation value −alpha"))),
+     "celu(alpha = 0.5)")
+_act("mish", F.mish, "Mish x·tanh(softplus(x)).")
+_act("softsign", F.softsign, "Softsign x/(1 + |x|).")
+_act("tanhshrink", F.tanhshrink, "Tanh shrink x − tanh(x).")
+_act("log_sigmoid", F.logsigmoid, "Log-sigmoid log(1/(1 + e^{−x})).")
+_SHRINK = _hp("shrink", lambd=(float, Field(0.5, ge=0, description="the half-width of the zeroed band")))
+_act("hardshrink", F.hardshrink, "Hard shrink x where |x| > lambd, 0 otherwise.", _SHRINK, "hardshrink(lambd = 0.3)")
+_act("softshrink", F.softshrink, "Soft shrink x − lambd for x > lambd, x + lambd for x < −lambd, 0 otherwise.",
+     _SHRINK, "softshrink(lambd = 0.3)")
+_act("threshold", F.threshold, "Threshold x where x > threshold, value otherwise.",
+     _hp("threshold", threshold=(float, Field(..., description="values at or below it are replaced")),
+         value=(float, Field(..., description="the replacement"))), "threshold(threshold = 0.1, value = -1.0)")
+
+
+@register
+class Rrelu(Processing):
+    """Randomized leaky ReLU x for x ≥ 0, a·x otherwise: a ~ U(lower, upper) per element in training,
+    a = (lower + upper)/2 in eval."""
+
+    name, family = "rrelu", "processing"
+    example_call = "rrelu(lower = 0.1, upper = 0.3)"
+
+    class HP(HP):
+        lower: float = Field(1 / 8, description="the smallest slope for x < 0")
+        upper: float = Field(1 / 3, description="the largest slope for x < 0")
+
+    def build(self, t):
+        return nn.RReLU(self.hp.lower, self.hp.upper)
+
+
+@register
+class Prelu(Processing):
+    """PReLU x for x ≥ 0, a·x otherwise, with a learned slope a (one, or one per feature / channel)."""
+
+    name, family = "prelu", "processing"
+    example_call = "prelu(num_parameters = 3)"
+
+    class HP(HP):
+        num_parameters: int = Field(1, ge=1, description="1 (one shared slope) or the feature / channel count")
+        init: float = Field(0.25, description="the initial slope")
+
+    def check(self, t):
+        if self.hp.num_parameters != 1 and self.hp.num_parameters != t.features:
+            return f"prelu(num_parameters = {self.hp.num_parameters}) needs 1 or the feature count, got {t}"
+        return None
+
+    def count(self, t):
+        return self.hp.num_parameters
+
+    def build(self, t):
+        return _PReLU(self.hp.num_parameters, self.hp.init, items=t.kind != "grid")
+
+
+class _PReLU(nn.Module):
+    def __init__(self, n, init, items):
+        super().__init__()
+        self.weight = nn.Parameter(torch.full((n,), float(init)))
+        self.items = items
+
+    def forward(self, x):
+        # torch's prelu slopes axis 1; a sequence's (or a vector's) features are its last axis
+        if self.items and x.dim() > 2 and self.weight.numel() > 1:
+            return F.prelu(x.movedim(-1, 1), self.weight).movedim(1, -1)
+        return F.prelu(x, self.weight)
 
 
 def _feature_dim(t: TensorType) -> int:

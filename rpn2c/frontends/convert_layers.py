@@ -159,31 +159,61 @@ def adaptive_pool(m, ctx: Context) -> Value:
 
 
 # ------------------------------------------------------------------------------------------------ processing
-_SIMPLE = {nn.ReLU: "relu", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid", nn.SiLU: "silu"}
+_SIMPLE = {nn.ReLU: "relu", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid", nn.SiLU: "silu", nn.ReLU6: "relu6",
+           nn.Hardsigmoid: "hardsigmoid", nn.Hardswish: "hardswish", nn.SELU: "selu", nn.Mish: "mish",
+           nn.Softsign: "softsign", nn.Tanhshrink: "tanhshrink", nn.LogSigmoid: "log_sigmoid"}
+
+# module class -> (processing name, [(hyper-parameter, torch attribute, default)]): defaults are left out of the spec
+_WITH_HP = {
+    nn.GELU: ("gelu", [("approximate", "approximate", "none")]),
+    nn.ELU: ("elu", [("alpha", "alpha", 1.0)]),
+    nn.CELU: ("celu", [("alpha", "alpha", 1.0)]),
+    nn.LeakyReLU: ("leaky_relu", [("negative_slope", "negative_slope", 0.01)]),
+    nn.Softplus: ("softplus", [("beta", "beta", 1.0), ("threshold", "threshold", 20.0)]),
+    nn.Hardtanh: ("hardtanh", [("min_val", "min_val", -1.0), ("max_val", "max_val", 1.0)]),
+    nn.Hardshrink: ("hardshrink", [("lambd", "lambd", 0.5)]),
+    nn.Softshrink: ("softshrink", [("lambd", "lambd", 0.5)]),
+    nn.Threshold: ("threshold", [("threshold", "threshold", None), ("value", "value", None)]),
+    nn.RReLU: ("rrelu", [("lower", "lower", 1 / 8), ("upper", "upper", 1 / 3)]),
+}
+
+
+def _hp_literal(v):
+    return lit(v) if isinstance(v, str) else lit(float(v))
 
 
 def activation(m: nn.Module, ctx: Context) -> Value:
-    """Activations = output processing of the preceding head (``post = [...]``), or a processing op."""
+    """Activations = output processing of the preceding head (``post = [...]``), or a processing op; their
+    parameters (slopes, bounds, alpha, beta, lambd) become the processing function's hyper-parameters."""
     x = ctx.arg(0)
-    fn = _SIMPLE.get(type(m))
-    if isinstance(m, nn.GELU):
-        if m.approximate != "none":
-            ctx.fail(f"approximate={m.approximate!r}", "gelu processing is the exact erf form")
-        fn = "gelu"
-    elif isinstance(m, nn.ELU):
-        if m.alpha != 1.0:
-            ctx.fail(f"alpha={m.alpha}", "elu processing has alpha = 1")
-        fn = "elu"
-    elif isinstance(m, nn.LeakyReLU):
-        if m.negative_slope != 0.01:
-            ctx.fail(f"negative_slope={m.negative_slope}", "leaky_relu processing has slope 0.01")
-        fn = "leaky_relu"
-    elif isinstance(m, nn.Softplus):
-        if m.beta != 1 or m.threshold != 20:
-            ctx.fail(f"beta={m.beta}, threshold={m.threshold}", "softplus processing is log(1 + e^x) (beta 1, "
-                                                               "threshold 20)")
-        fn = "softplus"
-    y, _ = ctx.process(x, fn, comment="an activation is output processing")
+    cls = next(c for c in type(m).__mro__ if c in _SIMPLE or c in _WITH_HP)
+    if cls in _SIMPLE:
+        y, _ = ctx.process(x, _SIMPLE[cls], comment="an activation is output processing")
+        return y
+    fn, table = _WITH_HP[cls]
+    values = {hp: getattr(m, attr) for hp, attr, _ in table}
+    kwargs = ", ".join(f"{hp} = {_hp_literal(values[hp])}" for hp, _, default in table
+                       if default is None or values[hp] != default)
+    y, _ = ctx.process(x, fn, kwargs, comment="an activation is output processing")
+    return y
+
+
+def prelu(m: nn.PReLU, ctx: Context) -> Value:
+    """nn.PReLU = prelu processing with its learned slope(s) a: one shared, or one per channel (axis 1 in torch:
+    the features of a vector, the channels of a grid)."""
+    x = ctx.arg(0)
+    n = m.num_parameters
+    if n > 1:
+        if x.kind is None and len(x.shape) >= 3:
+            ctx.grid_input(x, len(x.shape) - 2)  # torch slopes axis 1: the channels
+        elif x.kind is None:
+            ctx.features_input(x)
+        if x.kind == "items" or x.kind not in ("vector", "grid") or x.shape[1] != n:
+            ctx.fail(f"num_parameters={n}", f"torch slopes axis 1 of {list(x.shape)}; prelu slopes the features "
+                                            "of a vector or the channels of a grid")
+    kwargs = f"num_parameters = {n}" if n > 1 else ""
+    y, prefix = ctx.process(x, "prelu", kwargs, comment="a learned slope for x < 0")
+    ctx.param(f"{prefix}.weight", "weight")
     return y
 
 
@@ -334,8 +364,9 @@ def register_all() -> None:
     for cls in (nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool1d,
                 nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d):
         register_converter(cls, adaptive_pool)
-    for cls in (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.SiLU, nn.GELU, nn.ELU, nn.LeakyReLU, nn.Softplus):
+    for cls in (*_SIMPLE, *_WITH_HP):
         register_converter(cls, activation)
+    register_converter(nn.PReLU, prelu)
     register_converter(nn.Softmax, softmax)
     register_converter(nn.LogSoftmax, softmax)
     register_converter(nn.Dropout, dropout)

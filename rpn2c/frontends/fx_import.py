@@ -214,6 +214,16 @@ def _pool_module(cls: type, names: tuple[str, ...]) -> Callable[[dict], nn.Modul
 _POOL_ARGS = ("kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
 _AVG_ARGS = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
 
+def _rrelu(o: dict) -> nn.Module:
+    """``F.rrelu(x, lower, upper, training)``: random slopes only with training=True (then even in eval, which the
+    module form does not do); with training=False (its default) it is a leaky ReLU of slope (lower + upper)/2."""
+    lower, upper = o.get("lower", 1 / 8), o.get("upper", 1 / 3)
+    if o.get("training", False):
+        raise ValueError("training=True draws random slopes even in eval mode; use nn.RReLU (random slopes in "
+                         "training only) or pass training=self.training")
+    return nn.LeakyReLU((lower + upper) / 2)
+
+
 # functional call -> (option names after the tensor, module equivalent): converted by that module's converter
 _AS_MODULE: dict[Any, tuple[tuple[str, ...], Callable[[dict], nn.Module]]] = {
     F.relu: (("inplace",), lambda o: nn.ReLU()), torch.relu: ((), lambda o: nn.ReLU()),
@@ -225,6 +235,20 @@ _AS_MODULE: dict[Any, tuple[tuple[str, ...], Callable[[dict], nn.Module]]] = {
     F.elu: (("alpha", "inplace"), lambda o: nn.ELU(o.get("alpha", 1.0))),
     F.leaky_relu: (("negative_slope", "inplace"), lambda o: nn.LeakyReLU(o.get("negative_slope", 0.01))),
     F.softplus: (("beta", "threshold"), lambda o: nn.Softplus(o.get("beta", 1.0), o.get("threshold", 20.0))),
+    F.relu6: (("inplace",), lambda o: nn.ReLU6()),
+    F.hardtanh: (("min_val", "max_val", "inplace"), lambda o: nn.Hardtanh(o.get("min_val", -1.0),
+                                                                         o.get("max_val", 1.0))),
+    F.hardsigmoid: (("inplace",), lambda o: nn.Hardsigmoid()), F.hardswish: (("inplace",), lambda o: nn.Hardswish()),
+    F.selu: (("inplace",), lambda o: nn.SELU()), torch.selu: ((), lambda o: nn.SELU()),
+    F.celu: (("alpha", "inplace"), lambda o: nn.CELU(o.get("alpha", 1.0))),
+    torch.celu: (("alpha",), lambda o: nn.CELU(o.get("alpha", 1.0))),
+    F.mish: (("inplace",), lambda o: nn.Mish()), F.softsign: ((), lambda o: nn.Softsign()),
+    F.tanhshrink: ((), lambda o: nn.Tanhshrink()), F.logsigmoid: ((), lambda o: nn.LogSigmoid()),
+    F.hardshrink: (("lambd",), lambda o: nn.Hardshrink(o.get("lambd", 0.5))),
+    F.softshrink: (("lambd",), lambda o: nn.Softshrink(o.get("lambd", 0.5))),
+    F.threshold: (("threshold", "value", "inplace"), lambda o: nn.Threshold(o["threshold"], o["value"])),
+    torch.threshold: (("threshold", "value"), lambda o: nn.Threshold(o["threshold"], o["value"])),
+    F.rrelu: (("lower", "upper", "training", "inplace"), _rrelu),
     F.softmax: (("dim",), lambda o: nn.Softmax(o.get("dim"))),
     torch.softmax: (("dim",), lambda o: nn.Softmax(o["dim"])),
     F.log_softmax: (("dim",), lambda o: nn.LogSoftmax(o.get("dim"))),
@@ -245,7 +269,9 @@ _AS_MODULE: dict[Any, tuple[tuple[str, ...], Callable[[dict], nn.Module]]] = {
 # Tensor methods with a module equivalent
 _METHOD_AS_MODULE: dict[str, tuple[tuple[str, ...], Callable[[dict], nn.Module]]] = {
     "relu": ((), lambda o: nn.ReLU()), "relu_": ((), lambda o: nn.ReLU()), "tanh": ((), lambda o: nn.Tanh()),
-    "sigmoid": ((), lambda o: nn.Sigmoid()), "softmax": (("dim",), lambda o: nn.Softmax(o["dim"])),
+    "sigmoid": ((), lambda o: nn.Sigmoid()), "sigmoid_": ((), lambda o: nn.Sigmoid()),
+    "tanh_": ((), lambda o: nn.Tanh()), "hardshrink": (("lambd",), lambda o: nn.Hardshrink(o.get("lambd", 0.5))),
+    "softmax": (("dim",), lambda o: nn.Softmax(o["dim"])),
     "log_softmax": (("dim",), lambda o: nn.LogSoftmax(o["dim"])),
     "flatten": (("start_dim", "end_dim"), lambda o: nn.Flatten(o.get("start_dim", 0), o.get("end_dim", -1))),
 }

@@ -49,7 +49,9 @@ RESERVED = {
     "model", "block", "input", "return", "head", "compress", "layer", "repeat", "import", "as", "true", "false",
     "none", "recurrent", "flatten", "add", "mul", "concat", "to_items", "to_sequence", "time_major", "pool_items",
     "readout", "relu", "tanh", "sigmoid", "gelu", "silu", "elu", "leaky_relu", "softplus", "softmax", "log_softmax",
-    "layer_norm", "batch_norm", "dropout", "identity", "state",
+    "layer_norm", "batch_norm", "dropout", "identity", "state", "relu6", "hardtanh", "hardsigmoid", "hardswish",
+    "selu", "celu", "mish", "softsign", "tanhshrink", "log_sigmoid", "hardshrink", "softshrink", "threshold", "rrelu",
+    "prelu",
 }
 
 
