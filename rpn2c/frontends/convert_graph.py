@@ -10,7 +10,8 @@ slice of the bias added after aggregation.
 
 SAGEConv = a head with a graph instance ξ from the edge list (norm "row" = the mean over the edges into each node,
 0 for a node without any; norm "none" for aggr add/sum), κ identity, ψ identity = lin_l with its bias added after
-aggregation, and the linear remainder π = lin_r on the root node (root_weight=True).
+aggregation, and the linear remainder π = lin_r on the root node (root_weight=True). GraphConv is the same head
+with lin_rel, lin_root and the edge weights as A's entries.
 
 GINConv = a head with a hybrid instance ξ = graph (the sum over the edges into each node) + (1 + eps)·identity (sum
 fusion, fixed weights), κ identity, ψ eye (no parameters), no bias; then its ``nn`` converted on the aggregated
@@ -159,51 +160,78 @@ def gat_conv(m, ctx: Context) -> Value:
     return y
 
 
-_SAGE_NORM = {"mean": ("row", "the mean over the edges into i (duplicates counted, 0 without any)"),
+_AGGR_NORM = {"mean": ("row", "the mean over the edges into i (duplicates counted, 0 without any)"),
               "add": ("none", "the sum over the edges into i"), "sum": ("none", "the sum over the edges into i")}
+
+
+def _aggregation(m, ctx: Context, weighted: bool) -> str:
+    """The graph ξ's norm for ``m.aggr`` (a located error for what no graph ξ setting computes)."""
+    aggr = m.aggr if isinstance(m.aggr, str) else type(m.aggr).__name__
+    if aggr not in _AGGR_NORM:
+        ctx.fail(f"aggr={aggr!r}", "the graph ξ aggregates by a (normalised) sum: mean, add and sum convert; a max, "
+                                   "min or learned aggregation has no graph ξ setting")
+    if aggr == "mean" and weighted:
+        ctx.fail("aggr='mean' with edge_weight", "PyG divides the weighted sum by the edge count, the row "
+                                                 "normalisation by the sum of the weights")
+    if getattr(m, "flow", "source_to_target") != "source_to_target":
+        ctx.fail(f"flow={m.flow!r}", "only messages from source (row 0) to target (row 1)")
+    if isinstance(m.in_channels, (tuple, list)):
+        ctx.fail(f"in_channels={tuple(m.in_channels)}",
+                 "separate source/target features (a bipartite layer) have no single-input graph head")
+    if ctx.get("size") is not None:
+        ctx.fail("size=...", "only the node features and the edge list (and edge weights)")
+    return aggr
+
+
+def _neighbour_root_head(m, ctx: Context, title: str, rel: str, root: str | None, weighted: bool = False) -> Value:
+    """``rel(aggr_{j->i} w_ji x_j) + root(x_i)``: one head, ξ = the graph, ψ = ``rel`` with its bias after
+    aggregation, π = the linear remainder ``root`` (no bias) or zero."""
+    ew = ctx.get("edge_weight") if weighted else None
+    aggr = _aggregation(m, ctx, ew is not None)
+    f, out = m.in_channels, m.out_channels
+    x, ei = _node_inputs(ctx, f)
+    norm, what = _AGGR_NORM[aggr]
+    graph, uses = [f"edges = {ei.name}"], [ei]
+    if ew is not None:
+        ctx.declare(ew, "edge_weight", "edge_weight[E]")
+        graph.append(f"weight = {ew.name}")
+        uses.append(ew)
+    graph += [f'norm = "{norm}"', "self_loops = false"]
+    settings = [f"xi_instance = graph({', '.join(graph)})", f"out = {out}"]
+    has_bias = m.get_submodule(rel).bias is not None
+    if not has_bias:
+        settings.append("bias = false")
+    if root is not None:
+        settings.append("pi = linear(bias = false)")
+    name = ctx.name(title.split()[0].lower())
+    entry = "w (edge_weight)" if ew is not None else "1"
+    comment = [f"{ctx.where()}({f} -> {out}, aggr={aggr}): a {title} head:",
+               f"  ξ_instance = graph from the edge list, A[target, source] = {entry} per edge, norm {norm}: {what};",
+               f"  κ identity, ψ identity = {rel}, {'its bias added after aggregation' if has_bias else 'no bias'},",
+               f"  π = {f'linear remainder {root} on the root node (no bias)' if root else 'zero (no root weight)'}"]
+    y = ctx.head(x, settings, comment=comment, name=name, uses=uses)
+    ctx.param(f"{name}.psi.weight", f"{rel}.weight")
+    if has_bias:
+        ctx.param(f"{name}.bias", f"{rel}.bias")
+    if root is not None:
+        ctx.param(f"{name}.pi.weight", f"{root}.weight")
+    return y
 
 
 def sage_conv(m, ctx: Context) -> Value:
     """torch_geometric.nn.SAGEConv(x, edge_index): lin_l(aggr_{j->i} x_j) + lin_r(x_i)."""
-    if isinstance(m.in_channels, (tuple, list)):
-        ctx.fail(f"in_channels={tuple(m.in_channels)}",
-                 "separate source/target features (a bipartite SAGEConv) have no single-input graph head")
-    aggr = m.aggr if isinstance(m.aggr, str) else type(m.aggr).__name__
-    if aggr not in _SAGE_NORM:
-        ctx.fail(f"aggr={aggr!r}", "the graph ξ aggregates by a (normalised) sum: mean, add and sum convert; a max, "
-                                   "min or learned aggregation has no graph ξ setting")
-    if getattr(m, "flow", "source_to_target") != "source_to_target":
-        ctx.fail(f"flow={m.flow!r}", "only messages from source (row 0) to target (row 1)")
     if m.project:
         ctx.fail("project=True", "the projection relu(lin(x)) feeds the neighbours but not the root term; convert "
                                  "with project=False")
     if m.normalize:
         ctx.fail("normalize=True", "there is no L2-normalisation processing to put after the head; convert with "
                                    "normalize=False")
-    if ctx.get("size") is not None:
-        ctx.fail("size=...", "only SAGEConv(x, edge_index)")
-    f, out = m.in_channels, m.out_channels
-    x, ei = _node_inputs(ctx, f)
-    norm, what = _SAGE_NORM[aggr]
-    settings = [f'xi_instance = graph(edges = {ei.name}, norm = "{norm}", self_loops = false)', f"out = {out}"]
-    has_bias = m.lin_l.bias is not None
-    if not has_bias:
-        settings.append("bias = false")
-    if m.root_weight:
-        settings.append("pi = linear(bias = false)")
-    name = ctx.name("sage")
-    pi = "linear remainder lin_r on the root node (no bias)" if m.root_weight else "zero (root_weight=False)"
-    comment = [f"{ctx.where()}({f} -> {out}, aggr={aggr}): a GraphSAGE head:",
-               f"  ξ_instance = graph from the edge list, A[target, source] = 1 per edge, norm {norm}: {what};",
-               f"  κ identity, ψ identity = lin_l, {'its bias added after aggregation' if has_bias else 'no bias'},",
-               f"  π = {pi}"]
-    y = ctx.head(x, settings, comment=comment, name=name, uses=[ei])
-    ctx.param(f"{name}.psi.weight", "lin_l.weight")
-    if has_bias:
-        ctx.param(f"{name}.bias", "lin_l.bias")
-    if m.root_weight:
-        ctx.param(f"{name}.pi.weight", "lin_r.weight")
-    return y
+    return _neighbour_root_head(m, ctx, "SAGE (GraphSAGE)", "lin_l", "lin_r" if m.root_weight else None)
+
+
+def graph_conv(m, ctx: Context) -> Value:
+    """torch_geometric.nn.GraphConv(x, edge_index[, edge_weight]): lin_rel(aggr_{j->i} w_ji x_j) + lin_root(x_i)."""
+    return _neighbour_root_head(m, ctx, "GraphConv (Morris et al.)", "lin_rel", "lin_root", weighted=True)
 
 
 def gin_conv(m, ctx: Context) -> Value:
@@ -235,9 +263,10 @@ def gin_conv(m, ctx: Context) -> Value:
 
 
 def register_all() -> None:
-    from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
+    from torch_geometric.nn import GATConv, GCNConv, GINConv, GraphConv, SAGEConv
 
     register_converter(GCNConv, gcn_conv)
     register_converter(GATConv, gat_conv)
     register_converter(SAGEConv, sage_conv)
     register_converter(GINConv, gin_conv)
+    register_converter(GraphConv, graph_conv)

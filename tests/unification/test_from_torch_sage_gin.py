@@ -1,7 +1,8 @@
-"""from_torch on torch_geometric's SAGEConv and GINConv: each is one hop of message passing, a graph instance ξ.
+"""from_torch on torch_geometric's SAGEConv, GraphConv and GINConv: each is one hop of message passing, a graph instance ξ.
 
 SAGEConv = a head with ξ = graph(norm "row") (the mean over incoming edges, 0 for a node without any; norm "none"
-for aggr add/sum), ψ = lin_l with its bias and π = linear remainder lin_r. GINConv = a head with
+for aggr add/sum), ψ = lin_l with its bias and π = linear remainder lin_r; GraphConv the same head with lin_rel,
+lin_root and edge weights. GINConv = a head with
 ξ = hybrid(graph + (1 + eps)·identity, sum fusion), ψ = eye (no parameters), then the inner ``nn`` converted on the
 aggregated features. Checked in float64 on edge lists with duplicated edges, self-loops and isolated nodes:
 outputs, input gradients and parameter gradients mapped back, and the number of free parameters.
@@ -22,9 +23,9 @@ from rpn2c.frontends import TorchImportError
 from tests.unification.graph_cases import edge_lists
 
 try:
-    from torch_geometric.nn import GINConv, SAGEConv
+    from torch_geometric.nn import GINConv, GraphConv, SAGEConv
 except ImportError:  # pragma: no cover - PyG is optional
-    SAGEConv = GINConv = None
+    SAGEConv = GINConv = GraphConv = None
 
 pytestmark = pytest.mark.skipif(SAGEConv is None, reason="torch_geometric is not installed")
 
@@ -86,6 +87,27 @@ def test_sageconv_refuses_what_has_no_graph_head(kw, option):
     with pytest.raises(TorchImportError) as err:
         rpn2c.from_torch(m, (rand(3, 2), torch.tensor([[0, 1], [1, 2]])))
     assert err.value.option == option and "SAGEConv" in str(err.value)
+
+
+@settings(max_examples=n_examples(30), deadline=None)
+@given(edge_lists(), st.integers(1, 3), st.integers(1, 4), st.sampled_from(["add", "sum", "mean"]), st.booleans(),
+       st.booleans(), st.booleans(), st.integers(0, 2**16))
+def test_graphconv_matches_pyg(graph, fin, fout, aggr, weighted, bias, batched, seed):
+    """GraphConv (aggr add/sum/mean, edge weights with add/sum, bias, a batch axis) on any edge list."""
+    n, ei = graph
+    torch.manual_seed(seed)
+    weighted = weighted and aggr != "mean"
+    m = _bias(GraphConv(fin, fout, aggr=aggr, bias=bias).double())
+    x = rand(2, n, fin, seed=seed) if batched else rand(n, fin, seed=seed)
+    check(m, (x, ei) + ((torch.rand(ei.shape[1], dtype=torch.float64) + 0.1,) if weighted else ()))
+
+
+def test_graphconv_refuses_a_weighted_mean():
+    """PyG's weighted mean divides by the edge count, the graph ξ's row normalisation by the weight sum."""
+    m = GraphConv(2, 3, aggr="mean").double()
+    with pytest.raises(TorchImportError) as err:
+        rpn2c.from_torch(m, (rand(3, 2), torch.tensor([[0, 1], [1, 2]]), torch.rand(2, dtype=torch.float64)))
+    assert "mean" in err.value.option and "GraphConv" in str(err.value)
 
 
 class GraphSAGE(nn.Module):
