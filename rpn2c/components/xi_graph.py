@@ -54,19 +54,20 @@ class _GraphXi(XiModule):
     def __init__(self, hp, axis="instance"):
         super().__init__()
         self.hp, self.axis = hp, axis
-        self.share_key = None  # set by the lowering when the optimiser's shared_xi rule merged this ξ with others
 
     def edge_list(self, aux, n, dtype, device):
         """(src, dst, w) with self-loops and normalisation applied: A[dst, src] = w. O(E).
 
         Shared within one forward by every ξ the optimiser found identical (``shared_xi``: same settings, same
-        edge inputs), also under ``torch.compile``. Across calls, the one graph cache (``graph_cache``) serves it
+        edge inputs), also under ``torch.compile``: the lowering passes ``aux["_share"] = (memo, key)``, the
+        forward's memo and the key of the merged ξ. Across calls, the one graph cache (``graph_cache``) serves it
         while the same edge (and weight) tensors come back unmodified — a fixed training graph is normalised
         once; weights that need gradients and compiled graphs compute it in place.
         """
-        memo = aux.get("_memo") if self.share_key is not None else None
-        if memo is not None:
-            key = (self.share_key, n if isinstance(n, int) else str(n), dtype, device)  # str: a symbolic size
+        shared = aux.get("_share")
+        if shared is not None:
+            memo, share = shared
+            key = (share, n if isinstance(n, int) else str(n), dtype, device)  # str: a symbolic size
             if key not in memo:
                 memo[key] = self._edge_list(aux, n, dtype, device)
             return memo[key]

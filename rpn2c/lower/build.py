@@ -69,8 +69,7 @@ class CompiledModel(nn.Module):
             aux = {src: g.node(src).type for role, src in preds.items() if role.startswith("aux:")}
             if self.reference:  # the oracle: built on its own, no rewritten term
                 return ReferenceLayer(node.layer, node.trace["heads"], x, ctx, aux, node.type)
-            return LayerModule(node.layer, node.trace["heads"], x, ctx, aux, node.type, node, preds,
-                               node.trace.get("xi_share"))
+            return LayerModule(node.layer, node.trace["heads"], x, ctx, aux, node.type, node, preds)
         if node.kind == "recurrent":
             x = g.node(preds["x"]).type
             # the rewritten term's op: the fused kernel, a parallel scan, a time loop; ``recur`` (no rule) and the

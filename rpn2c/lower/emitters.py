@@ -37,6 +37,7 @@ class Site:
     grid_out: bool = False  # the layer's output is a grid (fusions read the channel axis)
     x_grid: bool = False  # the layer's input is a grid (the remainder reads the channel axis)
     fn: Callable | None = None  # a processing step that is a plain activation: the function itself
+    share: str | None = None  # a ξ the graph rewrite shared_xi merged with others: computed once per forward
 
     def holder(self, layer):
         return layer.heads[self.head] if self.multi else layer
@@ -124,6 +125,8 @@ def _xi_with(kernel: str | None, literal_form: bool = False):
             if vec:
                 z, q, c = z.unsqueeze(1), q.unsqueeze(1), c.unsqueeze(1)
             own = own_aux(m, aux)
+            if s.share is not None and "_memo" in aux:
+                own["_share"] = (aux["_memo"], s.share)
             if literal_form:
                 y = literal.interdependence(m, z, q, c, own)
             else:
@@ -137,10 +140,7 @@ def _xi_with(kernel: str | None, literal_form: bool = False):
 
 def own_aux(m, aux: dict) -> dict:
     """The layer's extra inputs (keyed by value id) as ``m`` reads them: keyed by its hyper-parameter names."""
-    own = {k: aux[v] for k, v in getattr(m, "aux_keys", {}).items() if v in aux}
-    if "_memo" in aux:
-        own["_memo"] = aux["_memo"]
-    return own
+    return {k: aux[v] for k, v in getattr(m, "aux_keys", {}).items() if v in aux}
 
 
 # ------------------------------------------------------------------------------------------------ κ, ψ, bias

@@ -24,7 +24,7 @@ from rpn2c.ir.types import TensorType
 
 
 def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, data: TensorType, aux_types,
-                ops: frozenset, shares: dict | None = None) -> None:
+                ops: frozenset) -> None:
     """Register the head's parts on ``holder`` (the layer itself for single-head layers); ``ops`` are the ops of
     the head's rewritten term (what will run)."""
     holder.spec, holder.trace = h, t
@@ -46,8 +46,6 @@ def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, dat
         for m in mods:
             m.axis = axis
             m.aux_keys = {k: r.name for k, r in comp.value_refs()}  # hyper-parameter -> value id
-            if shares and f"{h.name}:{slot}" in shares and hasattr(m, "share_key"):
-                m.share_key = shares[f"{h.name}:{slot}"]  # graph rewrite shared_xi: one computation per forward
         holder.add_module(slot, mods[0] if len(mods) == 1 else nn.ModuleList(mods))
     geo = t.geometry
     if geo is not None and geo.taps is not None:  # kernel-box positions of a patch's taps, built once
@@ -73,7 +71,7 @@ class LayerModule(nn.Module):
     """One IR ``layer`` node: ``post(fuse_h(fuse_c(A_i κ(Z A_a) ψ_cᵀ + b)) + π(x))``."""
 
     def __init__(self, spec: LayerSpec, traces: list[HeadTrace], x: TensorType, ctx: TensorType | None,
-                 aux_types: dict, out: TensorType, node, preds: dict, shares: dict | None = None):
+                 aux_types: dict, out: TensorType, node, preds: dict):
         super().__init__()
         term = node.terms[1] if node.terms else None
 
@@ -87,13 +85,13 @@ class LayerModule(nn.Module):
         data = ctx if ctx is not None else x
         self.has_context = ctx is not None
         if len(spec.heads) == 1:
-            _build_head(self, spec.heads[0], traces[0], x, data, aux_types, head_ops(spec.heads[0].name), shares)
+            _build_head(self, spec.heads[0], traces[0], x, data, aux_types, head_ops(spec.heads[0].name))
             self.head_modules = None
         else:
             self.heads = nn.ModuleDict()
             for h, t in zip(spec.heads, traces):
                 holder = nn.Module()
-                _build_head(holder, h, t, x, data, aux_types, head_ops(h.name), shares)
+                _build_head(holder, h, t, x, data, aux_types, head_ops(h.name))
                 self.heads[h.name] = holder
         self._ties = []  # (module, parameter name, module holding it): a tied head's parts read its target's
         for h, t, hd in zip(spec.heads, traces, self._holders()):

@@ -47,6 +47,7 @@ def layer_program(node, preds: dict, multi: bool, grid_out: bool, x_grid: bool,
     ``activation(term)``: the plain function a ``process`` term applies, if it is one (called directly)."""
     spec = node.layer
     heads = {h.name: (h, t) for h, t in zip(spec.heads, node.trace["heads"])}
+    shares = node.trace.get("xi_share") or {}  # "head:slot" -> key of the ξ the graph rewrite shared_xi merged
     _, query, data = _layer_inputs(node, preds)
     steps: list[Step] = []
     index: dict[Term, Arg] = {}
@@ -54,7 +55,8 @@ def layer_program(node, preds: dict, multi: bool, grid_out: bool, x_grid: bool,
     def site(t: Term) -> Site:
         name = t.info.get("head")
         h, tr = heads[name] if name is not None else (None, None)
-        return Site(name, multi, h, tr, grid_out, x_grid, activation(t) if t.op == "process" else None)
+        return Site(name, multi, h, tr, grid_out, x_grid, activation(t) if t.op == "process" else None,
+                    shares.get(f"{name}:{t.info.get('slot')}"))
 
     def visit(t: Term) -> Arg:
         if t in index:
