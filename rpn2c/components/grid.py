@@ -98,6 +98,14 @@ class Geometry:
         return structure.patch_index(**self.structure_args(spatial, device))
 
 
+def positive_per_axis(v: IntOrList) -> IntOrList:
+    """Validator of a per-axis size: one int or a non-empty list, every value >= 1."""
+    vals = [v] if isinstance(v, int) else v
+    if not vals or any(x < 1 for x in vals):
+        raise ValueError("must be >= 1")
+    return v
+
+
 def _per_axis(value: IntOrList, rank: int, what: str) -> tuple[int, ...]:
     if isinstance(value, int):
         return (value,) * rank
@@ -119,10 +127,7 @@ class PatchHP(HP):
     @field_validator("size", "stride", "dilation")
     @classmethod
     def _positive(cls, v):
-        vals = [v] if isinstance(v, int) else v
-        if not vals or any(x < 1 for x in vals):
-            raise ValueError("must be >= 1")
-        return v
+        return positive_per_axis(v)
 
     @field_validator("pad", "pad_after")
     @classmethod

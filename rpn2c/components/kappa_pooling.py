@@ -4,20 +4,24 @@ Every entry builds a :class:`PatchPoolModule`: [C, *S] -> [C, *S'], φ (any metr
 :mod:`rpn2c.functional.compression`) over conv-style, centred cuboid, cylinder or sphere patches
 (:mod:`rpn2c.components.grid`). Where :func:`native_pooling` holds, the optimiser runs the module's ``pool`` kernel
 op (native max pooling or a depthwise convolution); otherwise a gather + reduce, or the paper's padding matrix for
-the reference lowering. The tinyBIG class names are registered as aliases.
+the reference lowering. The tinyBIG class names are registered as aliases. ``ceil_mode`` adds torch's partial
+last windows (:func:`ceil_extension`). :class:`AdaptivePool` pools onto a fixed output grid with torch's adaptive
+bins (unequal, overlapping windows): a pooling matrix (mean) or a per-bin max.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, field_validator
 from torch import nn
 
 from rpn2c.components.base import GRID_VOLUME, Kappa, ShapeRuleError, compress_example
-from rpn2c.components.grid import Geometry
+from rpn2c.components.grid import Geometry, IntOrList, positive_per_axis
 from rpn2c.components.kappa import (
     CentredCuboidHP,
     ConvPatchHP,
@@ -31,6 +35,32 @@ from rpn2c.components.kappa import (
 )
 from rpn2c.components.registry import HP, register
 from rpn2c.functional import compression as FC
+
+
+def ceil_extension(geo: Geometry, spatial) -> tuple[int, ...]:
+    """Cells of padding past ``pad_after`` that torch's ``ceil_mode`` adds per axis: the window count is
+    ``ceil((L + pb + pa − d(k−1) − 1)/s) + 1``, less one when that last window would start at or past ``L + pb``
+    (in the right padding); the extension makes the floor rule of :class:`Geometry` give that count."""
+    extra = []
+    for n, k, s, d, pb, pa in zip(spatial, geo.kernel, geo.stride, geo.dilation, geo.pad_before, geo.pad_after):
+        span = d * (k - 1) + 1
+        num = n + pb + pa - span
+        if num < 0:
+            extra.append(0)  # the window does not fit: Geometry.out_extent says so
+            continue
+        out = -(-num // s) + 1
+        if (out - 1) * s >= n + pb:
+            out -= 1
+        extra.append(max(0, (out - 1) * s + span - (n + pb + pa)))
+    return tuple(extra)
+
+
+def _skips_taps(metric: str) -> bool:
+    try:
+        ignore_fill(metric)
+    except KeyError:
+        return False
+    return True
 
 
 def native_pooling(geo: Geometry, metric: str) -> bool:
@@ -49,9 +79,23 @@ class PatchPoolModule(nn.Module):
     Reference lowering: the paper's padding matrix, ``x A`` (one-hot columns, zero for out-of-grid taps), then φ.
     """
 
-    def __init__(self, geo: Geometry, spatial, metric: str, kw: dict, ignore: bool, reference: bool):
+    def __init__(self, geo: Geometry, spatial, metric: str, kw: dict, ignore: bool, reference: bool,
+                 ceil_mode: bool = False):
         super().__init__()
-        self.geo, self.spatial, self.metric, self.kw, self.reference = geo, tuple(spatial), metric, kw, reference
+        self.metric, self.kw, self.reference = metric, kw, reference
+        self.prepad: list[int] = []
+        extra = ceil_extension(geo, spatial) if ceil_mode else (0,) * geo.rank
+        if any(extra):
+            # torch's ceil_mode: the added last windows skip their taps past the padded grid. With zero padding
+            # read as 0 (outside = "zero") the grid is padded explicitly first, so that every out-of-grid tap left
+            # is one past the padded grid and is skipped.
+            if not ignore and (any(geo.pad_before) or any(geo.pad_after)):
+                self.prepad = pad_pairs(geo)
+                spatial = tuple(n + b + a for n, b, a in zip(spatial, geo.pad_before, geo.pad_after))
+                geo = replace(geo, pad_before=(0,) * geo.rank, pad_after=(0,) * geo.rank)
+            geo = replace(geo, pad_after=tuple(a + e for a, e in zip(geo.pad_after, extra)))
+            ignore = True
+        self.geo, self.spatial = geo, tuple(spatial)
         self.out_spatial = geo.out_spatial(self.spatial)
         index = geo.patch_index(self.spatial)
         valid = index >= 0
@@ -69,6 +113,8 @@ class PatchPoolModule(nn.Module):
     def pool(self, x):
         """Kernel op ``pool`` (rule ``pool``, where ``native_pooling`` holds): max/min by native max pooling of
         the explicitly padded grid, sum/mean by a depthwise convolution with the patch mask."""
+        if self.prepad:
+            x = F.pad(x, self.prepad)
         c = x.shape[1]
         geo, metric = self.geo, self.metric
         pads = pad_pairs(geo)
@@ -88,6 +134,8 @@ class PatchPoolModule(nn.Module):
 
     def forward(self, x, grid=True):
         """φ over every patch by gather + reduce (the reference: by the padding matrix)."""
+        if self.prepad:
+            x = F.pad(x, self.prepad)
         b, c = x.shape[:2]
         geo, metric = self.geo, self.metric
         mean_ignore = metric == "mean" and self.ignore
@@ -105,7 +153,8 @@ class PatchPoolModule(nn.Module):
 
     def extra_repr(self):
         return (f"{self.metric}, kernel={self.geo.kernel}, p={self.geo.patch_size}, stride={self.geo.stride}, "
-                f"ignore_outside={self.ignore}, reference={self.reference}")
+                f"ignore_outside={self.ignore}, reference={self.reference}"
+                + (f", prepad={self.prepad}" if self.prepad else ""))
 
 
 class _PatchPool(Kappa):
@@ -119,13 +168,28 @@ class _PatchPool(Kappa):
     def metric(self) -> str:
         return getattr(self.hp, "metric", self.METRIC)
 
+    @property
+    def ceil_mode(self) -> bool:
+        return getattr(self.hp, "ceil_mode", False)
+
     def geometry(self, rank: int) -> Geometry:
         return self.hp.to_geometry(rank)
 
     def features_out(self, feat):
         if len(feat) < 2:
             raise ShapeRuleError(f"{self.name} pools over a grid; the input has flat features {feat}")
-        return (feat[0], *self.geometry(len(feat) - 1).out_spatial(tuple(feat[1:])))
+        geo, spatial = self.geometry(len(feat) - 1), tuple(feat[1:])
+        if self.ceil_mode:
+            if geo.padding_mode != "zeros":
+                raise ShapeRuleError(f"{self.name}: ceil_mode = true needs padding_mode = \"zeros\" (as torch's "
+                                     f"pooling), got {geo.padding_mode!r}")
+            if not _skips_taps(self.metric) and any(ceil_extension(geo, spatial)):
+                raise ShapeRuleError(f"{self.name}: ceil_mode = true skips the taps of the added windows past the "
+                                     f"padded grid, which metric {self.metric!r} cannot skip; use one of "
+                                     "max, min, sum, mean, prod or a norm")
+            extra = ceil_extension(geo, spatial)
+            geo = replace(geo, pad_after=tuple(a + e for a, e in zip(geo.pad_after, extra)))
+        return (feat[0], *geo.out_spatial(spatial))
 
     def native_pooling(self, rank: int) -> bool:
         return native_pooling(self.geometry(rank), self.metric)
@@ -135,7 +199,9 @@ class _PatchPool(Kappa):
         kw = metric_kwargs(hp) if hasattr(hp, "metric") else {}
         ignore = hp.ignores_outside() if hasattr(hp, "ignores_outside") else \
             (hp.outside == "ignore" or (hp.outside == "auto" and self.metric in ("max", "min")))
-        return PatchPoolModule(self.geometry(len(feat) - 1), tuple(feat[1:]), self.metric, kw, ignore, reference)
+        self.features_out(tuple(feat))  # the ceil_mode checks
+        return PatchPoolModule(self.geometry(len(feat) - 1), tuple(feat[1:]), self.metric, kw, ignore, reference,
+                               self.ceil_mode)
 
 
 class _OutsideHP(HP):
@@ -144,11 +210,18 @@ class _OutsideHP(HP):
                             "count_include_pad=False); auto: ignore for max/min, zero for mean")
 
 
-class _ConvPoolHP(PoolHP, ConvPatchHP):
+class _CeilHP(HP):
+    ceil_mode: bool = Field(
+        False, description="torch's ceil_mode: windows counted by ceil((L + pads − extent)/stride) + 1, a last "
+                           "window kept when it starts inside the grid or its left padding; its taps past the padded "
+                           "grid are skipped (not read, not counted in a mean)")
+
+
+class _ConvPoolHP(PoolHP, ConvPatchHP, _CeilHP):
     pass
 
 
-class _ConvFixedHP(_OutsideHP, ConvPatchHP):
+class _ConvFixedHP(_OutsideHP, ConvPatchHP, _CeilHP):
     pass
 
 
@@ -251,3 +324,99 @@ def _shape_entries(shape: str) -> None:
 
 for _shape in ("cuboid", "cylinder", "sphere"):
     _shape_entries(_shape)
+
+
+# ------------------------------------------------------------------------------------------------ adaptive pooling
+class AdaptivePoolModule(nn.Module):
+    """Grid [B, C, *S] -> [B, C, *size]: the mean or max of every adaptive bin.
+
+    Default lowering: ``F.adaptive_avg_pool{n}d`` / ``F.adaptive_max_pool{n}d``. Reference lowering: the mean as
+    the pooling matrix ``x P`` (:func:`rpn2c.functional.compression.adaptive_pool_matrix`; the bin membership
+    product first, then the division by |bin| in x's dtype), the max as the bins
+    gathered by a one-hot matrix ``x A`` then reduced, slots past a bin's end ignored.
+    """
+
+    def __init__(self, spatial, size, metric: str, reference: bool):
+        super().__init__()
+        self.spatial, self.size, self.metric, self.reference = tuple(spatial), tuple(size), metric, reference
+        if reference:
+            if metric == "mean":  # the pooling matrix P = membership / |bin|, its 1/|bin| applied in x's dtype
+                member = FC.adaptive_pool_matrix(self.spatial, self.size, dtype=torch.float64)
+                count = (member > 0).sum(0)
+                self.register_buffer("matrix", (member > 0).to(torch.get_default_dtype()), persistent=False)
+                self.register_buffer("count", count, persistent=False)
+            else:
+                index = FC.adaptive_bin_index(self.spatial, self.size)
+                n = 1
+                for v in self.spatial:
+                    n *= v
+                valid = (index >= 0).flatten()
+                onehot = torch.zeros(n, index.numel(), dtype=torch.get_default_dtype())
+                onehot[index.flatten()[valid], torch.arange(index.numel())[valid]] = 1.0
+                self.register_buffer("matrix", onehot, persistent=False)
+                self.register_buffer("outside", ~valid.reshape(index.shape), persistent=False)
+
+    def forward(self, x, grid=True):
+        b, c = x.shape[:2]
+        if not self.reference:
+            rank = len(self.size)
+            if self.metric == "mean":
+                return (F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, F.adaptive_avg_pool3d)[rank - 1](x, self.size)
+            return (F.adaptive_max_pool1d, F.adaptive_max_pool2d, F.adaptive_max_pool3d)[rank - 1](x, self.size)
+        flat = x.flatten(2) @ self.matrix.to(x.dtype)
+        if self.metric == "mean":
+            flat = flat / self.count.to(x.dtype)
+        else:
+            taps = flat.unflatten(-1, self.outside.shape).masked_fill(self.outside, -math.inf)
+            flat = taps.amax(-1)
+        return flat.reshape(b, c, *self.size)
+
+    def extra_repr(self):
+        return f"{self.metric}, size={self.size}, reference={self.reference}"
+
+
+class _AdaptiveHP(HP):
+    size: IntOrList = Field(..., description="output cells per spatial axis (one value for every axis)")
+    metric: Literal["mean", "max"] = Field("mean", description="φ of every bin: mean (AdaptiveAvgPool) or max "
+                                                               "(AdaptiveMaxPool)")
+
+    @field_validator("size")
+    @classmethod
+    def _positive(cls, v):
+        return positive_per_axis(v)
+
+
+@register
+class AdaptivePool(Kappa):
+    """Adaptive pooling κ(x)_q = φ_{j ∈ bin(q)} x_j, φ = mean or max, onto a fixed output grid ``size``.
+
+    Per axis (input length L, output size S) bin i is [floor(i·L/S), ceil((i+1)·L/S)), i < S; a cell's bin is the
+    product of its axes' bins. Where S does not divide L the bins have unequal sizes and neighbours overlap (torch's
+    AdaptiveAvgPool / AdaptiveMaxPool). The mean is the linear compression x·P with the pooling matrix
+    P[j, q] = 1/|bin(q)| for j ∈ bin(q), else 0; the max reduces every bin. No parameters.
+    """
+
+    name = "adaptive_pool"
+    family = "compression"
+    grid_only = True
+    example_call = "adaptive_pool(size = [4, 3])"
+    aliases = ("adaptive_compression",)
+    HP = _AdaptiveHP
+
+    def out_size(self, rank: int) -> tuple[int, ...]:
+        if not 1 <= rank <= 3:
+            raise ShapeRuleError(f"{self.name} pools 1-D, 2-D and 3-D grids, not {rank}-D")
+        size = self.hp.size
+        if isinstance(size, int):
+            return (size,) * rank
+        if len(size) != rank:
+            raise ShapeRuleError(f"{self.name}: size has {len(size)} values but the grid has {rank} spatial axes")
+        return tuple(size)
+
+    def features_out(self, feat):
+        if len(feat) < 2:
+            raise ShapeRuleError(f"{self.name} pools over a grid; the input has flat features {feat}")
+        return (feat[0], *self.out_size(len(feat) - 1))
+
+    def build(self, feat, reference=False):
+        return AdaptivePoolModule(tuple(feat[1:]), self.out_size(len(feat) - 1), self.hp.metric, reference)

@@ -96,15 +96,15 @@ def _pool_extent(length, k, s, p, d, ceil):
     return out
 
 
-def _pool(m, ctx: Context, rank: int, how: str, kernel, stride, padding, dilation, ceil_mode) -> Value:
+def _pool(m, ctx: Context, rank: int, how: str, kernel, stride, padding, dilation, ceil_mode,
+          count_include_pad=True) -> Value:
     x = ctx.grid_input(ctx.arg(0), rank)
     k, p, d = _tuple(kernel, rank), _tuple(padding, rank), _tuple(dilation, rank)
     s = _tuple(stride, rank) if stride is not None and stride != () and stride != [] else k
-    if ceil_mode:
-        spatial = x.shape[2:]
-        if any(_pool_extent(L, *a, True) != _pool_extent(L, *a, False) for L, a in zip(spatial, zip(k, s, p, d))):
-            ctx.fail("ceil_mode=True", f"on this {list(spatial)} input it adds a partial window that patch "
-                                        "compression does not produce (it follows conv's floor rule)")
+    spatial = x.shape[2:]
+    # ceil_mode matters only where it adds a partial last window; its taps past the padded grid are skipped
+    ceil = ceil_mode and any(_pool_extent(L, *a, True) != _pool_extent(L, *a, False)
+                             for L, a in zip(spatial, zip(k, s, p, d)))
     args = [f"size = {per_axis(k)}"]
     if s != k:
         args.append(f"stride = {per_axis(s)}")
@@ -112,17 +112,26 @@ def _pool(m, ctx: Context, rank: int, how: str, kernel, stride, padding, dilatio
         args.append(f"pad = {per_axis(p)}")
     if any(di != 1 for di in d):
         args.append(f"dilation = {per_axis(d)}")
+    ignore = how == "mean" and not count_include_pad and any(p)
+    if ignore:
+        args.append('outside = "ignore"')
+    if ceil:
+        args.append("ceil_mode = true")
     kappa = "patch_max" if how == "max" else "patch_mean"
     name = ctx.name("pool")
     what = ("max over the patch, out-of-grid taps ignored" if how == "max" else
+            "mean over the patch, zero padding not counted (count_include_pad=False)" if ignore else
             "mean over the patch, zero padding counted (count_include_pad)")
     comment = [f"{ctx.where()}(kernel {k}, stride {s}, padding {p}): pooling is a compression head:",
                f"  κ = {kappa} ({what}), ξ none, ψ = eye (no parameters), no bias, π zero"]
+    if ceil:
+        comment.append(f"  ceil_mode: on {list(spatial)} a partial last window is added; its taps past the "
+                       "padded grid are skipped")
     return ctx.head(x, [f"kappa = {kappa}({', '.join(args)})"], comment=comment, kind="compress", name=name)
 
 
 def max_pool(m, ctx: Context) -> Value:
-    """nn.MaxPoolNd = a compression head: κ = patch_max, ψ = eye."""
+    """nn.MaxPoolNd = a compression head: κ = patch_max (ceil_mode kept), ψ = eye."""
     if m.return_indices:
         ctx.fail("return_indices=True")
     rank = int(type(m).__name__[-2])
@@ -130,19 +139,17 @@ def max_pool(m, ctx: Context) -> Value:
 
 
 def avg_pool(m, ctx: Context) -> Value:
-    """nn.AvgPoolNd = a compression head: κ = patch_mean (count_include_pad semantics), ψ = eye."""
+    """nn.AvgPoolNd = a compression head: κ = patch_mean (count_include_pad=False: out-of-grid taps ignored;
+    ceil_mode kept), ψ = eye."""
     rank = int(type(m).__name__[-2])
     if getattr(m, "divisor_override", None) is not None:
-        ctx.fail(f"divisor_override={m.divisor_override}", "patch_mean divides by the patch size")
-    if not m.count_include_pad and any(_tuple(m.padding, rank)):
-        ctx.fail("count_include_pad=False", "patch_mean counts zero padding in the mean (count_include_pad=True); "
-                                            "with padding > 0 the border means differ")
-    return _pool(m, ctx, rank, "mean", m.kernel_size, m.stride, m.padding, 1, m.ceil_mode)
+        ctx.fail(f"divisor_override={m.divisor_override}", "patch_mean divides by the taps it reads")
+    return _pool(m, ctx, rank, "mean", m.kernel_size, m.stride, m.padding, 1, m.ceil_mode, m.count_include_pad)
 
 
 def adaptive_pool(m, ctx: Context) -> Value:
-    """nn.AdaptiveAvg/MaxPoolNd with an output size dividing the input = a patch compression with kernel = stride
-    = L / out (global pooling for out = 1)."""
+    """nn.AdaptiveAvg/MaxPoolNd: an output size dividing the input = a patch compression with kernel = stride
+    = L / out (global pooling for out = 1); any other size = κ adaptive_pool (torch's unequal, overlapping bins)."""
     if getattr(m, "return_indices", False):
         ctx.fail("return_indices=True")
     rank = int(type(m).__name__[-2])
@@ -150,12 +157,16 @@ def adaptive_pool(m, ctx: Context) -> Value:
     spatial = x.shape[2:]
     out = _tuple(m.output_size, rank)
     out = tuple(L if o is None else o for L, o in zip(spatial, out))
-    if any(L % o for L, o in zip(spatial, out)):
-        ctx.fail(f"output_size={m.output_size}", f"the input size {list(spatial)} is not a multiple of it "
-                                                  "(adaptive windows would have unequal sizes)")
-    kernel = tuple(L // o for L, o in zip(spatial, out))
     how = "max" if "Max" in type(m).__name__ else "mean"
-    return _pool(m, ctx, rank, how, kernel, kernel, 0, 1, False)
+    if all(L % o == 0 for L, o in zip(spatial, out)):
+        kernel = tuple(L // o for L, o in zip(spatial, out))
+        return _pool(m, ctx, rank, how, kernel, kernel, 0, 1, False)
+    name = ctx.name("pool")
+    comment = [f"{ctx.where()}(output {out}) on {list(spatial)}: adaptive pooling is a compression head:",
+               f"  κ = adaptive_pool ({how} over bins [floor(i·L/S), ceil((i+1)·L/S)) per axis, unequal and "
+               "overlapping), ξ none, ψ = eye (no parameters), no bias, π zero"]
+    return ctx.head(x, [f"kappa = adaptive_pool(size = {per_axis(out)}, metric = {lit(how)})"], comment=comment,
+                    kind="compress", name=name)
 
 
 # ------------------------------------------------------------------------------------------------ processing

@@ -51,6 +51,9 @@ __all__ = [
     "MetricSpec",
     "NaiveProbabilisticCompression",
     "RandomProjection",
+    "adaptive_bin_index",
+    "adaptive_bins",
+    "adaptive_pool_matrix",
     "gaussian_random_matrix",
     "metric_compression",
     "patch_reduce",
@@ -194,6 +197,41 @@ def patch_reduce(x: Tensor, index: Tensor, metric: str = "max", *, pad_value: fl
     xe = torch.cat((x, pad), dim=-1)
     idx = torch.where(index < 0, torch.full_like(index, m), index).to(x.device)
     return reduce(xe[..., idx], metric, -1, **kw)
+
+
+def adaptive_bins(length: int, size: int) -> list[tuple[int, int]]:
+    """Adaptive pooling bins of one axis (torch's AdaptiveAvgPool/AdaptiveMaxPool): bin i is
+    ``[floor(i·L/S), ceil((i+1)·L/S))``, i < S; neighbouring bins overlap where S does not divide L."""
+    if length < 1 or size < 1:
+        raise ValueError(f"adaptive bins need a length and a size >= 1, got {length} and {size}")
+    return [((i * length) // size, -(-((i + 1) * length) // size)) for i in range(size)]
+
+
+def adaptive_bin_index(spatial: Sequence[int], size: Sequence[int], device=None) -> Tensor:
+    """LongTensor [Q, p]: the flat (row-major) positions of every adaptive bin q (the product of the axes' bins),
+    padded with -1 to the largest bin size p; Q = prod(size)."""
+    if len(spatial) != len(size):
+        raise ValueError(f"{len(size)} output sizes for a {len(spatial)}-D grid")
+    cells: list[list[int]] = [[0]]
+    for n, s in zip(spatial, size):
+        cells = [[f * n + j for f in flat for j in range(a, b)] for flat in cells for a, b in adaptive_bins(n, s)]
+    width = max(len(c) for c in cells)
+    return torch.tensor([c + [-1] * (width - len(c)) for c in cells], dtype=torch.long, device=device)
+
+
+def adaptive_pool_matrix(spatial: Sequence[int], size: Sequence[int], *, dtype: torch.dtype = torch.float32,
+                         device=None) -> Tensor:
+    """The adaptive average pooling matrix P [N, Q] (N = prod(spatial)): P[j, q] = 1/|bin(q)| for j in bin q,
+    else 0, so that ``x_flat @ P`` is the mean of every bin (κ as a linear compression)."""
+    index = adaptive_bin_index(spatial, size, device)
+    valid = index >= 0
+    n = 1
+    for v in spatial:
+        n *= v
+    q = torch.arange(index.shape[0], device=device).unsqueeze(1).expand_as(index)
+    out = torch.zeros(n, index.shape[0], dtype=dtype, device=device)
+    out[index[valid], q[valid]] = 1.0 / valid.sum(1, keepdim=True).expand_as(index)[valid].to(dtype)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -64,6 +64,8 @@ GRAD = [
       for m in ("max", "prod", "median", "lp", "std", "entropy")],
     ("patch_max", {"size": 2}, (2, 4, 4)), ("patch_min", {"size": 3, "pad": 1}, (1, 3, 4)),
     ("patch_mean", {"size": 3, "stride": 2, "pad": 1, "outside": "ignore"}, (1, 4, 4)),
+    ("patch_mean", {"size": 3, "stride": 2, "pad": 1, "ceil_mode": True}, (1, 6, 5)),
+    ("adaptive_pool", {"size": [3, 2]}, (1, 5, 3)), ("adaptive_pool", {"size": 3, "metric": "max"}, (1, 4, 5)),
     ("cuboid_pool", {"metric": "std", "half": 1}, (1, 4, 3)), ("cuboid_max", {"half": 1}, (1, 4, 3)),
     ("cuboid_min", {"half": 1, "stride": 2}, (1, 4, 3)), ("cuboid_mean", {"half": [0, 1]}, (1, 4, 3)),
     ("cylinder_pool", {"metric": "l1", "radius": 1}, (1, 4, 4)), ("cylinder_max", {"radius": 1}, (1, 4, 4)),
