@@ -36,6 +36,7 @@ E0390 error for the module.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import operator
 from collections.abc import Callable, Sequence
@@ -50,7 +51,7 @@ from torch import nn
 from rpn2c.errors import Diagnostic, Span, SpecTypeError
 from rpn2c.frontends.torch_import import (
     ERROR_CODE, RESERVED, Context, RecordedCall, SpecBuilder, TorchImportError, Value, class_name, convert_module,
-    find_converter, lit,
+    find_converter, library_of, lit,
 )
 
 
@@ -79,8 +80,7 @@ class _LeafTracer(fx.Tracer):
             return False
         if isinstance(m, nn.Identity) or find_converter(m) is not None:
             return True
-        mod = type(m).__module__
-        return mod.startswith("torch.") or mod.startswith("torch_geometric.")
+        return library_of(type(m)) is not None
 
 
 class _Recorder(fx.Interpreter):
@@ -94,6 +94,27 @@ class _Recorder(fx.Interpreter):
         out = super().run_node(n)
         self.values[n] = out
         return out
+
+
+@contextlib.contextmanager
+def _refusing_autograd_functions(path: str, module: nn.Module):
+    """While tracing, a custom ``torch.autograd.Function`` applied to a traced value raises a located error: fx
+    would trace through its ``forward`` and drop its own ``backward`` (a straight-through estimator, a clipped
+    gradient), converting it to a model with other gradients."""
+    original = torch.autograd.Function.__dict__["apply"]
+
+    def apply(cls, *args, **kwargs):
+        if any(isinstance(a, fx.Proxy) for a in _flat((args, kwargs))):
+            raise TorchImportError(path, class_name(module), f"{cls.__qualname__}.apply",
+                                   "a custom torch.autograd.Function: its own backward has no spec form (tracing "
+                                   "keeps only its forward); write it with torch operations or modules")
+        return original.__func__(cls, *args, **kwargs)
+
+    torch.autograd.Function.apply = classmethod(apply)
+    try:
+        yield
+    finally:
+        torch.autograd.Function.apply = original
 
 
 def _trace(module: nn.Module, path: str, call: RecordedCall) -> tuple[fx.GraphModule, dict[fx.Node, Any], list[str]]:
@@ -112,7 +133,8 @@ def _trace(module: nn.Module, path: str, call: RecordedCall) -> tuple[fx.GraphMo
     modes = [(m, m.training) for m in module.modules()]
     module.eval()
     try:
-        gm = fx.GraphModule(module, _LeafTracer().trace(module, concrete_args=concrete or None))
+        with _refusing_autograd_functions(path, module):
+            gm = fx.GraphModule(module, _LeafTracer().trace(module, concrete_args=concrete or None))
         rec = _Recorder(gm)
         with torch.no_grad():
             rec.run(*bound.arguments.values())
@@ -120,8 +142,10 @@ def _trace(module: nn.Module, path: str, call: RecordedCall) -> tuple[fx.GraphMo
         raise
     except Exception as err:  # noqa: BLE001  (fx's TraceError and whatever the user's forward raises)
         why = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise TorchImportError(path, class_name(module), None, f"torch.fx cannot trace its forward ({why}); "
-                                                                "data-dependent control flow has no spec") from err
+        raise TorchImportError(path, class_name(module), None, f"torch.fx cannot trace its forward ({why}); only a "
+                                                                "forward without Python control flow on tensor values "
+                                                                "and without tensors built from traced sizes "
+                                                                "converts") from err
     finally:
         for m, mode in modes:
             m.training = mode
@@ -442,6 +466,11 @@ class _GraphConverter:
     # -------------------------------------------------------------------------------------------- handlers
     def call_module(self, node: fx.Node, args: tuple, kwargs: dict) -> Any:
         sub = self.gm.get_submodule(node.target)
+        made = next((a for a in node.all_input_nodes if isinstance(self.env.get(a), torch.Tensor)), None)
+        if made is not None:
+            self.fail(node, f"its input '{made.name}' ({_op_name(made)}) is a tensor made in forward from sizes or "
+                            "constants, not computed from the model's inputs: a spec has no constant tensors "
+                            f"(positions, masks); pass it to forward as a model input to convert '{node.target}'")
         out = self.values.get(node)
         call = RecordedCall(tuple(self.concrete(node.args)), dict(self.concrete(node.kwargs)), out)
         local = str(node.target)

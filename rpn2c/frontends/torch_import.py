@@ -361,7 +361,12 @@ class Context:
     def arg(self, i: int) -> Any:
         if i >= len(self.args):
             self.fail(None, f"expected at least {i + 1} tensor argument(s)")
-        return self.args[i]
+        v = self.args[i]
+        if isinstance(v, torch.Tensor):
+            self.fail(None, f"its input {i} is a tensor {list(v.shape)} made in forward (from sizes or constants), "
+                            "not computed from the model's inputs: a spec has no constant tensors; pass it to "
+                            "forward as a model input")
+        return v
 
     # -------------------------------------------------------------------------------------------- types
     def declare(self, v: Value, kind: str, type_text: str, *, time_major: bool = False, batched: bool = True,
@@ -582,6 +587,16 @@ def _bind_names(module: nn.Module, args: list, kwargs: dict) -> dict[str, Any]:
         return {**{f"arg{i}": a for i, a in enumerate(args)}, **kwargs}
 
 
+_LIBRARIES = ("torch", "torch_geometric")
+
+
+def library_of(cls: type) -> str | None:
+    """``torch`` / ``torch_geometric`` for a class defined in that library (its layers need converters: their
+    forward is not traced), else None."""
+    mod = cls.__module__ or ""
+    return next((lib for lib in _LIBRARIES if mod == lib or mod.startswith(lib + ".")), None)
+
+
 def _sequential(module: nn.Module) -> bool:
     return isinstance(module, nn.Sequential) and type(module).forward is nn.Sequential.forward
 
@@ -601,14 +616,17 @@ def convert_module(b: SpecBuilder, module: nn.Module, path: str, args: list, kwa
     if isinstance(module, nn.Identity):
         return args[0]
     fn = find_converter(module)
-    own = type(module).forward is not nn.Module.forward and not type(module).__module__.startswith("torch.")
+    library = library_of(type(module))
+    own = type(module).forward is not nn.Module.forward and library is None
     if fn is None and own:
         from rpn2c.frontends.fx_import import convert_traced  # a whole model: its forward traced with torch.fx
 
         return convert_traced(b, module, path, args, kwargs, base, call)
     if fn is None:
-        raise TorchImportError(path, class_name(module), None, "no RPN 2 converter is registered for this class "
-                                                                "(see docs/unification.md for the supported list)")
+        what = f"this {library} layer ({type(module).__name__})" if library else "this class"
+        raise TorchImportError(path, class_name(module), None, f"no RPN 2 converter is registered for {what} (see "
+                                                                "docs/unification.md for the supported list; "
+                                                                "register_converter adds one)")
     ctx = Context(b, module, path, args, kwargs, call, base)
     out = fn(module, ctx)
     if not isinstance(out, Value):

@@ -1,0 +1,178 @@
+"""Every refusal of ``from_torch`` is a located :class:`TorchImportError` (E0390): a corpus of small modules and
+models with no exact spec form (yet) must raise it -- never an AttributeError, an fx TraceError or any other
+exception -- and its message must name the module and, for a traced model, the fx node. An entry leaves the corpus
+once its construction converts (then it belongs in a conversion test)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from unification_helpers import rand
+
+import rpn2c
+from rpn2c.frontends.fx_import import FxImportError
+from rpn2c.frontends.torch_import import TorchImportError
+
+try:
+    from torch_geometric.nn import ChebConv
+except ImportError:  # pragma: no cover - torch_geometric is optional
+    ChebConv = None
+
+
+class _Fn(nn.Module):
+    """A model whose forward is ``fn(self, x)`` around a Linear(4, 4) ``self.fc``."""
+
+    def __init__(self, fn, **modules):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        for k, v in modules.items():
+            setattr(self, k, v)
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(self, x)
+
+
+class _Scale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.gamma = nn.Linear(4, 4), nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        return self.fc(x) * self.gamma  # a layer scale read in forward
+
+
+class _Positions(nn.Module):
+    """BERT-style learned positions: the position ids are made in forward from the input's size."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(10, 4), nn.Embedding(8, 4)
+
+    def forward(self, ids):
+        return self.tok(ids) + self.pos(torch.arange(ids.shape[1]))
+
+
+class _Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
+class _Branch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        if y.sum() > 0:  # data-dependent control flow
+            return y
+        return -y
+
+
+class _ConvOnTokens(nn.Module):
+    """[B, T, E] -> [B, E, T] before a Conv1d, as text CNNs write it."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.conv = nn.Embedding(10, 4), nn.Conv1d(4, 3, 2)
+
+    def forward(self, ids):
+        return self.conv(self.emb(ids).permute(0, 2, 1))
+
+
+class _Star(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, *xs):
+        return self.fc(xs[0])
+
+
+class _Graph(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = ChebConv(4, 4, 2)
+
+    def forward(self, x, edge_index):
+        return self.conv(x, edge_index).relu()
+
+
+IDS = torch.randint(0, 10, (2, 5), generator=torch.Generator().manual_seed(0))
+EDGES = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+
+# (id, module, example inputs, what the message must name)
+CORPUS = [
+    ("permute-before-conv1d", _ConvOnTokens(), (IDS,), "permute"),
+    ("positions-made-in-forward", _Positions(), (IDS,), "arange"),
+    ("causal-mask-made-in-forward", _Fn(lambda s, x: s.fc(x) + torch.ones(x.shape[1], 4).triu()),
+     (rand(2, 5, 4),), "torch.fx cannot trace"),
+    ("parameter-read-in-forward", _Scale(), (rand(2, 4),), "gamma"),
+    ("layer-norm-weight-in-forward", _Fn(lambda s, x: F.layer_norm(s.fc(x), (4,), s.fc.weight[0])), (rand(2, 4),),
+     "fc.weight"),
+    ("chunk", _Fn(lambda s, x: s.fc(x).chunk(2, -1)[0]), (rand(2, 4),), "chunk"),
+    ("expand", _Fn(lambda s, x: s.fc(x).unsqueeze(1).expand(2, 3, 4)), (rand(2, 4),), "expand"),
+    ("reshape-beyond-flatten", _Fn(lambda s, x: s.fc(x).view(2, 2, 2)), (rand(2, 4),), "view"),
+    ("custom-autograd-function", _Fn(lambda s, x: _Square.apply(s.fc(x))), (rand(2, 4),), "apply"),
+    ("data-dependent-control-flow", _Branch(), (rand(2, 4),), "torch.fx cannot trace"),
+    ("comparison-where", _Fn(lambda s, x: torch.where(s.fc(x) > 0, x, -x)), (rand(2, 4),), "gt"),
+    ("dropout-training-true", _Fn(lambda s, x: F.dropout(s.fc(x), 0.5, True)), (rand(2, 4),), "training=True"),
+    ("rrelu-training-true", _Fn(lambda s, x: F.rrelu(s.fc(x), training=True)), (rand(2, 4),), "training=True"),
+    ("in-place-with-later-reader", _Fn(lambda s, x: (lambda y: y.add_(1.0) + y)(s.fc(x))), (rand(2, 4),),
+     "in place"),
+    ("star-args", _Star(), (rand(2, 4),), "*args"),
+    ("transposed-convolution", nn.Sequential(nn.ConvTranspose2d(2, 2, 2)), (rand(1, 2, 3, 3),), "ConvTranspose2d"),
+    ("glu", _Fn(lambda s, x: s.glu(s.fc(x)), glu=nn.GLU()), (rand(2, 4),), "GLU"),
+    ("prelu-per-item", nn.Sequential(nn.Linear(4, 3), nn.PReLU(3)), (rand(2, 3, 4),), "num_parameters=3"),
+]
+if ChebConv is not None:
+    CORPUS += [
+        ("pyg-layer-without-converter", _Graph(), (rand(4, 4), EDGES), "ChebConv"),
+        ("pyg-layer-without-converter-alone", ChebConv(4, 4, 2), (rand(4, 4), EDGES), "ChebConv"),
+    ]
+
+
+@pytest.mark.parametrize(("module", "args", "names"), [c[1:] for c in CORPUS], ids=[c[0] for c in CORPUS])
+def test_refusal_is_a_located_torch_import_error(module, args, names):
+    module = module.double()
+    args = tuple(a.double() if a.is_floating_point() else a for a in args)
+    module(*args)  # the model itself runs: only its conversion is refused
+    try:
+        rpn2c.from_torch(module, args)
+    except TorchImportError as err:
+        message = str(err)
+        assert err.codes == ["E0390"], message
+        assert f"module '{err.module_path or '<root>'}'" in message and err.module_class in message, message
+        if isinstance(err, FxImportError):
+            assert f"fx node '{err.node}'" in message, message
+        assert names in message, message
+    except Exception as err:  # noqa: BLE001  (the point: nothing else may escape)
+        pytest.fail(f"{type(err).__name__} escaped from_torch instead of a TorchImportError: {err}")
+    else:
+        pytest.fail("from_torch converted it; move it to a conversion test")
+
+
+def test_pyg_layer_without_converter_is_not_reported_as_untraceable():
+    if ChebConv is None:
+        pytest.skip("torch_geometric is not installed")
+    with pytest.raises(TorchImportError, match="no RPN 2 converter is registered for this torch_geometric layer "
+                                               r"\(ChebConv\)") as info:
+        rpn2c.from_torch(_Graph().double(), (rand(4, 4), EDGES))
+    assert "data-dependent" not in str(info.value) and info.value.module_path == "conv"
+
+
+def test_positions_made_in_forward_name_the_embedding_node():
+    with pytest.raises(FxImportError) as info:
+        rpn2c.from_torch(_Positions().double(), (IDS,))
+    err = info.value
+    assert err.node == "pos" and "arange" in str(err) and "model input" in str(err)
