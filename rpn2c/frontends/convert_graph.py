@@ -183,9 +183,12 @@ def _aggregation(m, ctx: Context, weighted: bool) -> str:
     return aggr
 
 
-def _neighbour_root_head(m, ctx: Context, title: str, rel: str, root: str | None, weighted: bool = False) -> Value:
+def _neighbour_root_head(m, ctx: Context, title: str, rel: str, root: str | None, weighted: bool = False,
+                         project: str | None = None) -> Value:
     """``rel(aggr_{j->i} w_ji x_j) + root(x_i)``: one head, ξ = the graph, ψ = ``rel`` with its bias after
-    aggregation, π = the linear remainder ``root`` (no bias) or zero."""
+    aggregation, π = the linear remainder ``root`` (no bias) or zero. With ``project`` (a Linear's name) the
+    neighbours send ``relu(project(x_j))`` (a perceptron head first), and the root term, which reads x itself, is a
+    second head added to the graph head's output."""
     ew = ctx.get("edge_weight") if weighted else None
     aggr = _aggregation(m, ctx, ew is not None)
     f, out = m.in_channels, m.out_channels
@@ -201,32 +204,41 @@ def _neighbour_root_head(m, ctx: Context, title: str, rel: str, root: str | None
     has_bias = m.get_submodule(rel).bias is not None
     if not has_bias:
         settings.append("bias = false")
-    if root is not None:
+    if root is not None and project is None:
         settings.append("pi = linear(bias = false)")
     name = ctx.name(title.split()[0].lower())
+    src = x
+    if project is not None:
+        src = ctx.head(x, [f"out = {f}"], name=ctx.fresh(f"{name}_proj"), post=["relu"], out_shape=x.shape,
+                       comment=f"{ctx.where()}: project=True: the messages relu({project}(x_j)), a perceptron head")
+        ctx.param(f"{src.name}.psi.weight", f"{project}.weight")
+        ctx.param(f"{src.name}.bias", f"{project}.bias")
     entry = "w (edge_weight)" if ew is not None else "1"
     comment = [f"{ctx.where()}({f} -> {out}, aggr={aggr}): a {title} head:",
                f"  ξ_instance = graph from the edge list, A[target, source] = {entry} per edge, norm {norm}: {what};",
                f"  κ identity, ψ identity = {rel}, {'its bias added after aggregation' if has_bias else 'no bias'},",
-               f"  π = {f'linear remainder {root} on the root node (no bias)' if root else 'zero (no root weight)'}"]
-    y = ctx.head(x, settings, comment=comment, name=name, uses=uses)
-    ctx.param(f"{name}.psi.weight", f"{rel}.weight")
+               f"  π = {f'linear remainder {root} on the root node (no bias)' if root and not project else 'zero'}"]
+    y = ctx.head(src, settings, comment=comment, name=ctx.fresh(f"{name}_agg") if project and root else name, uses=uses)
+    ctx.param(f"{y.name}.psi.weight", f"{rel}.weight")
     if has_bias:
-        ctx.param(f"{name}.bias", f"{rel}.bias")
-    if root is not None:
+        ctx.param(f"{y.name}.bias", f"{rel}.bias")
+    if root is not None and project is None:
         ctx.param(f"{name}.pi.weight", f"{root}.weight")
+    elif root is not None:
+        r = ctx.head(x, [f"out = {out}", "bias = false"], name=ctx.fresh(f"{name}_root"),
+                     comment=f"  the root term {root}(x_i) on the unprojected features: a perceptron head, no bias")
+        ctx.param(f"{r.name}.psi.weight", f"{root}.weight")
+        y = ctx.op("add", [y, r], name=name, comment="  graph head + root head")
     return y
 
 
 def sage_conv(m, ctx: Context) -> Value:
     """torch_geometric.nn.SAGEConv(x, edge_index): lin_l(aggr_{j->i} x_j) + lin_r(x_i)."""
-    if m.project:
-        ctx.fail("project=True", "the projection relu(lin(x)) feeds the neighbours but not the root term; convert "
-                                 "with project=False")
     if m.normalize:
         ctx.fail("normalize=True", "there is no L2-normalisation processing to put after the head; convert with "
                                    "normalize=False")
-    return _neighbour_root_head(m, ctx, "SAGE (GraphSAGE)", "lin_l", "lin_r" if m.root_weight else None)
+    return _neighbour_root_head(m, ctx, "SAGE (GraphSAGE)", "lin_l", "lin_r" if m.root_weight else None,
+                                project="lin" if m.project else None)
 
 
 def graph_conv(m, ctx: Context) -> Value:
