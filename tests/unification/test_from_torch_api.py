@@ -33,13 +33,8 @@ def _seq(*layers):
 
 CASES = [
     # (id, module, positional inputs, keyword inputs, module path, class substring, option substring)
-    ("maxpool-ceil", nn.MaxPool2d(3, stride=2, ceil_mode=True), (rand(1, 1, 6, 6),), {}, "", "MaxPool2d",
-     "ceil_mode=True"),
-    ("avgpool-exclude-pad", nn.AvgPool2d(3, padding=1, count_include_pad=False), (rand(1, 1, 5, 5),), {}, "",
-     "AvgPool2d", "count_include_pad=False"),
     ("avgpool-divisor", nn.AvgPool2d(2, divisor_override=3), (rand(1, 1, 4, 4),), {}, "", "AvgPool2d",
      "divisor_override=3"),
-    ("adaptive-uneven", nn.AdaptiveAvgPool1d(3), (rand(1, 2, 8),), {}, "", "AdaptiveAvgPool1d", "output_size=3"),
     ("maxpool-indices", nn.MaxPool1d(2, return_indices=True), (rand(1, 1, 4),), {}, "", "MaxPool1d",
      "return_indices=True"),
     ("mha-bias-kv", nn.MultiheadAttention(4, 2, add_bias_kv=True, batch_first=True), (rand(1, 3, 4),) * 3, {}, "",
