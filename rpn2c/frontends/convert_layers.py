@@ -293,6 +293,8 @@ def batch_norm(m, ctx: Context) -> Value:
         ctx.fail("momentum=None", "the cumulative moving average has no batch_norm setting")
     if rank == 1 and (x.kind == "vector" or (x.kind is None and len(x.shape) == 2)):
         ctx.features_input(x, allow=("vector",))
+    elif rank == 1 and x.kind == "items" and not x.batched:
+        pass  # one graph's nodes [N, F]: torch normalises each feature over the nodes, as batch_norm on items does
     elif rank == 1:
         if x.kind == "items":
             ctx.fail(None, "BatchNorm1d on [B, T, F] normalises axis 1 (T), not the features")

@@ -184,3 +184,19 @@ def test_two_layer_models(model, graph, seed):
     n, ei = graph
     torch.manual_seed(seed)
     check(_bias(model(3, 6, 2).double()), (rand(n, 3, seed=seed), ei))
+
+
+def test_gin_with_batch_norm_normalises_each_feature_over_the_nodes():
+    """BatchNorm1d on one graph's nodes [N, F] normalises per feature over N (running statistics in eval, the
+    nodes' statistics in training), as the batch_norm processing does on items."""
+    torch.manual_seed(0)
+    m = GINConv(nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))).double()
+    with torch.no_grad():
+        m.nn[1].running_mean.normal_()
+        m.nn[1].running_var.uniform_(0.5, 2.0)
+    x = torch.randn(6, 4, dtype=torch.float64)
+    edges = torch.tensor([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 0]])
+    spec = assert_matches_torch(m, (x, edges))
+    model = rpn2c.compile(spec.text).double()
+    model.load_state_dict(spec.state_dict)
+    torch.testing.assert_close(model.train()(x, edges), m.train()(x, edges), rtol=1e-10, atol=1e-10)
