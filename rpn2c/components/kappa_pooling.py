@@ -212,7 +212,7 @@ class _OutsideHP(HP):
 
 class _CeilHP(HP):
     ceil_mode: bool = Field(
-        False, description="torch's ceil_mode: windows counted by ceil((L + pads − extent)/stride) + 1, a last "
+        False, json_schema_extra={"hash": "omit_default"}, description="torch's ceil_mode: windows counted by ceil((L + pads − extent)/stride) + 1, a last "
                            "window kept when it starts inside the grid or its left padding; its taps past the padded "
                            "grid are skipped (not read, not counted in a mean)")
 
@@ -376,7 +376,8 @@ class AdaptivePoolModule(nn.Module):
 
 
 class _AdaptiveHP(HP):
-    size: IntOrList = Field(..., description="output cells per spatial axis (one value for every axis)")
+    size: IntOrList = Field(1, description="output cells per spatial axis (one value for every axis); 1: "
+                                                 "global pooling")
     metric: Literal["mean", "max"] = Field("mean", description="φ of every bin: mean (AdaptiveAvgPool) or max "
                                                                "(AdaptiveMaxPool)")
 

@@ -53,6 +53,9 @@ def _act(name_, fn_, doc, hp=None, call=""):
     return register(cls)
 
 
+_LATER = {"hash": "omit_default"}  # added to a component specs already used: left out of the hash at its default
+
+
 def _hp(name_: str, **fields) -> type[HP]:
     """A hyper-parameter schema: ``fields`` maps a name to ``(type, Field(...))``."""
     return create_model(f"{name_.title().replace('_', '')}HP", __base__=HP, **fields)
@@ -63,17 +66,18 @@ _act("tanh", torch.tanh, "Hyperbolic tangent.")
 _act("sigmoid", torch.sigmoid, "Logistic sigmoid 1/(1+e^{−x}).")
 _act("gelu", F.gelu, "GELU x·Φ(x) (approximate = \"none\": the exact erf form, torch's default; \"tanh\": "
      "0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).",
-     _hp("gelu", approximate=(Literal["none", "tanh"], Field("none", description="the erf form or the tanh one"))),
+     _hp("gelu", approximate=(Literal["none", "tanh"], Field("none", json_schema_extra=_LATER, description="the erf form or the tanh one"))),
      'gelu(approximate = "tanh")')
 _act("silu", F.silu, "SiLU x·σ(x).")
 _act("elu", F.elu, "ELU x for x > 0, alpha·(e^x − 1) otherwise.",
-     _hp("elu", alpha=(float, Field(1.0, description="the negative saturation value −alpha"))), "elu(alpha = 0.5)")
+     _hp("elu", alpha=(float, Field(1.0, json_schema_extra=_LATER, description="the negative saturation value −alpha"))),
+     "elu(alpha = 0.5)")
 _act("leaky_relu", F.leaky_relu, "Leaky ReLU x for x ≥ 0, negative_slope·x otherwise (default slope 0.01).",
-     _hp("leaky_relu", negative_slope=(float, Field(0.01, description="the slope for x < 0"))),
+     _hp("leaky_relu", negative_slope=(float, Field(0.01, json_schema_extra=_LATER, description="the slope for x < 0"))),
      "leaky_relu(negative_slope = 0.2)")
 _act("softplus", F.softplus, "Softplus log(1 + e^{beta·x})/beta, x itself where beta·x > threshold.",
-     _hp("softplus", beta=(float, Field(1.0, gt=0, description="the sharpness")),
-         threshold=(float, Field(20.0, description="beta·x above which the result is x (numerical stability)"))),
+     _hp("softplus", beta=(float, Field(1.0, gt=0, json_schema_extra=_LATER, description="the sharpness")),
+         threshold=(float, Field(20.0, json_schema_extra=_LATER, description="beta·x above which the result is x (numerical stability)"))),
      "softplus(beta = 2.0)")
 _act("relu6", F.relu6, "ReLU6 min(max(0, x), 6).")
 _act("hardtanh", F.hardtanh, "Hard tanh min(max(x, min_val), max_val).",

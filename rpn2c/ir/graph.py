@@ -35,7 +35,12 @@ class Use:
         return self.component.name
 
     def canonical(self) -> dict:
-        hp = {k: _plain(v) for k, v in self.component.hp}
+        """Name, family and hyper-parameters. A hyper-parameter added to an existing component after specs were
+        hashed (its field marked ``json_schema_extra={"hash": "omit_default"}``) is left out at its default, so
+        the specs written before it keep their content hash and their checkpoints load."""
+        fields = type(self.component.hp).model_fields
+        hp = {k: _plain(v) for k, v in self.component.hp if not (_omit_default(fields.get(k)) and
+                                                                  v == fields[k].default)}
         return {"name": self.component.name, "family": self.component.family, "hp": hp}
 
     def __str__(self) -> str:
@@ -44,6 +49,11 @@ class Use:
         args = ", ".join(f"{k}={v}" for k, v in self.component.hp
                          if k in fields and (fields[k].is_required() or v != fields[k].default))
         return f"{self.component.name}({args})" if args else self.component.name
+
+
+def _omit_default(field) -> bool:
+    extra = getattr(field, "json_schema_extra", None)
+    return isinstance(extra, dict) and extra.get("hash") == "omit_default"
 
 
 def _plain(v: Any) -> Any:

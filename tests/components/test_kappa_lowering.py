@@ -144,6 +144,8 @@ COMP = [
     ("patch_max", _pool_then_head('patch_max(size = 3, pad = 1, outside = "zero")'), (2, 5, 5)),
     ("patch_min", _pool("patch_min(size = 3, pad = 1, stride = 1)"), (2, 5, 5)),
     ("patch_mean", _pool_then_head('patch_mean(size = 3, pad = 1, stride = 1, outside = "ignore")'), (2, 5, 5)),
+    ("adaptive_pool", _pool_then_head("adaptive_pool(size = [2, 3])"), (2, 5, 5)),
+    ("adaptive_pool", _pool('adaptive_pool(size = 3, metric = "max")'), (2, 5, 5)),
     ("cuboid_pool", _pool('cuboid_pool(metric = "variance", half = 1)'), (2, 5, 5)),
     ("cuboid_max", _pool('cuboid_max(half = 1, packing = "complete_square")'), (2, 5, 5)),
     ("cuboid_min", _pool("cuboid_min(half = [0, 1], half_after = [1, 1], stride = 2)"), (2, 5, 5)),
