@@ -101,3 +101,16 @@ def test_a_single_head_with_a_head_fusion_is_not_inlined_as_its_head():
     x = torch.randn(3, 2, 8, dtype=torch.float64)
     assert model(x).shape == (3, 2, 4)
     assert_close(model(x), ref(x), rtol=1e-12, atol=1e-12)
+
+
+def test_a_graph_the_optimiser_never_saw_runs_its_terms_as_built():
+    """No rule fired, so no kernel runs: the paper's literal forms (patches by the padding matrix), equal to the
+    reference lowering."""
+    from rpn2c.lower.build import CompiledModel
+
+    model = CompiledModel(rpn2c.check(CNN)).double().eval()
+    ops = set(_emitted_ops(model.program_source))
+    assert "patches" in ops and not ops & {"conv", "pool", "unfold", "linear"}
+    ref = rpn2c.compile(CNN, reference=True).double().eval()
+    ref.load_state_dict(model.state_dict())
+    assert_close(model(_x()), ref(_x()), rtol=1e-12, atol=1e-12)

@@ -33,6 +33,8 @@ class CompiledModel(nn.Module):
         super().__init__()
         self.graph = graph
         self.reference = reference
+        if not reference:
+            _unoptimised_terms(graph)
         self.input_names = list(graph.inputs)
         self.input_types = {i: graph.node(i).type for i in graph.inputs}
         self._steps: list[tuple[str, str, dict[str, str]]] = []
@@ -155,6 +157,17 @@ def _unbatch(value: torch.Tensor, time_major: bool, squeeze: bool) -> torch.Tens
     if time_major:
         return value.transpose(0, 1)
     return value.squeeze(0) if squeeze else value
+
+
+def _unoptimised_terms(graph: Graph) -> None:
+    """A graph that never went through the optimiser runs its terms as built: no rule, the paper's forms."""
+    missing = [n for n in graph.nodes() if n.kind in ("layer", "recurrent") and not getattr(n, "terms", None)]
+    if missing:
+        from rpn2c.ir.terms import build_terms
+
+        terms = build_terms(graph)
+        for n in missing:
+            n.terms = (terms[n.id], terms[n.id])
 
 
 def _set_path(root: nn.Module, path: str, module: nn.Module) -> None:
