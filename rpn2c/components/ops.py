@@ -10,7 +10,7 @@ from torch import nn
 
 from rpn2c.components.base import Op, ShapeRuleError, binary_example, example_model
 from rpn2c.components.registry import HP, register
-from rpn2c.ir.types import TensorType, items, numel, vector
+from rpn2c.ir.types import TensorType, broadcast_dim, items, numel, vector
 
 
 @register
@@ -40,39 +40,59 @@ class _Lambda(nn.Module):
         return self.fn(*xs)
 
 
-def _same_types(ins, what):
-    first = ins[0]
-    for t in ins[1:]:
-        if t.kind != first.kind or tuple(t.shape) != tuple(first.shape):
-            raise ShapeRuleError(f"{what} needs equal shapes, got {first} and {t}")
-    return first
-
-
 def _wide(ins):
     """The first grid/items operand when a per-sample vector is to be broadcast over it, else None."""
     wide = next((t for t in ins if t.kind in ("grid", "items")), None)
     return wide if wide is not None and any(t.kind == "vector" for t in ins) else None
 
 
+_FEATURE_AXIS = {"vector": -1, "items": -1, "grid": 1}
+
+
+def _broadcast_pair(a, b, what, arg):
+    """The type two operands of one layout broadcast to: per axis equal, or size 1 on one side (a sample, item or
+    spatial axis; the channel/feature axis never broadcasts); the result keeps the layout and role."""
+    if a.kind == b.kind and tuple(a.shape) == tuple(b.shape):
+        return a
+    if (a.kind != b.kind or a.kind not in _FEATURE_AXIS or len(a.shape) != len(b.shape) or a.batched != b.batched
+            or a.time_major != b.time_major):
+        raise ShapeRuleError(f"{what} needs equal shapes (or shapes that broadcast), got {a} and {b}", arg=arg)
+    feature = _FEATURE_AXIS[a.kind] % len(a.shape)
+    shape = []
+    for axis, (x, y) in enumerate(zip(a.shape, b.shape)):
+        d = x if x == y else (None if axis == feature else broadcast_dim(x, y))
+        if d is None:
+            which = "feature" if axis == feature else f"axis {axis}"
+            raise ShapeRuleError(f"{what} needs shapes that broadcast (each axis equal, or of size 1 on one side; the "
+                                 f"{'channel' if a.kind == 'grid' else 'feature'} axis equal), got {a} and {b}: "
+                                 f"{which} is {x} against {y}", arg=arg)
+        shape.append(d)
+    shape = tuple(shape)
+    return b if tuple(b.shape) == shape and tuple(a.shape) != shape else a.with_shape(shape)
+
+
 def _elementwise_type(ins, what):
     """The type of an elementwise op (docs/semantics.md, "Elementwise operations and broadcasting").
 
-    Operands of one type give that type. With a grid ``[B, C, *S]`` or items ``[B, N, F]`` operand X, every
-    other operand is either of X's type or a per-sample vector ``[B, C]`` (``[B, F]``), broadcast over the
-    spatial (item) axes: ``y[b, c, s] = x[b, c, s] ⊙ v[b, c]``; the result has X's type.
+    Operands of one layout broadcast as torch does, axis by axis: equal axes, or a size-1 sample, item or spatial
+    axis against any size (a ``[B, C, 1, 1]`` gate against the ``[B, C, H, W]`` grid it gates, a ``[1, T, d]``
+    value against ``[B, T, d]``); the channel/feature axis is equal. With a grid ``[B, C, *S]`` or items
+    ``[B, N, F]`` operand X, an operand may also be a per-sample vector ``[B, C]`` (``[B, F]``), broadcast over
+    the spatial (item) axes: ``y[b, c, s] = x[b, c, s] ⊙ v[b, c]``. The result has the broadcast type.
     """
     wide = _wide(ins)
+    main = [(i, t) for i, t in enumerate(ins) if wide is None or t.kind != "vector"]
+    out = main[0][1]
+    for i, t in main[1:]:  # located at the call, as both operands are named; at the argument beside a vector
+        out = _broadcast_pair(out, t, what, None if wide is None else i)
     if wide is None:
-        return _same_types(ins, what)
-    axis = "channel" if wide.kind == "grid" else "feature"
+        return out
+    axis = "channel" if out.kind == "grid" else "feature"
     for i, t in enumerate(ins):
-        if t.kind == "vector":
-            if t.batch != wide.batch or t.features != wide.features:
-                raise ShapeRuleError(f"{what} broadcasts a per-sample vector over {wide} per {axis}, so it needs "
-                                     f"vector[{wide.batch}, {wide.features}]; argument {i + 1} is {t}", arg=i)
-        elif t.kind != wide.kind or tuple(t.shape) != tuple(wide.shape):
-            raise ShapeRuleError(f"{what} needs equal shapes (or per-sample vectors), got {wide} and {t}", arg=i)
-    return wide
+        if t.kind == "vector" and (t.batch != out.batch or t.features != out.features):
+            raise ShapeRuleError(f"{what} broadcasts a per-sample vector over {out} per {axis}, so it needs "
+                                 f"vector[{out.batch}, {out.features}]; argument {i + 1} is {t}", arg=i)
+    return out
 
 
 def _lifts(ins):
@@ -115,9 +135,12 @@ class _ElementwiseOp(Op):
 
 @register
 class Add(_ElementwiseOp):
-    """add(a, b, ...): elementwise sum (residuals, shifts); a vector [B, C] broadcasts over a grid/items value.
+    """add(a, b, ...): elementwise sum (residuals, shifts); size-1 sample, item and spatial axes broadcast.
 
-    ``y[b, c, s] = x[b, c, s] + v[b, c]`` for a grid, ``y[b, n, f] = x[b, n, f] + v[b, f]`` for items.
+    ``y[b, c, s] = x[b, c, s] + v[b, c]`` for a vector over a grid, ``y[b, n, f] = x[b, n, f] + v[b, f]`` over
+    items; ``y[b, t, f] = x[b, t, f] + p[0, t, f]`` for a ``[1, T, d]`` value (learned positions) added to
+    ``[B, T, d]``. The channel/feature axis never broadcasts. A residual shortcut ``x + f(x)`` is the remainder π of
+    RPN 2.
     """
 
     name, family = "add", "op"
@@ -128,10 +151,13 @@ class Add(_ElementwiseOp):
 
 @register
 class Multiply(_ElementwiseOp):
-    """mul(a, b, ...): elementwise (Hadamard) product; a vector [B, C] broadcasts over a grid/items value.
+    """mul(a, b, ...): elementwise (Hadamard) product ⊙; size-1 sample, item and spatial axes broadcast.
 
-    ``y[b, c, s] = x[b, c, s] · v[b, c]`` for a grid (channel scaling), ``y[b, n, f] = x[b, n, f] · v[b, f]`` for
-    items (feature scaling).
+    A gate is a Hadamard product: squeeze-and-excitation multiplies a grid ``x: [B, C, H, W]`` by its gate
+    ``s: [B, C, 1, 1]`` (global average pool, 1×1 convolutions, sigmoid), ``y[b, c, h, w] = x[b, c, h, w] ·
+    s[b, c, 0, 0]``, the size-1 spatial axes broadcast; a vector gate ``v: [B, C]`` gives ``y[b, c, s] = x[b, c, s]
+    · v[b, c]`` (channel scaling), and over items ``y[b, n, f] = x[b, n, f] · v[b, f]`` (feature scaling, FiLM).
+    The channel/feature axis never broadcasts.
     """
 
     name, family = "mul", "op"
@@ -142,7 +168,7 @@ class Multiply(_ElementwiseOp):
 
 @register
 class Subtract(_ElementwiseOp):
-    """sub(a, b): elementwise difference a − b; a vector [B, C] broadcasts over a grid/items value (either side)."""
+    """sub(a, b): elementwise difference a − b; size-1 sample, item and spatial axes and vectors broadcast."""
 
     name, family = "sub", "op"
     arity = (2, 2)

@@ -500,11 +500,19 @@ class _GraphConverter:
         if any(isinstance(x, _Lifted) for x in args):
             return self.broadcast(node, ctx, fn, args)
         a, b = (self.typed(ctx, self.value(node, x, "operand")) for x in args)
-        if a.kind != b.kind or a.shape != b.shape or a.time_major != b.time_major or a.batched != b.batched:
+        if a.kind != b.kind or a.time_major != b.time_major or a.batched != b.batched or not _broadcasts(a, b):
             self.fail(node, f"its operands are a {a.kind} value {list(a.shape)} and a {b.kind} value "
-                            f"{list(b.shape)}; {fn} needs two values of one type and shape, or a per-sample vector "
-                            "viewed as [B, C, 1, ...] / [B, 1, F] beside a grid / sequence")
-        return ctx.op(fn, [a, b], comment=f"{ctx.where()} -> {fn}", prefix=fn)
+                            f"{list(b.shape)}; {fn} needs two values of one type and shape, or whose shapes "
+                            "broadcast (each axis equal or of size 1, the channel/feature axis equal), or a "
+                            "per-sample vector viewed as [B, C, 1, ...] / [B, 1, F] beside a grid / sequence")
+        if a.shape == b.shape:
+            return ctx.op(fn, [a, b], comment=f"{ctx.where()} -> {fn}", prefix=fn)
+        full = a if len(a.shape) == len(b.shape) and all(x >= y for x, y in zip(a.shape, b.shape)) else b
+        y = ctx.op(fn, [a, b], kind=full.kind, prefix=fn,
+                   comment=f"{ctx.where()} -> {fn}: {list(a.shape)} and {list(b.shape)} broadcast "
+                           f"(size-1 axes; {'a gate is a Hadamard product' if fn == 'mul' else 'elementwise'})")
+        y.layout, y.items_from = full.layout, full.items_from
+        return y
 
     def broadcast(self, node: fx.Node, ctx: _NodeContext, fn: str, args: tuple) -> Value:
         """``x ⊙ v.view(B, C, 1, 1)`` (grid) / ``x ⊙ v.unsqueeze(1)`` (sequence) = the op's per-sample-vector
@@ -693,6 +701,15 @@ def _lift_shape(wide: Value, time_major: bool) -> tuple[int, ...]:
     if wide.kind == "grid":
         return (wide.shape[0], wide.shape[1], *([1] * (len(wide.shape) - 2)))
     return (1, wide.shape[1], wide.shape[2]) if time_major else (wide.shape[0], 1, wide.shape[2])
+
+
+def _broadcasts(a: Value, b: Value) -> bool:
+    """``a`` and ``b`` (of one kind) broadcast as the spec's elementwise ops do: one rank, each axis equal or of size
+    1 on one side, the channel/feature axis equal."""
+    if a.kind not in ("vector", "items", "grid") or len(a.shape) != len(b.shape):
+        return a.shape == b.shape
+    feature = 1 if a.kind == "grid" else len(a.shape) - 1
+    return all(x == y or (axis != feature and 1 in (x, y)) for axis, (x, y) in enumerate(zip(a.shape, b.shape)))
 
 
 def _is_lift_of(out: Sequence[int], vec: tuple[int, ...]) -> bool:

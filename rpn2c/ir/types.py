@@ -124,6 +124,18 @@ def dim_mul(a: Dim, b: Dim) -> Dim:
     return f"{a}*{b}"
 
 
+def broadcast_dim(a: Dim, b: Dim) -> Dim | None:
+    """The dimension two broadcast axes give: equal dims (symbolic ones compare by name) give that dim, a size-1
+    axis takes the other's; None when they do not broadcast."""
+    if a == b:
+        return a
+    if a == 1:
+        return b
+    if b == 1:
+        return a
+    return None
+
+
 def is_known(d: Dim) -> bool:
     return isinstance(d, int)
 
