@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from pydantic import Field
 from torch import nn
 
 from rpn2c.components.base import Op, ShapeRuleError, binary_example, example_model
 from rpn2c.components.registry import HP, register
-from rpn2c.ir.types import TensorType, broadcast_dim, items, numel, vector
+from rpn2c.ir.types import TensorType, broadcast_dim, grid, is_known, items, numel, vector
 
 
 @register
@@ -209,7 +210,12 @@ class ConcatOp(Op):
 
 @register
 class ToItems(Op):
-    """to_items(x): a grid [B, C, *S] becomes items [B, ΠS, C] (one item per position, row-major)."""
+    """to_items(x): a grid [B, C, *S] becomes items [B, ΠS, C] (one item per position, row-major).
+
+    On a signal [B, E, T] this is torch's ``x.transpose(1, 2)`` after an ``nn.Conv1d``: the identity on the data, a
+    change of which axis is the instance axis (the T positions become the T items, the E channels their features);
+    no matrix is applied. :class:`ToSignal` is the other direction.
+    """
 
     name, family = "to_items", "op"
     aliases = ("to_sequence",)
@@ -269,3 +275,105 @@ class PoolItems(Op):
         return _Lambda(pool)
 
 
+@register
+class ToSignal(Op):
+    """to_signal(x): a sequence [B, T, E] becomes a signal [B, E, T] (E channels over a 1-D grid of T positions).
+
+    torch's ``x.transpose(1, 2)`` / ``x.permute(0, 2, 1)`` / ``x.mT`` before an ``nn.Conv1d``. In RPN 2 terms it is
+    the identity on the data, a change of which axis is the instance axis: the T items become the T positions of a
+    grid whose channels are the E features, so that a grid head's patches run along T; no matrix is applied.
+    ``to_items`` is the inverse.
+    """
+
+    name, family = "to_signal", "op"
+    example = example_model("input x: sequence[B, 5, 4]", "y = to_signal(x)", "return y")
+
+    def infer(self, ins):
+        t = ins[0]
+        if t.kind != "items" or not t.batched or t.time_major:
+            raise ShapeRuleError(f"to_signal needs a batched, batch-first sequence [B, T, E], got {t}")
+        return grid(t.batch, t.features, (t.items,))
+
+    def build(self, ins):
+        return _Lambda(lambda x: x.transpose(1, 2))
+
+
+def _dim_sum(a, b):
+    """``a + b`` for known or symbolic sizes (``T+3``, ``T+S``)."""
+    if is_known(a) and is_known(b):
+        return a + b
+    if is_known(a):
+        a, b = b, a
+    return a if b == 0 else f"{a}+{b}"
+
+
+@register
+class ConcatItems(Op):
+    """concat_items(a, b, ...): sequences [B, T_i, E] joined along the item axis into [B, ΣT_i, E].
+
+    torch's ``torch.cat([a, b], dim=1)`` of two batch-first sequences: the items of ``b`` follow those of ``a``
+    (``y[b, n] = a[b, n]`` for ``n < T_a``, ``b[b, n − T_a]`` after); the item count is symbolic when any part's is.
+    """
+
+    name, family = "concat_items", "op"
+    arity = (2, 64)
+    example = example_model("input a: sequence[B, 3, 4]", "input b: sequence[B, 2, 4]", "y = concat_items(a, b)",
+                            "return y")
+
+    def infer(self, ins):
+        first = ins[0]
+        total = 0
+        for i, t in enumerate(ins):
+            if t.kind != "items" or not t.batched or t.time_major:
+                raise ShapeRuleError(f"concat_items needs batched, batch-first sequences, got {t}", arg=i)
+            if t.batch != first.batch or t.features != first.features:
+                raise ShapeRuleError(f"concat_items needs equal batch and feature sizes, got {first} and {t}", arg=i)
+            total = _dim_sum(total, t.items)
+        return first.with_shape((first.batch, total, first.features))
+
+    def build(self, ins):
+        return _Lambda(lambda *xs: torch.cat(xs, dim=1))
+
+
+class _SliceFeaturesHP(HP):
+    start: int = Field(0, description="first feature kept (negative: counted from the end)")
+    stop: int | None = Field(None, description="feature after the last one kept (none: the end; negative: from the end)")
+
+
+@register
+class SliceFeatures(Op):
+    """slice_features(x, start = s, stop = e): the features s..e−1 of a vector [B, F], items [B, N, F] or the
+    channels of a grid [B, C, *S] (``x[..., s:e]``, ``x[:, s:e]`` for a grid; negative bounds count from the end).
+
+    torch's ``x.chunk(k, dim=-1)`` and ``x.split([a, b], dim=-1)`` are k slices of one value (a GLU's
+    ``a * sigmoid(b)`` is the Hadamard product of two of them).
+    """
+
+    name, family = "slice_features", "op"
+    HP = _SliceFeaturesHP
+    example = example_model("input x: sequence[B, 3, 6]", "y = slice_features(x, start = 2, stop = 5)", "return y")
+
+    def _length(self, t):
+        if t.kind not in ("vector", "items", "grid"):
+            raise ShapeRuleError(f"slice_features needs a vector, items or a grid, got {t}")
+        f = t.features
+        if not is_known(f):
+            raise ShapeRuleError(f"slice_features needs a known feature count, got {t}")
+        n = len(range(f)[self.hp.start:self.hp.stop])
+        if n < 1:
+            raise ShapeRuleError(f"slice_features(start = {self.hp.start}, stop = {self.hp.stop}) keeps no feature "
+                                 f"of {f}")
+        return n
+
+    def infer(self, ins):
+        t = ins[0]
+        n = self._length(t)
+        shape = list(t.shape)
+        shape[1 if t.kind == "grid" else -1] = n
+        return t.with_shape(shape)
+
+    def build(self, ins):
+        start, stop = self.hp.start, self.hp.stop
+        if ins[0].kind == "grid":
+            return _Lambda(lambda x: x[:, start:stop])
+        return _Lambda(lambda x: x[..., start:stop])

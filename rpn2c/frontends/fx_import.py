@@ -20,10 +20,12 @@ defines ``forward`` outside torch):
 
 The table (docs/unification.md, "Whole models"): ``a + b`` / ``*`` / ``-`` -> add / mul / sub (equal shapes, or a
 per-sample vector viewed ``[B, C, 1, 1]`` / ``[B, 1, F]``: the ops' broadcast); ``torch.cat`` over the feature axis ->
-concat; ``F.relu``, ``torch.tanh``, ``x.sigmoid()`` ... -> processing; ``F.max_pool2d``, ``F.adaptive_avg_pool2d`` ->
-the pooling module's converter; ``torch.flatten(x, 1)``, ``x.view(x.size(0), -1)`` -> flatten; ``x.mean((2, 3))`` ->
-pool_items; ``out, h = self.gru(x)`` then ``out[:, -1]`` / ``h[-1]`` / ``out[:, 0]`` / ``out[:, a:b]`` -> last / first
-/ slice.
+concat, over the item axis of sequences -> concat_items; ``x.transpose(1, 2)`` / ``x.permute(0, 2, 1)`` / ``x.mT``
+between a sequence ``[B, T, E]`` and a signal ``[B, E, T]`` -> to_signal / to_items; ``a, b = x.chunk(2, -1)`` /
+``x.split(sizes, -1)`` -> one slice_features per part; ``F.relu``, ``torch.tanh``, ``x.sigmoid()`` ... -> processing;
+``F.max_pool2d``, ``F.adaptive_avg_pool2d`` -> the pooling module's converter; ``torch.flatten(x, 1)``,
+``x.view(x.size(0), -1)`` -> flatten; ``x.mean((2, 3))`` -> pool_items; ``out, h = self.gru(x)`` then
+``out[:, -1]`` / ``h[-1]`` / ``out[:, 0]`` / ``out[:, a:b]`` -> last / first / slice.
 
 Why torch.fx and not torch.export: fx keeps the module-call granularity this importer needs (a ``call_module``
 node per leaf, so the existing converters and their exact weight links apply unchanged, and an LSTM or a
@@ -40,7 +42,7 @@ import contextlib
 import inspect
 import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import torch
@@ -177,7 +179,7 @@ def _is_value(x: Any) -> bool:
 
 def _is_traced(x: Any) -> bool:
     """``x`` is computed from the model inputs (a Value, or a leaf's tuple output / RNN state awaiting an index)."""
-    return isinstance(x, (Value, _Tuple, _FinalState, _Lifted))
+    return isinstance(x, (Value, _Tuple, _FinalState, _Lifted, _Parts))
 
 
 def _flat(args: Any) -> list:
@@ -348,6 +350,8 @@ class _GraphConverter:
     def value(self, node: fx.Node, x: Any, what: str = "input") -> Value:
         if isinstance(x, _Tuple):
             self.fail(node, f"the {what} is the whole tuple output of '{x.node.name}'; index it (out, h = ...)")
+        if isinstance(x, _Parts):
+            self.fail(node, f"the {what} is the whole tuple of parts of '{x.node.name}'; index it (a, b = ...)")
         if isinstance(x, _Lifted):
             self.fail(node, f"the {what} is a per-sample vector viewed as {list(x.shape)}: only add, mul and sub "
                             "broadcast it")
@@ -446,6 +450,11 @@ class _GraphConverter:
                 return self.reshape
             if t in (torch.mean, torch.sum, torch.amax):
                 return lambda n, a, k: self.reduce(n, _REDUCTIONS[t.__name__], a, k)
+            if t in (torch.transpose, torch.permute, torch.swapaxes, torch.swapdims) or t is getattr and \
+                    node.args[1] == "mT":
+                return self.swap_axes
+            if t in (torch.chunk, torch.split):
+                return self.parts
             if t is getattr and node.args[1] in ("shape", "ndim", "dtype", "device"):
                 return lambda n, a, k: self.values.get(n)
             return None
@@ -461,6 +470,10 @@ class _GraphConverter:
             return self.reshape
         if t in ("size", "dim"):
             return lambda n, a, k: self.values.get(n)  # Python ints: read by view / reshape
+        if t in ("transpose", "permute", "swapaxes", "swapdims"):
+            return self.swap_axes
+        if t in ("chunk", "split"):
+            return self.parts
         return None
 
     # -------------------------------------------------------------------------------------------- handlers
@@ -544,6 +557,8 @@ class _GraphConverter:
         vals = [self.typed(ctx, self.value(node, p, "operand")) for p in parts]
         first = vals[0]
         nd = len(first.shape)
+        if first.kind == "items" and first.batched and nd == 3 and dim % nd == 1 and len(vals) > 1:
+            return self.cat_items(node, ctx, vals, dim)
         feature = 1 if first.kind in ("grid", "vector") else nd - 1
         if dim % nd != feature:
             self.fail(node, f"dim={dim}: concat joins the feature axis ({feature} of a {first.kind} value "
@@ -555,6 +570,131 @@ class _GraphConverter:
             return first
         return ctx.op("concat", vals, comment=f"{ctx.where()}(dim={dim}) -> concat over the feature axis",
                       prefix="cat")
+
+    def cat_items(self, node: fx.Node, ctx: _NodeContext, vals: list[Value], dim: int) -> Value:
+        """``torch.cat([a, b], dim=1)`` of batch-first sequences = concat_items: the items of b follow a's."""
+        for v in vals:
+            if v.kind != "items" or not v.batched or len(v.shape) != 3:
+                self.fail(node, f"dim={dim}: it joins a sequence and a {v.kind} value {list(v.shape)}; the item axis "
+                                "is joined for batch-first sequences only")
+            if not v.layout.fixed:
+                ctx.require_layout(v, False, "operand")
+            if v.time_major:
+                self.fail(node, f"dim={dim} of a time-first sequence {list(v.shape)} is its batch axis; its items "
+                                "are joined along dim=0, which has no spec form")
+            if v.shape[2] != vals[0].shape[2]:
+                self.fail(node, f"it joins sequences of {vals[0].shape[2]} and {v.shape[2]} features along the item "
+                                "axis")
+        self._distinct_lengths(vals)
+        y = ctx.op("concat_items", vals, kind="items", prefix="cat",
+                   comment=f"{ctx.where()}(dim={dim}) -> concat_items: the items of each part follow the previous")
+        y.items_from = None  # a new item count (the sum), not an input's axis
+        return y
+
+    def _distinct_lengths(self, vals: list[Value]) -> None:
+        """Sequence inputs joined along the item axis get their own item-count symbols (T, S, U, ...): their
+        lengths are independent."""
+        used = {sym for inp in self.b.inputs for sym in inp.item_dims.values() if sym is not None}
+        seen: dict[str, Any] = {}
+        for v in vals:
+            if v.items_from is None:
+                continue
+            inp, axis = v.items_from
+            sym = inp.item_dims.get(axis)
+            if sym is None or seen.setdefault(sym, inp) is inp:
+                continue
+            new = next(c for c in ("S", "U", "L", *(f"T{i}" for i in range(2, 99))) if c not in used)
+            used.add(new)
+            seen[new] = inp
+            inp.item_dims[axis] = new
+            if v.layout is not None and v.layout.input is inp:
+                v.layout.symbol = new
+
+    def swap_axes(self, node: fx.Node, args: tuple, kwargs: dict) -> Value:
+        """``x.transpose(1, 2)`` / ``x.permute(0, 2, 1)`` / ``x.mT`` of a sequence ``[B, T, E]`` = to_signal (a
+        signal ``[B, E, T]``, e.g. for nn.Conv1d), of a signal = to_items: the identity on the data, a change of
+        which axis is the instance axis."""
+        ctx = self.ctx(node)
+        x = self.value(node, args[0] if args else kwargs.get("input"))
+        nd = len(x.shape)
+        perm = self._permutation(node, nd, args, kwargs)
+        if perm is None or nd != 3 or tuple(perm) != (0, 2, 1):
+            self.fail(node, f"the axis order {perm} of a {x.kind or 'model input'} value {list(x.shape)}: only "
+                            "swapping the last two axes of a 3-D value has a spec form (a sequence [B, T, E] <-> a "
+                            "signal [B, E, T]: to_signal / to_items)")
+        if x.kind is None:
+            ctx.features_input(x)
+        if x.kind == "items" and x.batched:
+            if not x.layout.fixed:
+                ctx.require_layout(x, False, "input")
+            if x.time_major:
+                self.fail(node, f"a time-first sequence {list(x.shape)} with its last two axes swapped is "
+                                "[T, F, B], which has no spec form; swap a batch-first [B, T, F] sequence")
+            y = ctx.op("to_signal", [x], kind="grid", prefix="sig",
+                       comment=f"{ctx.where()} -> to_signal: the T items become a signal's positions (no matrix)")
+            y.layout = None
+            return y
+        if x.kind == "grid":
+            return ctx.op("to_items", [x], kind="items", prefix="seq", time_major=False,
+                          comment=f"{ctx.where()} -> to_items: the signal's positions become items (no matrix)")
+        self.fail(node, f"swapping the last two axes of a {x.kind} value {list(x.shape)}: only a batch-first "
+                        "sequence [B, T, E] (-> a signal) and a signal [B, E, T] (-> a sequence) have a spec form")
+
+    def _permutation(self, node: fx.Node, nd: int, args: tuple, kwargs: dict) -> list[int] | None:
+        """The axis order ``node`` produces (``y.shape[i] = x.shape[perm[i]]``)."""
+        name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+        if node.target is getattr:  # x.mT
+            name = "mT"
+        if name == "mT":
+            d0, d1 = nd - 2, nd - 1
+        elif name == "permute":
+            dims = list(args[1:]) or list(kwargs.get("dims", ()))
+            if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+                dims = list(dims[0])
+            if sorted(d % nd for d in dims) != list(range(nd)):
+                return None
+            return [d % nd for d in dims]
+        else:
+            d0 = args[1] if len(args) > 1 else kwargs.get("dim0", kwargs.get("axis0"))
+            d1 = args[2] if len(args) > 2 else kwargs.get("dim1", kwargs.get("axis1"))
+            if not isinstance(d0, int) or not isinstance(d1, int):
+                return None
+        perm = list(range(nd))
+        perm[d0 % nd], perm[d1 % nd] = perm[d1 % nd], perm[d0 % nd]
+        return perm
+
+    def parts(self, node: fx.Node, args: tuple, kwargs: dict) -> Any:
+        """``x.chunk(k, dim=-1)`` / ``x.split(sizes, dim=-1)`` along the feature axis: the parts, each a
+        slice_features of ``x`` when indexed (``a, b = x.chunk(2, -1)``)."""
+        ctx = self.ctx(node)
+        x = self.typed(ctx, self.value(node, args[0] if args else kwargs.get("input")))
+        nd = len(x.shape)
+        dim = args[2] if len(args) > 2 else kwargs.get("dim", 0)
+        feature = 1 if x.kind in ("grid", "vector") else nd - 1
+        if not isinstance(dim, int) or x.kind not in ("grid", "vector", "items") or dim % nd != feature:
+            self.fail(node, f"dim={dim} of a {x.kind} value {list(x.shape)}: only parts along the feature axis "
+                            f"({feature}) have a spec form (slice_features)")
+        sizes = [t.shape[dim] for t in self.values.get(node)]
+        bounds, start = [], 0
+        for n in sizes:
+            bounds.append((start, start + n))
+            start += n
+        return _Parts(x, bounds, node)
+
+    def part(self, node: fx.Node, parts: _Parts, index: Any) -> Value:
+        if not isinstance(index, int) or not -len(parts.bounds) <= index < len(parts.bounds):
+            self.fail(node, f"index {index!r} of the {len(parts.bounds)} parts of '{parts.node.name}'")
+        index %= len(parts.bounds)
+        if index not in parts.made:
+            ctx = self.ctx(node)
+            start, stop = parts.bounds[index]
+            x = parts.x
+            last = stop == x.features
+            parts.made[index] = ctx.op(
+                "slice_features", [x], f"start = {start}" + ("" if last else f", stop = {stop}"), prefix="part",
+                comment=f"{ctx.where()} -> slice_features: part {index} of '{parts.node.name}' = features "
+                        f"[{start}:{stop}]")
+        return parts.made[index]
 
     def as_module(self, node: fx.Node, args: tuple, kwargs: dict, names: tuple[str, ...],
                   make: Callable[[dict], nn.Module]) -> Value:
@@ -640,6 +780,8 @@ class _GraphConverter:
             self.fail(node, f"output [{index}] of '{obj.node.name}': only the primary output is converted")
         if isinstance(obj, _FinalState):
             return self.final_state(node, obj, index)
+        if isinstance(obj, _Parts):
+            return self.part(node, obj, index)
         x = self.value(node, obj)
         out = self.values.get(node)
         if x.kind == "vector" and x.batched and isinstance(out, torch.Tensor) and _is_lift_of(out.shape, x.shape):
@@ -693,6 +835,17 @@ class _FinalState:
     rnn: nn.RNNBase
     node: fx.Node
     which: str = "h"
+
+
+@dataclass(eq=False)
+class _Parts:
+    """The parts of ``x`` made by ``chunk`` / ``split`` along its feature axis (``bounds``: each part's
+    ``[start, stop)``): usable only indexed, each index one slice_features of ``x``."""
+
+    x: Value
+    bounds: list[tuple[int, int]]
+    node: fx.Node
+    made: dict[int, Value] = field(default_factory=dict)
 
 
 def _lift_shape(wide: Value, time_major: bool) -> tuple[int, ...]:

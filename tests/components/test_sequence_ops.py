@@ -222,6 +222,59 @@ def test_slice_from_both_ends_needs_a_known_length():
         rpn2c.check(_spec("y = slice(x, start = -2, stop = 3)", input_type="sequence[B, T, 3]"))
 
 
+# ------------------------------------------------------------------------------------------------ layout ops
+def _type(text: str, name: str = "y") -> str:
+    return str(rpn2c.check(text).node(name).type)
+
+
+def test_to_signal_and_to_items_swap_the_instance_axis():
+    text = _spec("s = to_signal(x)", "y = to_items(s)", input_type="sequence[B, T, 3]")
+    assert _type(text, "s") == "signal[B, 3, T]" and _type(text) == "sequence[B, T, 3]"
+    x = torch.randn(2, 5, 3, dtype=torch.float64)
+    _agree_with(_spec("y = to_signal(x)", input_type="sequence[B, T, 3]"), x, lambda m, x: x.transpose(1, 2))
+    _agree_with(_spec("y = to_items(x)", input_type="signal[B, 3, 5]"), x.transpose(1, 2).contiguous(),
+                lambda m, x: x.transpose(1, 2))
+
+
+def test_concat_items_sums_item_counts():
+    two = "model m {{\n  input a: sequence[B, T, 2]\n  input b: sequence[B, {n}, 2]\n  y = concat_items(a, b)\n" \
+          "  return y\n}}\n"
+    assert _type(two.format(n="S")) == "sequence[B, T+S, 2]"
+    assert _type(two.format(n="3")) == "sequence[B, T+3, 2]"
+    assert _type(two.format(n="3").replace("B, T,", "B, 4,")) == "sequence[B, 7, 2]"
+    model = rpn2c.compile(two.format(n="S"))
+    a, b = torch.randn(2, 4, 2), torch.randn(2, 1, 2)
+    assert torch.equal(model(a, b), torch.cat([a, b], dim=1))
+
+
+@pytest.mark.parametrize("input_type, start, stop, want", [
+    ("sequence[B, T, 6]", 0, 4, "sequence[B, T, 4]"), ("sequence[B, T, 6]", 4, None, "sequence[B, T, 2]"),
+    ("vector[B, 6]", -2, None, "vector[B, 2]"), ("signal[B, 6, 5]", 1, 3, "signal[B, 2, 5]"),
+])
+def test_slice_features_keeps_a_feature_range(input_type, start, stop, want):
+    bounds = f"start = {start}" + ("" if stop is None else f", stop = {stop}")
+    text = _spec(f"y = slice_features(x, {bounds})", input_type=input_type)
+    assert _type(text) == want
+    shape = [2, *(int(d) if d.isdigit() else 3 for d in input_type.split("[")[1].rstrip("]").split(", ")[1:])]
+    x = torch.randn(*shape, dtype=torch.float64)
+    fa = 1 if input_type.startswith("signal") else -1
+    _agree_with(text, x, lambda m, x: x.narrow(fa, start % 6, len(range(6)[start:stop])))
+
+
+@pytest.mark.parametrize("line, input_type, message", [
+    ("y = to_signal(x)", "vector[B, 3]", "to_signal needs a batched, batch-first sequence"),
+    ("y = to_signal(x)", "time_major[T, B, 3]", "to_signal needs a batched, batch-first sequence"),
+    ("y = concat_items(x, x2)", "vector[B, 3]", "concat_items needs batched, batch-first sequences"),
+    ("y = slice_features(x, start = 3)", "sequence[B, T, 3]", "keeps no feature"),
+])
+def test_layout_op_errors_are_located(line, input_type, message):
+    lines = ["x2 = flatten(x)", line] if "x2" in line else [line]
+    with pytest.raises(rpn2c.SpecError) as exc:
+        rpn2c.check(_spec(*lines, input_type=input_type), "m.rpn")
+    d = exc.value.diagnostics[0]
+    assert d.code == "E0403" and message in d.message
+
+
 # ------------------------------------------------------------------------------------------------ from_torch
 def test_from_torch_embedding_then_encoder_layer():
     torch.manual_seed(0)

@@ -80,14 +80,14 @@ class _Branch(nn.Module):
 
 
 class _ConvOnTokens(nn.Module):
-    """[B, T, E] -> [B, E, T] before a Conv1d, as text CNNs write it."""
+    """[B, T, E] -> [T, E, B] before a Conv1d (the batch becomes its positions): no spec form ([B, E, T] converts)."""
 
     def __init__(self):
         super().__init__()
         self.emb, self.conv = nn.Embedding(10, 4), nn.Conv1d(4, 3, 2)
 
     def forward(self, ids):
-        return self.conv(self.emb(ids).permute(0, 2, 1))
+        return self.conv(self.emb(ids).permute(1, 2, 0))
 
 
 class _Star(nn.Module):
@@ -113,14 +113,14 @@ EDGES = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
 
 # (id, module, example inputs, what the message must name)
 CORPUS = [
-    ("permute-before-conv1d", _ConvOnTokens(), (IDS,), "permute"),
+    ("permute-batch-last", _ConvOnTokens(), (IDS,), "permute"),
     ("positions-made-in-forward", _Positions(), (IDS,), "arange"),
     ("causal-mask-made-in-forward", _Fn(lambda s, x: s.fc(x) + torch.ones(x.shape[1], 4).triu()),
      (rand(2, 5, 4),), "torch.fx cannot trace"),
     ("parameter-read-in-forward", _Scale(), (rand(2, 4),), "gamma"),
     ("layer-norm-weight-in-forward", _Fn(lambda s, x: F.layer_norm(s.fc(x), (4,), s.fc.weight[0])), (rand(2, 4),),
      "fc.weight"),
-    ("chunk", _Fn(lambda s, x: s.fc(x).chunk(2, -1)[0]), (rand(2, 4),), "chunk"),
+    ("chunk-along-the-batch", _Fn(lambda s, x: s.fc(x).chunk(2, 0)[0]), (rand(2, 4),), "chunk"),
     ("expand", _Fn(lambda s, x: s.fc(x).unsqueeze(1).expand(2, 3, 4)), (rand(2, 4),), "expand"),
     ("reshape-beyond-flatten", _Fn(lambda s, x: s.fc(x).view(2, 2, 2)), (rand(2, 4),), "view"),
     ("custom-autograd-function", _Fn(lambda s, x: _Square.apply(s.fc(x))), (rand(2, 4),), "apply"),
