@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
-from pydantic import Field, create_model
+from pydantic import Field, create_model, model_validator
 from torch import nn
 from torch.nn import functional as F
 
@@ -53,12 +53,26 @@ def _act(name_, fn_, doc, hp=None, call=""):
     return register(cls)
 
 
+# an activation's number: finite and of a size every float dtype holds (a spec can never overflow the kernel)
+_Real = Annotated[float, Field(allow_inf_nan=False, ge=-1e6, le=1e6)]
+_Width = Annotated[float, Field(allow_inf_nan=False, ge=0, le=1e6)]
 _LATER = {"hash": "omit_default"}  # added to a component specs already used: left out of the hash at its default
 
 
 def _hp(name_: str, **fields) -> type[HP]:
     """A hyper-parameter schema: ``fields`` maps a name to ``(type, Field(...))``."""
     return create_model(f"{name_.title().replace('_', '')}HP", __base__=HP, **fields)
+
+
+class _Bounds(HP):
+    min_val: _Real = Field(-1.0, description="the lower bound")
+    max_val: _Real = Field(1.0, description="the upper bound")
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.min_val > self.max_val:
+            raise ValueError(f"min_val ({self.min_val}) must be at most max_val ({self.max_val})")
+        return self
 
 
 _act("relu", torch.relu, "ReLU max(0, x).")
@@ -70,36 +84,35 @@ _act("gelu", F.gelu, "GELU x·Φ(x) (approximate = \"none\": the exact erf form,
      'gelu(approximate = "tanh")')
 _act("silu", F.silu, "SiLU x·σ(x).")
 _act("elu", F.elu, "ELU x for x > 0, alpha·(e^x − 1) otherwise.",
-     _hp("elu", alpha=(float, Field(1.0, json_schema_extra=_LATER, description="the negative saturation value −alpha"))),
+     _hp("elu", alpha=(_Real, Field(1.0, json_schema_extra=_LATER, description="the negative saturation value −alpha"))),
      "elu(alpha = 0.5)")
 _act("leaky_relu", F.leaky_relu, "Leaky ReLU x for x ≥ 0, negative_slope·x otherwise (default slope 0.01).",
-     _hp("leaky_relu", negative_slope=(float, Field(0.01, json_schema_extra=_LATER, description="the slope for x < 0"))),
+     _hp("leaky_relu", negative_slope=(_Real, Field(0.01, json_schema_extra=_LATER, description="the slope for x < 0"))),
      "leaky_relu(negative_slope = 0.2)")
 _act("softplus", F.softplus, "Softplus log(1 + e^{beta·x})/beta, x itself where beta·x > threshold.",
-     _hp("softplus", beta=(float, Field(1.0, gt=0, json_schema_extra=_LATER, description="the sharpness")),
-         threshold=(float, Field(20.0, json_schema_extra=_LATER, description="beta·x above which the result is x (numerical stability)"))),
+     _hp("softplus", beta=(_Real, Field(1.0, gt=0, json_schema_extra=_LATER, description="the sharpness")),
+         threshold=(_Real, Field(20.0, json_schema_extra=_LATER, description="beta·x above which the result is x (numerical stability)"))),
      "softplus(beta = 2.0)")
 _act("relu6", F.relu6, "ReLU6 min(max(0, x), 6).")
 _act("hardtanh", F.hardtanh, "Hard tanh min(max(x, min_val), max_val).",
-     _hp("hardtanh", min_val=(float, Field(-1.0, description="the lower bound")),
-         max_val=(float, Field(1.0, description="the upper bound"))), "hardtanh(min_val = -2.0, max_val = 2.0)")
+     _Bounds, "hardtanh(min_val = -2.0, max_val = 2.0)")
 _act("hardsigmoid", F.hardsigmoid, "Hard sigmoid min(max(0, x/6 + 1/2), 1).")
 _act("hardswish", F.hardswish, "Hard swish x·min(max(0, x + 3), 6)/6.")
 _act("selu", F.selu, "SELU scale·(max(0, x) + min(0, alpha·(e^x − 1))), alpha ≈ 1.6733, scale ≈ 1.0507.")
 _act("celu", F.celu, "CELU max(0, x) + min(0, alpha·(e^{x/alpha} − 1)).",
-     _hp("celu", alpha=(float, Field(1.0, gt=0, description="the negative saturation value −alpha"))),
+     _hp("celu", alpha=(_Real, Field(1.0, gt=0, description="the negative saturation value −alpha"))),
      "celu(alpha = 0.5)")
 _act("mish", F.mish, "Mish x·tanh(softplus(x)).")
 _act("softsign", F.softsign, "Softsign x/(1 + |x|).")
 _act("tanhshrink", F.tanhshrink, "Tanh shrink x − tanh(x).")
 _act("log_sigmoid", F.logsigmoid, "Log-sigmoid log(1/(1 + e^{−x})).")
-_SHRINK = _hp("shrink", lambd=(float, Field(0.5, ge=0, description="the half-width of the zeroed band")))
+_SHRINK = _hp("shrink", lambd=(_Width, Field(0.5, description="the half-width of the zeroed band")))
 _act("hardshrink", F.hardshrink, "Hard shrink x where |x| > lambd, 0 otherwise.", _SHRINK, "hardshrink(lambd = 0.3)")
 _act("softshrink", F.softshrink, "Soft shrink x − lambd for x > lambd, x + lambd for x < −lambd, 0 otherwise.",
      _SHRINK, "softshrink(lambd = 0.3)")
 _act("threshold", F.threshold, "Threshold x where x > threshold, value otherwise.",
-     _hp("threshold", threshold=(float, Field(..., description="values at or below it are replaced")),
-         value=(float, Field(..., description="the replacement"))), "threshold(threshold = 0.1, value = -1.0)")
+     _hp("threshold", threshold=(_Real, Field(..., description="values at or below it are replaced")),
+         value=(_Real, Field(..., description="the replacement"))), "threshold(threshold = 0.1, value = -1.0)")
 
 
 @register
@@ -111,8 +124,14 @@ class Rrelu(Processing):
     example_call = "rrelu(lower = 0.1, upper = 0.3)"
 
     class HP(HP):
-        lower: float = Field(1 / 8, description="the smallest slope for x < 0")
-        upper: float = Field(1 / 3, description="the largest slope for x < 0")
+        lower: _Real = Field(1 / 8, description="the smallest slope for x < 0")
+        upper: _Real = Field(1 / 3, description="the largest slope for x < 0")
+
+        @model_validator(mode="after")
+        def _ordered(self):
+            if self.lower > self.upper:
+                raise ValueError(f"lower ({self.lower}) must be at most upper ({self.upper})")
+            return self
 
     def build(self, t):
         return nn.RReLU(self.hp.lower, self.hp.upper)
@@ -127,7 +146,7 @@ class Prelu(Processing):
 
     class HP(HP):
         num_parameters: int = Field(1, ge=1, description="1 (one shared slope) or the feature / channel count")
-        init: float = Field(0.25, description="the initial slope")
+        init: _Real = Field(0.25, description="the initial slope")
 
     def check(self, t):
         if self.hp.num_parameters != 1 and self.hp.num_parameters != t.features:
