@@ -135,3 +135,23 @@ def test_a_partial_per_head_checkpoint_is_reported_by_strict_loading():
     del old["y.heads.h1.psi.weight"]
     with pytest.raises(RuntimeError, match="in_proj_weight"):
         _build(text).load_state_dict(old)
+
+
+def test_pre_processing_of_the_query_keeps_the_fusion_one_gemm_on_the_heads_outputs():
+    """Only a head's own processing needs its output apart; a layer's pre-processing (pre-norm) does not: the
+    heads' outputs go to the concat_linear GEMM as one [B, N, H·n] view, with no unbind or cat."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        seen: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    text = _spec(3, 2, 2, True, True, None, False, False, False).replace("heads = 3", "heads = 3\n    pre = [layer_norm]")
+    model = _build(text)
+    assert "process" in str(model.graph.node("y").terms[1])
+    with Ops() as ops:
+        model(**_inputs(text))
+    assert not any("cat" in f or "unbind" in f for f in ops.seen), ops.seen

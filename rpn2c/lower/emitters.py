@@ -86,7 +86,10 @@ def _fused_sdpa(t: Term, s: Site):
     terms name (``sdpa_causal``, ``flex_attention``, plain ``xi_kernel``) is the one that runs."""
     ops = {u.op for u in t.walk()}
     kernel = next((k for k in ("sdpa_causal", "flex_attention") if k in ops), None)
-    fuse_out = t.info["what"] == "concat_linear" and not any(u.op == "process" for u in t.walk())
+    # the fusion's GEMM reads the heads' outputs directly unless a head has its own processing (the layer's
+    # pre-processing of the query, also a process term under the heads, does not count)
+    head_post = any(u.op == "process" and u.info.get("head") is not None for u in t.walk())
+    fuse_out = t.info["what"] == "concat_linear" and not head_post
 
     def run(layer, q, data, aux):
         out = packed_attention(layer, q, data, aux, layer._fold_v_bias, fuse_out, kernel)
