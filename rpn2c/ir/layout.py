@@ -82,14 +82,15 @@ def attention_heads(layer: LayerSpec, traces) -> bool:
             and all(_same(h, heads[0]) for h in heads[1:]))
 
 
-def attention_layout(layer: LayerSpec, traces, query_features: int, key_features: int,
-                     data_features: int) -> AttentionLayout | None:
-    """The packed layout of ``layer``'s heads (None unless :func:`attention_heads`). ``key_features`` is the width
-    the keys are computed from (the ``keys`` input, else the data)."""
+def attention_layout(layer: LayerSpec, traces, query_features: int, data_features: int,
+                     aux_types: dict) -> AttentionLayout | None:
+    """The packed layout of ``layer``'s heads (None unless :func:`attention_heads`). The keys are computed from
+    the ξ's ``keys`` input (its type in ``aux_types``, by value id) when it names one, else from the data."""
     if not attention_heads(layer, traces):
         return None
     first = layer.heads[0]
     comp = first.xi["xi_instance"].component
+    key_features = data_features if comp.hp.keys is None else aux_types[comp.hp.keys.name].features
     full = not hasattr(comp.hp, "rank")  # a full bilinear ξ: W ∈ R^{Mq x Mc}, keys unprojected
     rank = key_features if full else comp.hp.rank
     n = first.out if first.out is not None else traces[0].d

@@ -129,13 +129,18 @@ def _input(tab: TermTable, value: str) -> Term:
     return tab.make("input", (), (value,), {"name": value})
 
 
-def _layer(tab: TermTable, graph: Graph, node: Node) -> Term:
-    preds = graph.preds(node.id)
-    spec = node.layer
+def layer_inputs(tab: TermTable, node: Node, preds: dict) -> tuple[Term, Term, Term]:
+    """A layer's (raw input, query, data) terms: the input, it under the layer's pre-processing, and the context
+    (or the query). The lowering finds them by equality in the rewritten term."""
     raw = x = _input(tab, preds["x"])
-    for i, p in enumerate(spec.pre):
+    for i, p in enumerate(node.layer.pre):
         x = tab.make("process", (x,), (node.id, "pre", i), _info(node, None, what=p.name), (p.span,))
-    data = _input(tab, preds["context"]) if "context" in preds else x
+    return raw, x, _input(tab, preds["context"]) if "context" in preds else x
+
+
+def _layer(tab: TermTable, graph: Graph, node: Node) -> Term:
+    spec = node.layer
+    raw, x, data = layer_inputs(tab, node, graph.preds(node.id))
     heads = [_head(tab, node, h, t, data) for h, t in zip(spec.heads, node.trace["heads"])]
     y = heads[0] if len(heads) == 1 and spec.fusion is None else tab.make("fuse_heads", heads, (node.id,),
                                                   _info(node, None, what=spec.fusion and spec.fusion.name),

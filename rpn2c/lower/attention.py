@@ -127,7 +127,8 @@ def _split_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
 
 
 def packed_attention(layer, x, data, aux: dict, fold_v_bias: bool, fuse_out: bool, kernel: str | None = None):
-    """Kernel op ``fused_sdpa``: the H packed heads of ``layer`` on queries ``x`` and context ``data``.
+    """Kernel op ``fused_sdpa``: the H packed heads of ``layer`` on queries ``x`` and context ``data``; ``aux``:
+    the extra inputs (masks, keys) by the ξ's hyper-parameter names.
 
     Returns the concat_linear fusion's output ``[B, Nq, n_out]`` when ``fuse_out``, else the heads' outputs
     (a list of ``[B, Nq, n]``). ``fold_v_bias``: V's bias joins the projection GEMM (no mask can empty a row).
@@ -136,8 +137,7 @@ def packed_attention(layer, x, data, aux: dict, fold_v_bias: bool, fuse_out: boo
     pk: PackedHeads = layer.packed
     lay, heads = pk.layout, pk.layout.heads
     first = layer.first_attention
-    own = {k: aux[v] for k, v in first.aux_keys.items() if v in aux}  # the masks and keys by ξ's names
-    keys = own["keys"] if first.hp.keys is not None else data
+    keys = aux["keys"] if first.hp.keys is not None else data
     source = {"q": x, "k": keys, "v": data}
     parts = [p for p, _, _ in lay.parts]
     groups: list[list[str]] = []  # consecutive parts that read one input: one GEMM (only in a packed weight)
@@ -171,7 +171,7 @@ def packed_attention(layer, x, data, aux: dict, fold_v_bias: bool, fuse_out: boo
     qq = _split_heads(out["q"], heads)
     kk = _split_heads(out["k"], heads) if "k" in out else keys.unsqueeze(1).expand(-1, heads, -1, -1)
     vv = _split_heads(out["v"], heads)
-    y = first.attend(qq, kk, vv, own, kernel)  # [B, H, Nq, n]
+    y = first.attend(qq, kk, vv, aux, kernel)  # [B, H, Nq, n]
     if "v" in late and not fold_v_bias:
         c, d = lay.bias_rows("v")
         y = y + bias[c:d].view(heads, 1, -1)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from torch import fx
 from torch import nn
 
-from rpn2c.lower.program import AUX
+from rpn2c.lower.program import arguments
 
 
 def emit(model: nn.Module, graph, inline: bool = True) -> tuple[Callable, str]:
@@ -57,6 +57,5 @@ def _emit_program(g: fx.Graph, nid: str, module, inputs: dict, aux: dict):
         g.call_method("prologue", (layer,))
     values: list = []
     for step in module.program:
-        args = [values[a] if isinstance(a, int) else aux if a == AUX else inputs[a[1]] for a in step.args]
-        values.append(g.call_function(step.run, (layer, *args)))
+        values.append(g.call_function(step.run, (layer, *arguments(step, values, inputs, aux))))
     return values[-1]

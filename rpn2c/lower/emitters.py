@@ -92,7 +92,8 @@ def _fused_sdpa(t: Term, s: Site):
     fuse_out = t.info["what"] == "concat_linear" and not head_post
 
     def run(layer, q, data, aux):
-        out = packed_attention(layer, q, data, aux, layer._fold_v_bias, fuse_out, kernel)
+        out = packed_attention(layer, q, data, own_aux(layer.first_attention, aux), layer._fold_v_bias, fuse_out,
+                               kernel)
         if fuse_out:
             return out
         return literal.fuse(layer.fusion, _head_posts(layer, out), s.grid_out)

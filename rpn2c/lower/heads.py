@@ -132,10 +132,7 @@ class LayerModule(nn.Module):
     def _pack_attention(self, spec, traces, x, data, aux_types) -> PackedHeads | None:
         """Identical attention heads keep their projections packed, as ``nn.MultiheadAttention`` does
         (``rpn2c/ir/layout.py``); checkpoints with per-head tensors still load."""
-        xi = spec.heads[0].xi.get("xi_instance")
-        keys = getattr(xi.component.hp, "keys", None) if xi is not None else None
-        key_features = aux_types[keys.name].features if keys is not None else data.features
-        layout = attention_layout(spec, traces, x.features, key_features, data.features)
+        layout = attention_layout(spec, traces, x.features, data.features, aux_types)
         if layout is None:
             return None
         single = not hasattr(self, "heads")

@@ -49,11 +49,7 @@ class ReferenceLayer(nn.Module):
         for h in spec.heads:
             if h.tie is not None:
                 self._borrow(self.heads[h.name], self.heads[h.tie])
-        xi = spec.heads[0].xi.get("xi_instance")
-        keys = getattr(xi.component.hp, "keys", None) if xi is not None else None
-        self.layout = attention_layout(spec, traces, x.features,
-                                       aux_types[keys.name].features if keys is not None else data.features,
-                                       data.features)
+        self.layout = attention_layout(spec, traces, x.features, data.features, aux_types)
         if self.layout is not None:
             self._pack(self.layout)
         self.bind_views()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Union
 
-from rpn2c.ir.terms import Term, TermTable
+from rpn2c.ir.terms import Term, TermTable, layer_inputs
 from rpn2c.lower.emitters import Site, emitter
 
 Arg = Union[int, tuple[str, str], str]  # an earlier step, ("input", value id), or "aux" (the extra inputs)
@@ -31,16 +31,6 @@ class Step:
     args: tuple[Arg, ...]
 
 
-def _layer_inputs(node, preds) -> tuple[Term, Term, Term]:
-    """(raw input, query, data) as ``rpn2c/ir/terms.py`` builds them (equal terms, so found in the term)."""
-    tab = TermTable()
-    raw = q = tab.make("input", (), (preds["x"],))
-    for i, _ in enumerate(node.layer.pre):
-        q = tab.make("process", (q,), (node.id, "pre", i))
-    data = tab.make("input", (), (preds["context"],)) if "context" in preds else q
-    return raw, q, data
-
-
 def layer_program(node, preds: dict, multi: bool, grid_out: bool, x_grid: bool,
                   activation: Callable[[Term], Callable | None] = lambda t: None) -> list[Step]:
     """The steps of layer ``node``'s rewritten term; the last step's value is the layer's output.
@@ -48,7 +38,7 @@ def layer_program(node, preds: dict, multi: bool, grid_out: bool, x_grid: bool,
     spec = node.layer
     heads = {h.name: (h, t) for h, t in zip(spec.heads, node.trace["heads"])}
     shares = node.trace.get("xi_share") or {}  # "head:slot" -> key of the ξ the graph rewrite shared_xi merged
-    _, query, data = _layer_inputs(node, preds)
+    _, query, data = layer_inputs(TermTable(), node, preds)
     steps: list[Step] = []
     index: dict[Term, Arg] = {}
 
@@ -89,10 +79,14 @@ def _identity(layer, x):
     return x
 
 
+def arguments(step: Step, values: list, inputs: dict, aux) -> list:
+    """``step``'s arguments: earlier steps' values, the layer's inputs (by value id) or its extra inputs."""
+    return [values[a] if isinstance(a, int) else aux if a == AUX else inputs[a[1]] for a in step.args]
+
+
 def run_program(layer, steps: list[Step], inputs: dict, aux: dict):
     """Interpret ``steps`` (the layer module's forward; the generated program inlines the same calls)."""
     env: list = []
     for step in steps:
-        env.append(step.run(layer, *[env[a] if isinstance(a, int) else aux if a == AUX else inputs[a[1]]
-                                     for a in step.args]))
+        env.append(step.run(layer, *arguments(step, env, inputs, aux)))
     return env[-1]
