@@ -159,12 +159,12 @@ def test_tie_to_a_later_head_is_refused():
     assert d.code == "E0207" and "ties to 'l', which is declared after it" in d.message
 
 
-def test_tie_outside_a_layer_is_refused_with_a_hint():
+def test_tie_outside_a_layer_ties_the_two_layers():
+    """``tie = a`` on a head expression names an earlier layer (tests/test_tying.py): one set of weights."""
     text = "model m {\n  input x: vector[B, 3]\n  a = head(x) { out = 2 }\n  b = head(x) { out = 2  tie = a }\n" \
            "  return b\n}\n"
-    [d] = _error(text).diagnostics
-    assert d.code == "E0304" and "unknown head setting 'tie'" in d.message
-    assert "earlier head of the same `layer`" in d.suggestion
+    g = rpn2c.check(text)
+    assert g.node("b").tie == "a" and g.param_count == 8
 
 
 def test_missing_width_names_the_value_not_the_internal_head():

@@ -15,17 +15,17 @@ from rpn2c.check.budget import Guard, Limits, head_elements, per_sample
 from rpn2c.check.heads import LayerShapeError, build_layer, infer_layer, resolve_use
 from rpn2c.check.loader import Unit
 from rpn2c.check.recurrent import build_recurrent, infer_recurrent
+from rpn2c.check.instances import REPORTED, Instances
+from rpn2c.check.ties import Tying, param_call, take_tie, take_tie_kwarg
 from rpn2c.check.values import INVALID, Scope, evaluate
 from rpn2c.components.base import ShapeRuleError
-from rpn2c.components.registry import REGISTRY, ValueRef, names
+from rpn2c.components.registry import REGISTRY, names
 from rpn2c.errors import Diagnostics, Span, did_you_mean
-from rpn2c.ir.graph import Graph, Node, Use
+from rpn2c.ir.graph import Graph, Node
 from rpn2c.ir.types import MASK_MODES, TYPE_CONSTRUCTORS, TensorType
 from rpn2c.syntax import ast
 
 OP_FAMILIES = ("op", "processing")
-MAX_INLINE_DEPTH = 32
-_REPORTED = object()  # _find_block: the name was wrong and a diagnostic was already emitted
 
 
 @dataclass
@@ -34,11 +34,12 @@ class _Frame:
     defn: ast.Definition
 
 
-class Elaborator:
+class Elaborator(Tying, Instances):
     def __init__(self, root: Unit, sources: dict[str, str], limits: Limits | dict | None = None):
         self.root = root
         self.diags = Diagnostics(sources)
         self.g = nx.DiGraph()
+        self.instances: dict[str, str] = {}  # a block call's output node id -> its nodes' prefix
         self.stack: list[tuple[int, str]] = []  # (id(defn), name) being inlined
         self.guard = Guard(Limits.of(limits), self.diags)
 
@@ -127,6 +128,13 @@ class Elaborator:
                     scope.values[stmt.name] = bound
                     if bound is not None and stmt.type is not None:
                         self._check_bound_type(stmt, bound, scope, unit)
+            elif isinstance(stmt, ast.ParamDecl):
+                if stmt.name in scope.values or stmt.name in scope.params:
+                    self.diags.error("E0206", f"'{stmt.name}' is already defined", stmt.span)
+                    continue
+                call = param_call(stmt, self.diags, scope.params)
+                scope.values[stmt.name] = None if call is None else self._call(stmt.name, call, unit, scope,
+                                                                               assigned_later)
             elif isinstance(stmt, ast.Assign):
                 if stmt.name in scope.values or stmt.name in scope.params:
                     self.diags.error("E0206", f"'{stmt.name}' is already defined", stmt.span)
@@ -297,7 +305,8 @@ class Elaborator:
             return None
         kind = v.kind if isinstance(v, ast.HeadExpr) else "layer"
         heads = v.heads if isinstance(v, ast.LayerExpr) else ()
-        spec = build_layer(kind, heads, v.settings, scope, self.diags, v.span, reserve=self.guard.reserve)
+        settings, tie_s = take_tie(v.settings)
+        spec = build_layer(kind, heads, settings, scope, self.diags, v.span, reserve=self.guard.reserve)
         x_id = args[0]
         if spec is None or x_id is None or (ctx_id is None and any(k.name == "context" for k in v.kwargs)):
             return None
@@ -320,6 +329,10 @@ class Elaborator:
             self._shape_error(exc, v, name, xt)
             return None
         node = Node(nid, "layer", v.span, out, layer=spec, params=params, trace={"heads": traces})
+        if not self._check_tied_psi(node):
+            return None
+        if tie_s is not None and not self._tie_node(node, tie_s.value, scope.values, [xt, ct], tie_s.span):
+            return None
         return self._add(node, edges)
 
     def _recurrent(self, name, v, unit, scope, later) -> str | None:
@@ -330,7 +343,8 @@ class Elaborator:
         if len(v.args) != 1:
             self.diags.error("E0311", f"a recurrent layer takes exactly one input value, got {len(v.args)}", v.span)
             return None
-        built = build_recurrent(v.settings, scope, self.diags, v.span)
+        settings, tie_s = take_tie(v.settings)
+        built = build_recurrent(settings, scope, self.diags, v.span)
         x_id = args[0]
         if built is None or x_id is None or v.kwargs:
             return None
@@ -355,6 +369,8 @@ class Elaborator:
             return None
         nid = self._fresh(scope.prefix + name)
         node = Node(nid, "recurrent", v.span, out, layer=spec, params=params, trace={"recurrent": trace})
+        if tie_s is not None and not self._tie_node(node, tie_s.value, scope.values, [xt], tie_s.span):
+            return None
         return self._add(node, edges)
 
     def _shape_error(self, exc: LayerShapeError, v, name: str, xt) -> None:
@@ -367,7 +383,7 @@ class Elaborator:
     def _call(self, name, call: ast.Call, unit, scope, later) -> str | None:
         func = call.func
         target = self._find_block(func, unit)
-        if target is _REPORTED:
+        if target is REPORTED:
             return None
         if target is not None:
             return self._inline(name, call, *target, scope=scope, unit=unit, later=later)
@@ -387,7 +403,8 @@ class Elaborator:
                                  suggestion=did_you_mean(fname, [*names(OP_FAMILIES), *blocks]))
             return None
         arg_ids = [self._value_ref(a, scope, unit, later, name, i) for i, a in enumerate(call.args)]
-        synthetic = ast.Call(ast.Name(func.parts, func.span), (), call.kwargs, call.span)
+        kwargs, tie_k = take_tie_kwarg(call.kwargs)
+        synthetic = ast.Call(ast.Name(func.parts, func.span), (), kwargs, call.span)
         use = resolve_use(synthetic, entry.family, scope, self.diags)
         lo, hi = entry.cls.arity
         if not lo <= len(call.args) <= hi:
@@ -419,93 +436,9 @@ class Elaborator:
             return None
         nid = self._fresh(scope.prefix + name)
         node = Node(nid, "op", call.span, out, op=use, params=params)
+        if tie_k is not None and not self._tie_node(node, tie_k.value, scope.values, types, tie_k.span):
+            return None
         return self._add(node, {f"arg{i}": a for i, a in enumerate(arg_ids)})
-
-    def _find_block(self, func: ast.Name, unit: Unit):
-        """``(unit, definition)``, None when ``func`` names no block, or _REPORTED after a located error."""
-        if len(func.parts) == 1:
-            d = unit.program.definition(func.parts[0])
-            return (unit, d) if d is not None else None
-        if len(func.parts) == 2 and func.parts[0] in unit.imports:
-            sub = unit.imports[func.parts[0]]
-            d = sub.program.definition(func.parts[1])
-            if d is None:
-                self.diags.error("E0201", f"'{func.parts[0]}' has no block '{func.parts[1]}'", func.span,
-                                 suggestion=did_you_mean(func.parts[1], [x.name for x in sub.program.definitions]))
-                return _REPORTED
-            return sub, d
-        if len(func.parts) >= 2:
-            self.diags.error("E0202", f"unknown import alias '{func.parts[0]}'", func.span,
-                             suggestion=did_you_mean(func.parts[0], unit.imports))
-            return _REPORTED
-        return None
-
-    def _inline(self, name, call: ast.Call, sub: Unit, defn: ast.Definition, *, scope, unit, later) -> str | None:
-        key = (id(defn), defn.name)
-        if key in self.stack or len(self.stack) >= MAX_INLINE_DEPTH:
-            self.diags.error("E0508", f"'{defn.name}' instantiates itself (recursive blocks are not allowed)",
-                             call.span)
-            return None
-        n_inputs = sum(isinstance(s, ast.Input) for s in defn.body)
-        if len(call.args) != n_inputs:
-            self.diags.error("E0311", f"'{defn.name}' takes {n_inputs} input value(s), got {len(call.args)}",
-                             call.span)
-            return None
-        arg_ids = [self._value_ref(a, scope, unit, later, name, i) for i, a in enumerate(call.args)]
-        given = {}
-        for kw in call.kwargs:
-            v = evaluate(kw.value, scope, self.diags)
-            if isinstance(v, ValueRef):
-                self.diags.error("E0310", f"block parameter '{kw.name}' takes a number, string or list; pass "
-                                          "tensors as positional inputs", kw.value.span)
-                v = INVALID
-            given[kw.name] = (v, kw.span)
-        inner = Scope(prefix=self._fresh(scope.prefix + name) + ".")
-        self._bind_params(defn, given, call.span, inner)
-        if any(v is INVALID for v in inner.params.values()):
-            return None
-        self.stack.append(key)
-        try:
-            outs = self._body(sub, defn, inner, arg_ids)
-        finally:
-            self.stack.pop()
-        return outs[0] if outs else None
-
-    def _repeat(self, name, v: ast.RepeatExpr, unit, scope, later) -> str | None:
-        count = evaluate(v.count, scope, self.diags, allow_values=False)
-        if count is INVALID:
-            return None
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            self.diags.error("E0303", f"repeat count must be an integer >= 1, got {count!r}", v.count.span)
-            return None
-        target = self._find_block(v.call.func, unit)
-        if target is _REPORTED:
-            return None
-        if target is None:
-            self.diags.error("E0310", f"repeat needs a block call; '{v.call.func.text}' is not a block",
-                             v.call.func.span)
-            return None
-        if not v.call.args:
-            self.diags.error("E0311", "the repeated block needs an input", v.call.span)
-            return None
-        size = max(1, sum(isinstance(s, ast.Assign) for s in target[1].body))
-        if self.guard.work + count * size > self.guard.limits.max_work:  # refuse before expanding anything
-            self.guard.reserve(count * size, v.count.span, f"repeat({count:,}) of '{target[1].name}'")
-            return None
-        current = None
-        for i in range(count):
-            call = v.call
-            if current is not None:
-                local = Scope(dict(scope.params), {**scope.values, f"__repeat_{name}": current}, scope.prefix)
-                first = ast.Name((f"__repeat_{name}",), v.call.args[0].span)
-                call = ast.Call(v.call.func, (first, *v.call.args[1:]), v.call.kwargs, v.call.span)
-            else:
-                local = scope
-            current = self._value(f"{name}.{i}", call, v.span, unit, local, later)
-            if current is None:
-                return None
-        return current
-
 
 def _refuse_tokens(fname: str, comp, types: list[TensorType]) -> None:
     """Token ids are integers, not features: only an op declaring ``reads_tokens`` (the embedding) reads them."""

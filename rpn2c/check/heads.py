@@ -60,9 +60,12 @@ def resolve_use(expr: ast.Expr, slot: str, scope: Scope, diags: Diagnostics) -> 
             diags.error("E0201", f"unknown {' or '.join(families)} component '{name}'", func.span,
                         suggestion=did_you_mean(name, names(families)))
         return None
-    if args:
-        diags.error("E0305", f"hyper-parameters of '{name}' are keyword arguments (`key = value`)", args[0].span)
+    positional = entry.cls.positional
+    if len(args) > len(positional):
+        diags.error("E0305", f"hyper-parameters of '{name}' are keyword arguments (`key = value`)",
+                    args[len(positional)].span)
         return None
+    kwargs = (*(ast.Kwarg(k, a, a.span) for k, a in zip(positional, args)), *kwargs)
     values: dict[str, Any] = {}
     spans: dict[str, Span] = {}
     ok = True
@@ -162,8 +165,6 @@ def build_layer(kind: str, head_decls, settings, scope: Scope, diags: Diagnostic
             hint = did_you_mean(s.key, allowed_layer)
             if kind == "layer" and s.key in DECL_KEYS:
                 hint = f"'{s.key}' belongs inside a `head name {{ ... }}` block of the layer"
-            elif s.key == "tie":
-                hint = "a tie names an earlier head of the same `layer`: declare both heads there"
             diags.error("E0304", f"unknown {kind} setting '{s.key}'", s.span, suggestion=hint)
         elif s.key in layer_settings:
             diags.error("E0308", f"setting '{s.key}' is given twice", s.span)

@@ -322,17 +322,23 @@ class ConcatItems(Op):
 
     def infer(self, ins):
         first = ins[0]
+        batches = [t.batch for t in ins if t.batch != 1]  # a part of batch 1 (a class token) is broadcast
+        batch = batches[0] if batches else 1
         total = 0
         for i, t in enumerate(ins):
             if t.kind != "items" or not t.batched or t.time_major:
                 raise ShapeRuleError(f"concat_items needs batched, batch-first sequences, got {t}", arg=i)
-            if t.batch != first.batch or t.features != first.features:
+            if t.batch not in (batch, 1) or t.features != first.features:
                 raise ShapeRuleError(f"concat_items needs equal batch and feature sizes, got {first} and {t}", arg=i)
             total = _dim_sum(total, t.items)
-        return first.with_shape((first.batch, total, first.features))
+        return first.with_shape((batch, total, first.features))
 
     def build(self, ins):
-        return _Lambda(lambda *xs: torch.cat(xs, dim=1))
+        def cat(*xs):
+            batch = max(x.shape[0] for x in xs)
+            return torch.cat([x.expand(batch, -1, -1) if x.shape[0] != batch else x for x in xs], dim=1)
+
+        return _Lambda(cat if any(t.batch == 1 for t in ins) else lambda *xs: torch.cat(xs, dim=1))
 
 
 class _SliceFeaturesHP(HP):

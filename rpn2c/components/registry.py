@@ -68,6 +68,7 @@ class Component:
     family: ClassVar[str] = ""
     HP: ClassVar[type[HP]] = HP
     aliases: ClassVar[tuple[str, ...]] = ()
+    positional: ClassVar[tuple[str, ...]] = ()  # hyper-parameters a call may give by position (``tied(emb)``)
     tags: ClassVar[frozenset[str]] = frozenset()
     example: ClassVar[str] = ""  # a whole runnable spec, when the family template does not fit
     example_call: ClassVar[str] = ""  # how the example writes this entry, e.g. ``patch_max(size = 2)``

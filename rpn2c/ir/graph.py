@@ -196,6 +196,8 @@ class Node:
     plan: list[str] = field(default_factory=list)  # names of the optimiser rules that fired (what runs)
     decisions: list = field(default_factory=list)  # passes.rule.Decision records, per head and slot
     terms: Any = None  # (before, after): the node's term (ir.terms) as built and as the optimiser rewrote it
+    tie: str | None = None  # an earlier node whose parameters this one uses (``tie = c1``); its own count is 0
+    tie_span: Span = field(default=UNKNOWN_SPAN, compare=False, repr=False)
 
     def canonical(self) -> dict:
         out: dict[str, Any] = {"id": self.id, "kind": self.kind, "type": _type(self.type), "params": self.params}
@@ -203,6 +205,8 @@ class Node:
             out["layer"] = self.layer.canonical()
         if self.op is not None:
             out["op"] = self.op.canonical()
+        if self.tie is not None:
+            out["tie"] = self.tie
         return out
 
     @property

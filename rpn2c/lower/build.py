@@ -45,6 +45,10 @@ class CompiledModel(nn.Module):
             module = self._build(node, preds)
             _set_path(self, node.id, module)
             self._steps.append((node.id, node.kind, preds))
+        self._tied = [(n.id, n.tie) for n in graph.nodes() if n.tie is not None]
+        self._tie_parameters()
+        self._bind_tied_psi()
+        self.register_load_state_dict_post_hook(lambda module, keys: module._tie_parameters())
         self.outputs = list(graph.outputs)
         self.content_hash = graph.content_hash()
         self._name = graph.name
@@ -82,6 +86,34 @@ class CompiledModel(nn.Module):
         args = [g.node(preds[f"arg{i}"]).type for i in range(len(preds))]
         comp = node.op.component
         return comp.build(args) if node.op.component.family == "op" else comp.build(args[0])
+
+    def _tie_parameters(self) -> None:
+        """``tie = c1``: the tied node's module holds ``c1``'s very parameter and buffer objects at the same paths,
+        so both compute with one tensor and their gradients accumulate in it (``parameters()`` lists it once;
+        ``state_dict`` names it under both paths, as torch does for tied weights)."""
+        for mine, theirs in self._tied:
+            share(self.get_submodule(mine), self.get_submodule(theirs))
+
+    def _bind_tied_psi(self) -> None:
+        """``psi = tied(src)``: each such ψ reads the source node's weight matrix (components/psi_tied.py)."""
+        g = self.graph
+        for node in g.nodes():
+            if node.kind != "layer":
+                continue
+            module = self.get_submodule(node.id)
+            for h in node.layer.heads:
+                if h.psi.name == "tied":
+                    holder = module.heads[h.name] if len(node.layer.heads) > 1 else module
+                    src = g.node(h.psi.component.hp.source.name)
+                    src = g.node(src.tie) if src.tie is not None else src
+                    owner = self.get_submodule(src.id)
+                    holder.psi.bind(owner.psi if src.kind == "layer" else owner, "weight")
+
+    def _apply(self, fn, recurse=True):
+        """Conversions (``.to``, ``.double()``) may replace tensors: the ties are made again afterwards."""
+        out = super()._apply(fn, recurse)
+        self._tie_parameters()
+        return out
 
     def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor):
         env = self._bind(args, kwargs)
@@ -178,3 +210,16 @@ def _set_path(root: nn.Module, path: str, module: nn.Module) -> None:
             cur.add_module(p, _Scope())
         cur = getattr(cur, p)
     cur.add_module(parts[-1], module)
+
+
+def share(holder: nn.Module, source: nn.Module) -> None:
+    """Point every parameter and buffer of ``holder`` at ``source``'s tensor of the same path."""
+    theirs = dict(source.named_parameters(remove_duplicate=False))
+    bufs = dict(source.named_buffers(remove_duplicate=False))
+    for path, _ in list(holder.named_parameters(remove_duplicate=False)):
+        owner, _, leaf = path.rpartition(".")
+        holder.get_submodule(owner)._parameters[leaf] = theirs[path]
+    for path, _ in list(holder.named_buffers(remove_duplicate=False)):
+        owner, _, leaf = path.rpartition(".")
+        if path in bufs:
+            holder.get_submodule(owner)._buffers[leaf] = bufs[path]

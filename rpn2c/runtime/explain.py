@@ -18,6 +18,7 @@ def explain_json(graph: Graph) -> dict:
             continue
         terms = {"term": str(n.terms[0]), "rewritten": str(n.terms[1])} if n.terms else {}
         nodes.append({"node": n.id, "at": str(n.span), "recipe": describe(n), "type": str(n.type), **terms,
+                      **({"tie": n.tie} if n.tie else {}),
                       "decisions": [d.to_json() for d in n.decisions],
                       "fallbacks": {op: {"runs": f, "when": w} for op, (f, w) in _fallbacks(n)}})
     return {"model": graph.name, "nodes": nodes, "graph_rewrites": [r.to_json() for r in graph.log]}
@@ -27,6 +28,18 @@ def _fallbacks(n) -> list[tuple[str, tuple[str, str]]]:
     """The run-time fallbacks of the kernel ops in ``n``'s rewritten term."""
     ops = sorted({t.op for t in n.terms[1].walk()} & set(FALLBACKS)) if n.terms else []
     return [(op, FALLBACKS[op]) for op in ops]
+
+
+def _ties(n) -> list[str]:
+    """What ``n`` shares: a whole-node tie, and ψ matrices read from another node."""
+    out = [f"  tied       computes with the parameters of '{n.tie}' (one tensor each, counted there)"] if n.tie else []
+    for h in getattr(n.layer, "heads", ()):
+        if h.psi.name == "tied":
+            hp = h.psi.component.hp
+            head = f" [head {h.name}]" if len(n.layer.heads) > 1 else ""
+            out.append(f"  tied ψ{head}    the weight matrix of '{hp.source.name}'" + (", transposed" if hp.transpose
+                                                                                      else ""))
+    return out
 
 
 def render_explain(graph: Graph) -> str:
@@ -39,6 +52,7 @@ def render_explain(graph: Graph) -> str:
             continue
         lines.append("")
         lines.append(f"{n.span}: {n.id} = {n.layer.kind}  {n.type}  ({describe(n)})")
+        lines.extend(_ties(n))
         if n.terms:
             lines.append(f"  term       {n.terms[0]}")
             if n.terms[1] is not n.terms[0]:

@@ -15,7 +15,7 @@ from rpn2c.ir.types import TYPE_CONSTRUCTORS
 
 NAMESPACE = ("import", "as")
 DECLARATIONS = ("model", "block")
-KEYWORDS = ("head", "compress", "recurrent", "layer", "repeat", "input", "return")
+KEYWORDS = ("head", "compress", "recurrent", "layer", "repeat", "input", "param", "return")
 CONSTANTS = ("true", "false", "none")
 OPERATORS = ("//", "+", "-", "*", "/", "=")
 PUNCTUATION = "(){}[],:;."

@@ -12,13 +12,14 @@ from rpn2c.ir.picture import describe  # noqa: F401  (the recipe text, shared wi
 
 def layer_table(graph: Graph) -> list[dict]:
     return [{"name": n.id, "kind": n.layer.kind if n.layer else n.kind, "recipe": describe(n),
-             "type": str(n.type), "params": n.params, "kernels": list(n.plan)} for n in graph.nodes()]
+             "type": str(n.type), "params": n.params, "kernels": list(n.plan), "tie": n.tie} for n in graph.nodes()]
 
 
 def render_table(graph: Graph) -> str:
     rows = [("name", "kind", "output", "params", "recipe", "kernels")]
     for r in layer_table(graph):
-        rows.append((r["name"], r["kind"], r["type"], f"{r['params']:,}", r["recipe"], ",".join(r["kernels"])))
+        params = f"tied to {r['tie']}" if r["tie"] else f"{r['params']:,}"
+        rows.append((r["name"], r["kind"], r["type"], params, r["recipe"], ",".join(r["kernels"])))
     rows.append(("total", "", "", f"{graph.param_count:,}", "", ""))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     widths[4] = min(widths[4], 60)

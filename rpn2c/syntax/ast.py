@@ -127,6 +127,7 @@ class RepeatExpr:
     count: Expr
     call: Call
     span: Span = _span()
+    kwargs: tuple[Kwarg, ...] = ()  # ``repeat(n, tie = true)``: the instances after the first use the first's weights
 
 
 Value = Union[HeadExpr, LayerExpr, RepeatExpr, Expr]
@@ -149,6 +150,16 @@ class Input:
 
 
 @dataclass(frozen=True)
+class ParamDecl:
+    """``param pos: sequence[1, 16, 32] = normal(std = 0.02)``: a free learnable tensor (not a head's ψ)."""
+
+    name: str
+    type: TensorTypeExpr
+    init: Expr | None
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
 class Assign:
     name: str
     value: Value
@@ -162,7 +173,7 @@ class Return:
     name_spans: tuple[Span, ...] = field(default=(), compare=False, repr=False)
 
 
-Statement = Union[Input, Assign, Return]
+Statement = Union[Input, ParamDecl, Assign, Return]
 
 
 @dataclass(frozen=True)

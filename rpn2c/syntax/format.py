@@ -99,7 +99,8 @@ class _Printer:
                     self.settings((it,), depth + 1)
             self.close(v.span.end_line, depth)
         elif isinstance(v, ast.RepeatExpr):
-            self.emit(span.line, depth, f"{head}repeat({format_expr(v.count)}) {format_expr(v.call)}")
+            extra = "".join(f", {k.name} = {format_expr(k.value)}" for k in v.kwargs)
+            self.emit(span.line, depth, f"{head}repeat({format_expr(v.count)}{extra}) {format_expr(v.call)}")
         else:
             self.emit(span.line, depth, head + format_expr(v))
 
@@ -109,6 +110,10 @@ class _Printer:
             if s.type is not None:
                 typ = f": {s.type.kind}[{', '.join(format_expr(d) for d in s.type.dims)}]"
             self.emit(s.span.line, depth, f"input {s.name}{typ}")
+        elif isinstance(s, ast.ParamDecl):
+            init = f" = {format_expr(s.init)}" if s.init is not None else ""
+            dims = ", ".join(format_expr(d) for d in s.type.dims)
+            self.emit(s.span.line, depth, f"param {s.name}: {s.type.kind}[{dims}]{init}")
         elif isinstance(s, ast.Assign):
             self.value(s.name, s.value, s.span, depth)
         elif isinstance(s, ast.Return):

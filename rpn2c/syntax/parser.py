@@ -181,7 +181,8 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def repeat_expr(self, meta, c):
-        return ast.RepeatExpr(c[0], c[1], self._s(meta))
+        kwargs = tuple(x for x in c[1:-1] if isinstance(x, ast.Kwarg))
+        return ast.RepeatExpr(c[0], c[-1], self._s(meta), kwargs)
 
     # statements
     @v_args(meta=True)
@@ -191,6 +192,10 @@ class _ToAst(Transformer):
     @v_args(meta=True)
     def input_stmt(self, meta, c):
         return ast.Input(str(c[0]), c[1] if len(c) > 1 else None, self._s(meta))
+
+    @v_args(meta=True)
+    def param_stmt(self, meta, c):
+        return ast.ParamDecl(str(c[0]), c[1], c[2] if len(c) > 2 else None, self._s(meta))
 
     @v_args(meta=True)
     def assign_stmt(self, meta, c):
