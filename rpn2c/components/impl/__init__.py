@@ -1,0 +1,1 @@
+"""The nn.Module implementations of components, imported by the components when they build."""
