@@ -33,6 +33,7 @@ class Geometry:
     pad_after: tuple[int, ...]
     padding_mode: str = "zeros"
     taps: tuple[tuple[int, ...], ...] | None = None  # kernel-box positions used; None = the whole box
+    row_shift: int = 0  # hexagonal packing: odd rows of patches shifted this many cells along axis 2
 
     @property
     def rank(self) -> int:
@@ -88,7 +89,8 @@ class Geometry:
     def structure_args(self, spatial: tuple[int, ...], device=None) -> dict:
         """Keyword arguments of the ``rpn2c.functional.structure`` patch builders for this geometry."""
         return {"extent": spatial, "offsets": self.offsets(device), "stride": self.stride,
-                "pad_before": self.pad_before, "out_counts": self.out_spatial(spatial), "mode": self.padding_mode}
+                "pad_before": self.pad_before, "out_counts": self.out_spatial(spatial), "mode": self.padding_mode,
+                "row_shift": self.row_shift}
 
     def patch_index(self, spatial: tuple[int, ...], device=None) -> torch.Tensor:
         """LongTensor [P, p]: flat (row-major) source position of every tap of every patch, -1 outside the grid.

@@ -295,6 +295,26 @@ class LowRank(_Functional):
         return {"A": _uniform((n, r), r), "B": _uniform((D, r), D)}
 
 
+@register
+class LoHa(_Functional):
+    """Low-rank Hadamard (LoHa, FedPara; seed 003 Table 1) ψ(w) = (A1 B1ᵀ) ⊙ (A2 B2ᵀ), A_i ∈ R^{n x r}, B_i ∈ R^{D x r}; l = 2r(n + D).
+
+    Rank up to r² from 2r(n + D) parameters. Applied factored by the mixed-product rule
+    (A1 B1ᵀ) ⊙ (A2 B2ᵀ) = (A1 • A2)(B1 • B2)ᵀ (• the row-wise Khatri–Rao product, width r²) where r²(n + D) < nD.
+    """
+
+    name, functional = "loha", "loha"
+    aliases = ("low_rank_hadamard", "fedpara")
+
+    class HP(HP):
+        r: int = Field(2, ge=1, description="rank of each factor (ψ has rank up to r²)")
+
+    def init(self, shapes, n, D):
+        r = self.hp.r
+        return {"A1": _uniform((n, r), r), "B1": _uniform((D, r), D), "A2": _uniform((n, r), r),
+                "B2": _uniform((D, r), 1)}
+
+
 # ------------------------------------------------------------------------------------------------ Kronecker
 _KRON_NOTE = ("⊗ is a true Kronecker product (torch.kron), applied by the reshape trick vec(A X Bᵀ) without forming "
               "n x D; the toolkit computes a reshaped outer product vec(A)vec(B)ᵀ instead (its bug 3).")

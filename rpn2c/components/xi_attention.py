@@ -22,7 +22,8 @@ from rpn2c.functional import flex_op, structure
 
 class _BilinearHP(HP):
     softmax: bool = Field(True, description="row softmax over keys (scaled-softmax, eq 182)")
-    scale: Optional[float] = Field(None, description="logit scale; default 1/sqrt(rank)")
+    scale: Optional[float] = Field(None, description="logit scale; default 1/sqrt(rank) with softmax (eq 182), 1 "
+                                                     "without (the plain bilinear form, eq 55–56, 86)")
     bias: bool = Field(False, description="biases on the query/key projections")
     causal: bool = Field(False, description="item t attends only to items <= t")
     window: Optional[int] = Field(None, ge=0, description="local window: item i attends only to items j with "
@@ -31,6 +32,12 @@ class _BilinearHP(HP):
     attn_mask: Optional[ValueRef] = Field(None, description="[Nq, Nc] or [B, Nq, Nc] mask input")
     keys: Optional[ValueRef] = Field(None, description="items input the keys are computed from "
                                                       "(default: the head's data, i.e. its context)")
+
+
+def default_scale(softmax: bool, r: int) -> float:
+    """The logit scale when none is given: 1/√r of the scaled softmax (eq 182) with softmax; 1 without, since the
+    bilinear form itself (eq 55–56, and A_b in the hybrid A_g ∘ A_b of eq 86) has no scale (docs/semantics.md)."""
+    return 1 / math.sqrt(r) if softmax else 1.0
 
 
 class _BilinearBase(Interdependence):
@@ -107,7 +114,7 @@ class _BilinearXi(XiModule):
             self.w_k = nn.Parameter(torch.empty(mc, r).uniform_(-bound_k, bound_k))
         self.b_q = nn.Parameter(torch.zeros(r)) if hp.bias else None
         self.b_k = nn.Parameter(torch.zeros(r)) if hp.bias and not self.full else None
-        self.scale = hp.scale if hp.scale is not None else 1 / math.sqrt(r)
+        self.scale = hp.scale if hp.scale is not None else default_scale(hp.softmax, r)
         self.modes = {k: t.mask_mode for k, t in aux_types.items()}
 
     def _qk(self, q, c, aux):

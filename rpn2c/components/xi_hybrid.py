@@ -19,16 +19,34 @@ from rpn2c.components.base import Interdependence, ShapeRuleError, XiContext, Xi
 from rpn2c.components.registry import HP, REGISTRY, ValueRef, register
 from rpn2c.components.xi_kernels import KERNEL_ENTRIES, NORMS, normalize_matrix
 from rpn2c.functional import structure
+from rpn2c.ir.types import is_known
 
 
-_FUSIONS = ("hadamard", "sum", "mean", "max", "min")
+_FUSIONS = ("hadamard", "sum", "mean", "max", "min", "median", "weighted", "concat_linear", "concat_lowrank")
+_CONCAT = ("concat_linear", "concat_lowrank")
+#: fusions run by the fusion entry of the same name (``rpn2c.components.fusion``) on the parts' matrices or outputs
+_ENTRY_FUSIONS = ("median", "weighted", *_CONCAT)
+#: hybrid keys that configure the fusion, and the fusions they belong to
+_FUSION_KEYS = {"learnable": ("weighted",), "median_mode": ("median",), "fusion_out": _CONCAT,
+                "fusion_bias": _CONCAT, "fusion_rank": ("concat_lowrank",)}
 
 
 class _HybridHP(HP):
     model_config = ConfigDict(extra="allow")
     parts: list[str] = Field(..., min_length=1, description="interdependence entries to fuse")
-    fusion: Literal[_FUSIONS] = Field("hadamard", description="A_1 ∘ … ∘ A_k, Σ w_i A_i, mean, max or min")
-    weights: Optional[list[float]] = Field(None, description="w_i of the sum fusion (default 1)")
+    fusion: Literal[_FUSIONS] = Field("hadamard", description="A_1 ∘ … ∘ A_k, Σ w_i A_i, mean, max, min, median, "
+                                      "Σ α_i A_i (weighted, eq 114), (⊔ A_i) W (concat_linear, eq 119) or "
+                                      "(⊔ A_i) P Qᵀ (concat_lowrank, eq 120)")
+    weights: Optional[list[float]] = Field(None, description="w_i of the sum fusion (default 1); α_i of the "
+                                                             "weighted fusion (initial values if learnable; "
+                                                             "default 1/k)")
+    learnable: bool = Field(True, description="weighted fusion: learn α")
+    median_mode: Literal["mean", "lower"] = Field("mean", description="median fusion, even k: average the middle "
+                                                                      "pair, or take the lower")
+    fusion_out: Optional[int] = Field(None, ge=1, description="concat fusions: output length n' of the fused "
+                                                              "matrix (default: the parts' output length)")
+    fusion_rank: int = Field(2, ge=1, description="concat_lowrank: rank r of P Qᵀ")
+    fusion_bias: bool = Field(False, description="concat fusions: a learned b ∈ R^{n'} added to every row of A")
     normalize: Literal[NORMS] = Field("none", description="post-normalisation of the fused matrix (row = output)")
     softmax_scale: float = 1.0
     mask_zeros: bool = Field(True, description="softmax over the non-zero entries only (eq 87)")
@@ -38,10 +56,14 @@ class _HybridHP(HP):
     @model_validator(mode="after")
     def _parts_ok(self):
         if self.weights is not None:
-            if self.fusion != "sum":
-                raise ValueError("weights apply to fusion = \"sum\"")
+            if self.fusion not in ("sum", "weighted"):
+                raise ValueError("weights apply to fusion = \"sum\" or \"weighted\"")
             if len(self.weights) != len(self.parts):
                 raise ValueError(f"{len(self.parts)} parts but {len(self.weights)} weights")
+        for key, fusions in _FUSION_KEYS.items():
+            if key in self.model_fields_set and self.fusion not in fusions:
+                names = " or ".join(f'fusion = "{f}"' for f in fusions)
+                raise ValueError(f"{key} applies to {names}, not fusion = \"{self.fusion}\"")
         _hybrid_parts(self)
         return self
 
@@ -89,13 +111,17 @@ def _hybrid_parts(hp) -> list[tuple[Interdependence, dict]]:
 
 @register
 class Hybrid(Interdependence):
-    """Hybrid ξ: A = fusion(A_1, …, A_k) (eq 85), Hadamard A_g ∘ A_b (eq 86–87, e.g. graph mask ∘ bilinear), Σ w_i A_i, mean, max or min; optional normalisation.
+    """Hybrid ξ: A = fusion(A_1, …, A_k) (eq 85), Hadamard A_g ∘ A_b (eq 86–87, e.g. graph mask ∘ bilinear), Σ w_i A_i, mean, max, min, median, Σ α_i A_i (eq 114), (⊔ A_i) W (eq 119) or (⊔ A_i) P Qᵀ (eq 120); optional normalisation.
 
     normalize = "softmax" with mask_zeros (default) is the paper's softmax over the non-zero entries (its "column"
-    normalisation under Aᵀ is our row = output). Default lowering: sums of parts are Σ w_i (A_i z) (never a fused
-    matrix); a Hadamard product with a 1-hop graph part runs on its edge list (entries of the other parts
-    gathered at the edges, segment softmax, index_add) — GAT-like without an N x N matrix; otherwise dense.
-    Keys: plain keys go to every part declaring them, p<i>_<key> to part i (1-based).
+    normalisation under Aᵀ is our row = output). weighted, median, concat_linear and concat_lowrank are the fusion
+    entries of those names applied to the matrices, ⊔ along their output axis (A_i ∈ R^{m x m'} side by side,
+    W ∈ R^{k·m' x n'}); learnable (weighted), fusion_out, fusion_rank, fusion_bias (concat) configure them.
+    Default lowering: sums, weighted sums and concatenations are the fusion of the parts' outputs A_i z (never a
+    fused matrix; a concat bias b adds (Σ z) bᵀ); a Hadamard product with a 1-hop graph part runs on its edge list
+    (entries of the other parts gathered at the edges, segment softmax, index_add) — GAT-like without an N x N
+    matrix; otherwise (max, min, median, normalised fusions) dense. Keys: plain keys go to every part declaring
+    them, p<i>_<key> to part i (1-based).
     """
 
     name, family = "hybrid", "interdependence"
@@ -117,15 +143,43 @@ class Hybrid(Interdependence):
         return XiContext(ctx.axis, ctx.size, ctx.query_features, ctx.context_features, ctx.query_items,
                          {pk: ctx.aux[hk] for pk, hk in keymap.items() if hk in ctx.aux})
 
-    def out_size(self, ctx):
+    def _part_size(self, ctx):
         sizes = [p.out_size(self._sub_ctx(ctx, km)) for p, km in self.parts]
         if len({str(s) for s in sizes}) > 1:
             raise ShapeRuleError(f"the parts of '{self.name}' give different output lengths: "
                                  + ", ".join(f"{p.name}: {s}" for (p, _), s in zip(self.parts, sizes)))
         return sizes[0]
 
+    def out_size(self, ctx):
+        size = self._part_size(ctx)
+        if self.hp.fusion not in _CONCAT:
+            return size
+        if not is_known(size):
+            raise ShapeRuleError(f'fusion = "{self.hp.fusion}" learns W over the {ctx.axis} axis, so that axis '
+                                 f"needs a known length (the parts give {size}); declare it as a number")
+        return self.hp.fusion_out if self.hp.fusion_out is not None else size
+
+    def fusion_entry(self, ctx):
+        """The fusion component of an entry fusion (weighted, median, concat_*) and its input widths, else None."""
+        hp = self.hp
+        if hp.fusion not in _ENTRY_FUSIONS:
+            return None, None
+        if hp.fusion == "weighted":
+            kw = {"weights": hp.weights, "learnable": hp.learnable}
+        elif hp.fusion == "median":
+            kw = {"mode": hp.median_mode}
+        else:
+            kw = {"out": self.out_size(ctx), "bias": hp.fusion_bias}
+            if hp.fusion == "concat_lowrank":
+                kw["r"] = hp.fusion_rank
+        entry = REGISTRY["fusion"][hp.fusion]
+        size = self._part_size(ctx)
+        return entry.cls(entry.schema(**kw)), [size if is_known(size) else 1] * len(self.parts)
+
     def count(self, ctx):
-        return sum(p.count(self._sub_ctx(ctx, km)) for p, km in self.parts)
+        fusion, dims = self.fusion_entry(ctx)
+        own = fusion.count(dims) if fusion is not None else 0
+        return own + sum(p.count(self._sub_ctx(ctx, km)) for p, km in self.parts)
 
     def build(self, ctx):
         mods = []
@@ -133,7 +187,9 @@ class Hybrid(Interdependence):
             m = p.build(self._sub_ctx(ctx, km))
             m.axis = ctx.axis
             mods.append(m)
-        return _HybridXi(mods, [km for _, km in self.parts], self.hp, ctx.axis)
+        fusion, dims = self.fusion_entry(ctx)
+        return _HybridXi(mods, [km for _, km in self.parts], self.hp, ctx.axis,
+                         fusion.build(dims) if fusion is not None else None)
 
 
 class _HybridHPKernel(_HybridHP):
@@ -152,17 +208,31 @@ class HybridKernel(Hybrid):
 
 
 class _HybridXi(XiModule):
-    def __init__(self, parts, keymaps, hp, axis):
+    def __init__(self, parts, keymaps, hp, axis, fusion=None):
         super().__init__()
         self.parts, self.keymaps, self.hp, self.axis = nn.ModuleList(parts), keymaps, hp, axis
         self.weights = hp.weights
+        self.fusion = fusion  # the fusion entry's module (weighted, median, concat_*), else None
         self._merge_cache = None  # ((src, dst, w) weakrefs, key, merged entries) of the last edge list seen
 
     def _aux(self, i, aux):
         return {pk: aux[hk] for pk, hk in self.keymaps[i].items() if hk in aux}
 
+    def _entry_fuse(self, ts):
+        """The fusion entry on matrices or outputs ``ts`` along their output axis (the last for the attribute axis,
+        the item axis -2 for the instance axis: it is moved last and back)."""
+        inst = self.axis == "instance"
+        ts = torch.broadcast_tensors(*[t.mT if inst else t for t in ts])
+        y = self.fusion(list(ts))
+        return y.mT if inst else y
+
+    def _concat_bias(self):
+        return getattr(getattr(self.fusion, "linear", self.fusion), "bias", None)
+
     def _fuse(self, mats):
         f = self.hp.fusion
+        if f in _ENTRY_FUSIONS:
+            return self._entry_fuse(mats)
         if f == "hadamard":
             out = mats[0]
             for a in mats[1:]:
@@ -193,6 +263,15 @@ class _HybridXi(XiModule):
                 w = [wi / len(self.parts) for wi in w]
             ys = [wi * p.apply(z, q, c, self._aux(i, aux)) for i, (wi, p) in enumerate(zip(w, self.parts))]
             return sum(ys[1:], ys[0])
+        if f in ("weighted", *_CONCAT) and norm == "none":  # linear in the matrices: fuse the outputs A_i z
+            y = self._entry_fuse([p.apply(z, q, c, self._aux(i, aux)) for i, p in enumerate(self.parts)])
+            b = self._concat_bias() if f in _CONCAT else None
+            if b is None:
+                return y
+            # (⊔ A_i W + 1 bᵀ) applied to z adds (Σ z) bᵀ; the fusion entry added b once
+            if self.axis == "attribute":
+                return y + (z.sum(-1, keepdim=True) - 1) * b
+            return y + (z.sum(-2, keepdim=True) - 1) * b[:, None]
         if f == "hadamard" and (norm in ("none", "row", "column", "symmetric")
                                 or (norm.startswith("softmax") and self.hp.mask_zeros)):
             y = self._sparse_hadamard(z, q, c, aux)

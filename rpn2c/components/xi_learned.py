@@ -209,7 +209,8 @@ class RMAParameterized(Parameterized):
 class _PBilinearHP(_ParamHP):
     out: None = Field(None, description="(a bilinear form keeps the axis length)")
     softmax: bool = Field(True, description="row softmax over inputs (scaled softmax, eq 182)")
-    scale: Optional[float] = Field(None, description="logit scale; default 1/sqrt(vector length)")
+    scale: Optional[float] = Field(None, description="logit scale; default 1/sqrt(vector length) with "
+                                                     "softmax, 1 without (eq 55–56)")
 
 
 @register
@@ -252,7 +253,7 @@ class _PBilinearXi(XiModule):
     def __init__(self, fab, hp, axis, width):
         super().__init__()
         self.fab, self.hp, self.axis = fab, hp, axis
-        self.scale = hp.scale if hp.scale is not None else 1.0 / math.sqrt(width)
+        self.scale = hp.scale if hp.scale is not None else (1.0 / math.sqrt(width) if hp.softmax else 1.0)
 
     def _vk(self, q, c):
         """(V, K) with logits V Kᵀ: row = output (query) j, column = input i; K = (inputs) Wᵀ."""

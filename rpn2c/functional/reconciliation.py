@@ -491,6 +491,9 @@ def _spec(name, formula, shapes, fab, app, bufs=None, hp=()):
     return ReconciliationSpec(name, formula, shapes, fab, app, bufs, tuple(hp))
 
 
+from rpn2c.functional.loha import loha_apply, loha_fabricate, loha_param_shapes  # noqa: E402
+
+
 RECONCILIATIONS: dict[str, ReconciliationSpec] = {
     s.name: s
     for s in (
@@ -510,6 +513,8 @@ RECONCILIATIONS: dict[str, ReconciliationSpec] = {
               duplicated_diagonal_padding_apply, hp=("p", "q")),
         _spec("lorr", "A Bᵀ, A ∈ R^{n×r}, B ∈ R^{D×r}; l = r(n + D)  (eq 162)", lorr_param_shapes,
               lorr_fabricate, lorr_apply, hp=("r",)),
+        _spec("loha", "(A1 B1ᵀ) ⊙ (A2 B2ᵀ), A_i ∈ R^{n×r}, B_i ∈ R^{D×r}; l = 2r(n + D)  (LoHa)", loha_param_shapes,
+              loha_fabricate, loha_apply, hp=("r",)),
         _spec("hm", "A ⊗ B, A ∈ R^{p×q}, B ∈ R^{(n/p)×(D/q)}; l = pq + nD/(pq)", hm_param_shapes, hm_fabricate,
               hm_apply, hp=("p", "q")),
         _spec("lphm", "A ⊗ (S T), S ∈ R^{s×r}, T ∈ R^{r×t}; l = pq + r(s + t)", lphm_param_shapes,

@@ -272,8 +272,9 @@ def _patches_literal(t: Term, s: Site):
 
 
 def _gather_patches(t: Term, s: Site):
-    """Patches by index (out-of-grid taps read 0): ``[B, P, C·p]``; the index of a known grid is a buffer."""
-    geo = s.trace.geometry
+    """Patches by index (out-of-grid taps read 0): ``[B, P, C·p]``, or ``[B, P, C]`` summed in aggregation mode; the
+    index of a known grid is a buffer."""
+    geo, summed = s.trace.geometry, t.info.get("mode") == "aggregation"
 
     def run(layer, x):
         b, cin = x.shape[:2]
@@ -281,6 +282,8 @@ def _gather_patches(t: Term, s: Site):
         if index is None:
             index = geo.patch_index(tuple(x.shape[2:]), device=x.device)  # [P, p]
         taps = x.reshape(b, cin, -1)[:, :, index.clamp(min=0)] * (index >= 0)  # [B, C, P, p]
+        if summed:  # aggregation mode: each patch summed, [B, P, C]
+            return taps.sum(-1).transpose(1, 2)
         return taps.permute(0, 2, 1, 3).flatten(2)
 
     return run

@@ -4,7 +4,8 @@ picture or as data.
 ``--view xi`` draws the literal ξ matrices (``rpn2c.train.interdependence``); ``--view matrix`` the layer's matrix
 ``vec(y) = M·vec(x) + b`` (``rpn2c.runtime.layer_matrix``). The default picks ξ for layers that have one and the
 matrix for the others (perceptrons, pooling, recurrent layers without a chain picture). ``--format npz|npy|json``
-writes the matrix view as data; without ``--layer`` every layer is shown.
+writes the matrix view as data; without ``--layer`` every layer is shown. ``--bounds`` prints the paper's §10
+diagnostics of each ξ matrix instead (rank(A), ‖A‖∞, ‖AX‖₂→∞ and eq 189–193; ``rpn2c.runtime.bounds``).
 """
 
 from __future__ import annotations
@@ -86,16 +87,21 @@ def _show(args) -> int:
     from rpn2c.train.loop import seed_everything
 
     graph, _ = _graph(args)
+    if args.bounds and args.format not in ("png", "json"):
+        raise _Usage("--bounds prints text, or JSON with --format json")
     if args.layer:
         check_matrix_layer(graph, args.layer)
-        if args.view == "xi":
+        if args.view == "xi" or args.bounds:
             check_layer(graph, args.layer)
-    layers = [args.layer] if args.layer else (layers_with_xi(graph) if args.view == "xi" else matrix_layers(graph))
+    layers = [args.layer] if args.layer else (layers_with_xi(graph) if args.view == "xi" or args.bounds
+                                              else matrix_layers(graph))
     if args.format == "npy" and len(layers) != 1:
         raise _Usage("--format npy holds one matrix: name a --layer (or use --format npz)")
     seed_everything(args.seed)
     graph, model = _model(args, graph)
     inputs, where = _inputs(args, graph)
+    if args.bounds:
+        return _bounds(args, graph, model, inputs, where)
     if args.format == "png":
         return _pictures(args, graph, model, inputs, where, layers, set(layers_with_xi(graph)))
     return _data(args, graph, model, inputs, layers, args.format)
@@ -141,6 +147,32 @@ def _pictures(args, graph, model, inputs, where, layers, xi) -> int:
             r, c = m.shape
             _out(f"{layer}: {text}: {r}×{c}, {int((m != 0).sum())} non-zero")
         _out(f"wrote {path}")
+    return EXIT_OK
+
+
+def _bounds(args, graph, model, inputs, where) -> int:
+    from rpn2c.runtime.bounds import layer_bounds
+    from rpn2c.train.interdependence import layers_with_xi
+
+    layers = [args.layer] if args.layer else layers_with_xi(graph)
+    try:
+        found = [b for layer in layers for b in layer_bounds(model, layer, inputs, labelled=args.labelled,
+                                                             delta=args.delta, lipschitz=args.lipschitz)]
+    except ValueError as exc:  # a labelled count or δ out of range
+        raise _Usage(str(exc)) from None
+    if args.format == "json":
+        text = json.dumps({"model": graph.name, "input": where, "matrices": [b.summary() for b in found]},
+                          indent=2, ensure_ascii=False)
+        if args.out:
+            Path(args.out).write_text(text + "\n", encoding="utf-8")
+            _out(f"wrote {args.out}")
+        else:
+            _out(text)
+        return EXIT_OK
+    _out(f"{graph.name}: §10 diagnostics on {where} (sample 0)")
+    for b in found:
+        for line in b.lines():
+            _out(line)
     return EXIT_OK
 
 
@@ -214,3 +246,11 @@ def register(sub) -> None:
     s.add_argument("--checkpoint", dest="from_checkpoint", metavar="CKPT",
                    help="use trained weights (learned ξ such as attention)")
     s.add_argument("--seed", type=int, default=0, help="seed of the random weights / input (default 0)")
+    s.add_argument("--bounds", action="store_true",
+                   help="print the paper's §10 diagnostics of each ξ matrix: rank(A), ‖A‖∞, ‖AX‖₂→∞ and the "
+                        "VC / Rademacher bounds of eq 189-193 (text, or --format json)")
+    s.add_argument("--labelled", type=int, metavar="M",
+                   help="--bounds: labelled instances m of the n items (default n // 2)")
+    s.add_argument("--delta", type=float, default=0.05, help="--bounds: confidence δ (default 0.05)")
+    s.add_argument("--lipschitz", type=float, default=1.0,
+                   help="--bounds: Lipschitz constant L of the activation (default 1)")

@@ -153,7 +153,7 @@ def test_gat_like_hybrid_sparse_path_equals_dense_masked_form(normalize):
     mod, x, z = _hybrid_pair(normalize, 0.5)
     a = mod.matrix(x, x, {"edges": EDGES}, 5)
     g = torch.zeros(5, 5, dtype=F64).index_put_((EDGES[1], EDGES[0]), torch.ones(9, dtype=F64), accumulate=True)
-    logits = x @ mod.parts[1].fab.W @ x.mT / 2.0
+    logits = x @ mod.parts[1].fab.W @ x.mT  # no 1/√r without softmax (eq 86; docs/semantics.md)
     fused = g * logits  # eq (86): A_g ∘ A_b, duplicate edges add up
     if normalize == "softmax":  # eq (87): softmax over the non-zero entries (the paper's column = our row)
         want = torch.softmax((0.5 * fused).masked_fill(fused == 0, float("-inf")), dim=-1).nan_to_num(0.0)

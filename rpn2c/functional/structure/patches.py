@@ -175,6 +175,15 @@ PACKING_TABLE: dict[str, dict[str, tuple[tuple[float, ...] | None, tuple[float, 
 }
 
 
+def packing_row_shift(strategy: str | None, stride: Sequence[int]) -> int:
+    """The hexagonal offset of a packing (Figs 15–16): every other row of centres (odd index along the first axis)
+    is shifted by half the centre distance along the second axis, ``floor(d_w / 2)`` cells; 0 for square and
+    cubic packings (and for a strategy-free stride)."""
+    if strategy is None or not ("hexagonal" in strategy or "face_centered" in strategy) or len(stride) < 2:
+        return 0
+    return int(stride[1]) // 2
+
+
 def packing_strategies(shape_kind: str) -> tuple[str, ...]:
     """Strategy names accepted by :func:`packing_stride` for ``shape_kind`` in {cuboid, cylinder, sphere}."""
     try:
@@ -279,12 +288,16 @@ def patch_index(
     pad_before: IntOrTuple = 0,
     out_counts: Sequence[int] | None = None,
     mode: PaddingMode = "zeros",
+    row_shift: int = 0,
 ) -> Tensor:
     """Flattened source position of every (patch, tap): ``LongTensor[P, p]``.
 
     Patch ``q = (q_1, …, q_k)`` (row-major over ``out_counts``) tap ``j`` reads grid coordinate
     ``q*stride - pad_before + offsets[j]`` (per axis), flattened row-major over ``extent``. ``out_counts``
     defaults to :func:`centre_counts` (``ceil(L/s)``); for a conv window use :func:`out_extent`.
+    ``row_shift`` (hexagonal packing, :func:`packing_row_shift`) adds that many cells along the second axis to the
+    patches of odd index along the first: every row keeps the same count, so an odd row's last centre may lie up
+    to ``row_shift`` cells past the grid, its outside taps handled as any others (zeros: read 0).
 
     Out-of-grid coordinates: ``"zeros"`` -> ``-1``; ``"circular"`` wraps (mod L); ``"reflect"`` mirrors without
     repeating the edge and ``"replicate"`` clamps, exactly as ``torch.nn.functional.pad`` wherever that is
@@ -298,7 +311,11 @@ def patch_index(
     counts = centre_counts(extent, s) if out_counts is None else _tuple(out_counts, ndim, 1, "out_counts")
     dev = offsets.device
     axes = [torch.arange(counts[a], device=dev) * s[a] - pb[a] for a in range(ndim)]
-    origin = torch.stack([g.reshape(-1) for g in torch.meshgrid(*axes, indexing="ij")], dim=-1)  # [P, ndim]
+    grids = torch.meshgrid(*axes, indexing="ij")
+    if row_shift and ndim >= 2:  # odd rows of centres offset by half a stride (hexagonal packing)
+        odd = (torch.arange(counts[0], device=dev) % 2).reshape(-1, *([1] * (ndim - 1)))
+        grids = (grids[0], grids[1] + odd * int(row_shift), *grids[2:])
+    origin = torch.stack([g.reshape(-1) for g in grids], dim=-1)  # [P, ndim]
     pos = origin[:, None, :] + offsets.to(origin.dtype)[None, :, :]  # [P, p, ndim]
     flat = torch.zeros(pos.shape[:2], dtype=torch.long, device=dev)
     valid = torch.ones(pos.shape[:2], dtype=torch.bool, device=dev)
@@ -333,6 +350,7 @@ def padding_matrix(
     pad_before: IntOrTuple = 0,
     out_counts: Sequence[int] | None = None,
     mode: PaddingMode = "zeros",
+    row_shift: int = 0,
     *,
     sparse: SparseFormat = False,
     device: torch.device | str | None = None,
@@ -345,7 +363,7 @@ def padding_matrix(
     ``sparse=True``/``"coo"`` returns a coalesced COO tensor, ``"csr"`` a CSR tensor.
     """
     dev = offsets.device if device is None else torch.device(device)
-    idx = patch_index(extent, offsets.to(dev), stride, pad_before, out_counts, mode).reshape(-1)
+    idx = patch_index(extent, offsets.to(dev), stride, pad_before, out_counts, mode, row_shift).reshape(-1)
     n, cols = math.prod([int(L) for L in extent]), idx.numel()
     dt = _dtype(dtype)
     col = torch.arange(cols, device=dev)
@@ -365,6 +383,7 @@ def aggregation_matrix(
     pad_before: IntOrTuple = 0,
     out_counts: Sequence[int] | None = None,
     mode: PaddingMode = "zeros",
+    row_shift: int = 0,
     *,
     sparse: SparseFormat = False,
     device: torch.device | str | None = None,
@@ -377,7 +396,7 @@ def aggregation_matrix(
     keeps only the ``P = p_count`` centre columns (catalog §3.3, the paper's eq 73, not the toolkit's ``m``).
     """
     dev = offsets.device if device is None else torch.device(device)
-    idx = patch_index(extent, offsets.to(dev), stride, pad_before, out_counts, mode)
+    idx = patch_index(extent, offsets.to(dev), stride, pad_before, out_counts, mode, row_shift)
     n, (P, p) = math.prod([int(L) for L in extent]), idx.shape
     dt = _dtype(dtype)
     col = torch.arange(P, device=dev)[:, None].expand(P, p).reshape(-1)

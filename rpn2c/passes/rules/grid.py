@@ -21,6 +21,11 @@ def _grid_head(s: Site) -> bool:
     return s.trace.view == "grid" and not s.trace.grid_kappa and _grid_xi(s) is not None
 
 
+def _lattice(s: Site) -> bool:
+    """Patch centres on a strided lattice (a convolution's windows); hexagonal packing's offset rows are not."""
+    return _grid_head(s) and s.trace.geometry.row_shift == 0
+
+
 def _dims(s: Site):
     """(C_in, N, P, p, D, n·channels) of a grid head: D is κ's width on one patch (C·p·d when elementwise)."""
     geo, t = s.trace.geometry, s.trace
@@ -68,23 +73,24 @@ def _native_pool(s: Site) -> bool:
 
 GRID_RULES: tuple[Rule, ...] = (
     Rule("conv", "head", "grid",
-         lambda s: _grid_head(s) and _grid_xi(s).mode == "padding" and s.head.kappa.component.elementwise,
+         lambda s: _lattice(s) and _grid_xi(s).mode == "padding" and s.head.kappa.component.elementwise,
          "padding-mode grid ξ + elementwise κ + ψ = one convolution over the C·d expanded channels (κ commutes "
          "with the patch gather; padded cells read κ(0)); ψ reshaped to the conv kernel",
          "RPN 2 eq (26)-(27), §5.2 grid-based ξ; CNN as a special case (§6.1)", benefit=3, cost=_conv_cost,
          pattern=P("bias", P("reconcile", P("expand", P("patches", "x")))), rewrite=to("conv")),
     Rule("box_sum", "head", "grid",
-         lambda s: _grid_head(s) and _grid_xi(s).mode == "aggregation",
+         lambda s: _lattice(s) and _grid_xi(s).mode == "aggregation",
          "aggregation-mode grid ξ sums each patch: a depthwise convolution with the patch mask as kernel",
          "RPN 2 §5.2 (aggregation mode)", benefit=2, cost=_box_cost, pattern=P("patches", "x"), rewrite=to("box_sum")),
     Rule("unfold_patches", "head", "grid",
-         lambda s: _grid_head(s) and _grid_xi(s).mode == "padding" and s.trace.geometry.rank <= 2,
+         lambda s: _lattice(s) and _grid_xi(s).mode == "padding" and s.trace.geometry.rank <= 2,
          "patches of a 1-D/2-D grid by im2col (F.unfold after padding), then κ per patch and ψ: a strided copy "
          "whose backward is col2im, not an index scatter",
          "RPN 2 eq (26), §5.2; im2col", benefit=2, cost=_gather_cost, pattern=P("patches", "x"), rewrite=to("unfold")),
     Rule("gather_patches", "head", "grid",
-         lambda s: _grid_head(s) and _grid_xi(s).mode == "padding",
-         "patches by index (out-of-grid taps read 0), then κ per patch and ψ: never the [N, P·p] matrix",
+         lambda s: _grid_head(s) and (_grid_xi(s).mode == "padding" or s.trace.geometry.row_shift != 0),
+         "patches by index (out-of-grid taps read 0; summed per patch in aggregation mode), then κ per patch and "
+         "ψ: never the [N, P·p] matrix (any patch lattice, hexagonal packing's offset rows included)",
          "RPN 2 eq (26), §5.2", benefit=1, cost=_gather_cost, pattern=P("patches", "x"),
          rewrite=to("gather_patches")),
     Rule("pool", "head", "pool", _native_pool,
