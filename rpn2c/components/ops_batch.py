@@ -30,7 +30,7 @@ class BatchAsItems(Op):
     name, family = "batch_as_items", "op"
     aliases = ("over_batch",)
     example = example_model("input x: vector[B, 4]", "n = batch_as_items(x)",
-                            "h = head(n) { xi_instance = gaussian_rbf_kernel  out = 3 }",
+                            "h = head(n) {", "  xi_instance = gaussian_rbf_kernel", "  out = 3", "}",
                             "y = batch_as_samples(h)", "return y")
 
     def infer(self, ins):
