@@ -50,3 +50,31 @@ def recurrence_matrix(a: torch.Tensor, n: int, reverse: bool = False) -> torch.T
     lag = (i[:, None] - i[None, :]) * (-1 if reverse else 1)
     blocks = powers[lag.clamp(min=0)] * (lag >= 0).to(a.dtype)[:, :, None, None]  # [n, n, H, H]
     return blocks.permute(0, 2, 1, 3).reshape(n * hidden, n * hidden)
+
+
+def varying_scan(u: torch.Tensor, a: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
+    """``h_t = a_t ⊙ h_{t−1} + u_t`` with a per-step diagonal ``a [..., T, S]`` (a selective recurrence), along
+    dim −2, ``h_{−1} = h0 [..., S]`` (or 0). Hillis–Steele on the pairs ``(a_t, u_t)``, composed as
+    ``(a, u) ∘ (a′, u′) = (a a′, a u′ + u)``: ``⌈log₂ T⌉`` rounds, no division (real or complex)."""
+    a = a.expand_as(u) if a.shape != u.shape else a
+    if h0 is not None:
+        u = torch.cat([u[..., :1, :] + a[..., :1, :] * h0.unsqueeze(-2), u[..., 1:, :]], dim=-2)
+    h, s, n = u, 1, u.shape[-2]
+    while s < n:
+        h = torch.cat([h[..., :s, :], h[..., s:, :] + a[..., s:, :] * h[..., :-s, :]], dim=-2)
+        a = torch.cat([a[..., :s, :], a[..., s:, :] * a[..., :-s, :]], dim=-2)
+        s *= 2
+    return h
+
+
+def varying_matrix(a: torch.Tensor) -> torch.Tensor:
+    """The literal lower-triangular matrix of ``h = L u`` for ``h_t = a_t ⊙ h_{t−1} + u_t``: ``L[..., t, s, :] =
+    a_t ⊙ a_{t−1} ⊙ … ⊙ a_{s+1}`` for ``s ≤ t`` (the diagonal blocks ``diag(L[t, s])`` kept as vectors),
+    ``[..., T, T, S]``, built row by row: ``L[t] = a_t ⊙ L[t−1]`` then ``L[t, t] = 1``."""
+    n = a.shape[-2]
+    one = torch.ones_like(a[..., 0, :]).unsqueeze(-2)
+    rows, prev = [], a.new_zeros(*a.shape[:-2], 0, a.shape[-1])
+    for t in range(n):
+        prev = torch.cat([a[..., t:t + 1, :] * prev, one], dim=-2)  # [..., t+1, S]
+        rows.append(torch.cat([prev, a.new_zeros(*a.shape[:-2], n - t - 1, a.shape[-1])], dim=-2))
+    return torch.stack(rows, dim=-3)
