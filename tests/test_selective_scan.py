@@ -362,3 +362,34 @@ def test_show_gives_the_diagonal_layer_as_w_rnn(capsys, tmp_path):
     m = np.load(tmp_path / "s.npy")
     assert m.shape == (512, 256)
     assert not np.triu(m.reshape(8, 64, 8, 32).any(axis=(1, 3)), 1).any() and m[:64, :32].any()
+
+
+class _GLANet(nn.Module):
+    """examples/specs/gla.rpn by hand: e = Wx + b, S_t = diag(α_t) S_{t−1} + k_t v_tᵀ, y_t = S_tᵀ q_t, residual,
+    mean, classifier."""
+
+    def __init__(self, features=1, hidden=32, key=16, out=2):
+        super().__init__()
+        self.e, self.y = nn.Linear(features, hidden), nn.Linear(hidden, out)
+        self.alpha, self.q = nn.Linear(hidden, key), nn.Linear(hidden, key, bias=False)
+        self.k, self.v = nn.Linear(hidden, key, bias=False), nn.Linear(hidden, hidden, bias=False)
+
+    def forward(self, x):
+        e = self.e(x)
+        alpha, q, k, v = torch.sigmoid(self.alpha(e)), self.q(e), self.k(e), self.v(e)
+        s, outs = e.new_zeros(e.shape[0], k.shape[-1], v.shape[-1]), []
+        for t in range(e.shape[1]):
+            s = alpha[:, t, :, None] * s + k[:, t, :, None] * v[:, t, None, :]
+            outs.append(torch.einsum("bkh,bk->bh", s, q[:, t]))
+        return self.y((torch.stack(outs, 1) + e).mean(1))
+
+
+def test_gla_spec_equals_hand_written_torch():
+    torch.manual_seed(0)
+
+    def state(n):
+        return {"e.psi.weight": n.e.weight, "e.bias": n.e.bias, "s.weight_alpha_l0": n.alpha.weight,
+                "s.bias_alpha_l0": n.alpha.bias, "s.weight_q_l0": n.q.weight, "s.weight_k_l0": n.k.weight,
+                "s.weight_v_l0": n.v.weight, "y.psi.weight": n.y.weight, "y.bias": n.y.bias}
+
+    _equal_to_spec(SPECS / "gla.rpn", _GLANet(), state, _rand(3, 11, 1))
