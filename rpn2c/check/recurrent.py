@@ -2,8 +2,8 @@
 
 Per layer l and direction: ``W_ih`` [G·H, D_l], ``W_hh`` [G·H, D_s] and (with ``bias``) ``b_ih``, ``b_hh`` [G·H],
 with G the cell's gate count, ``D_l`` = κ's width on the layer input (F for l = 0, H·dirs after) and ``D_s`` =
-κ_state's width on H (the ``diagonal`` cell: ``W_ih`` [H, D_l], ``λ`` [H], ``b_ih`` [H]). The output is the last
-layer's states, ``sequence[B, T, H·dirs]``.
+κ_state's width on H (the ``diagonal`` cell: ``W_ih`` [H, D_l], ``λ`` [H], ``b_ih`` [H]; a selective cell declares
+its own shapes). The output is the last layer's states (or a selective cell's readout), ``sequence[B, T, H·dirs]``.
 """
 
 from __future__ import annotations
@@ -77,9 +77,13 @@ def build_recurrent(settings, scope: Scope, diags: Diagnostics, span: Span):
             refs[key] = (v, given[key].span)
     if len(diags.items) > start or None in (cell, kappa, kappa_state, hidden, layers):
         return None
-    if cell.component.diagonal and kappa_state.name != "identity":
+    if (cell.component.diagonal or cell.component.selective) and kappa_state.name != "identity":
         diags.error("E0303", f"the '{cell.name}' cell multiplies the state by a vector λ, so 'kappa_state' must be "
                              f"the identity, got '{kappa_state.name}'", given["kappa_state"].span)
+        return None
+    if "state" in refs and not cell.component.takes_state:
+        diags.error("E0303", f"the '{cell.name}' cell's state is not [B, H]: it starts from zero, remove 'state'",
+                    refs["state"][1])
         return None
     if "cell_state" in refs and cell.component.states < 2:
         diags.error("E0303", f"'cell_state' is only for cells with two states (lstm), not '{cell.name}'",
@@ -105,6 +109,10 @@ def infer_recurrent(spec: RecurrentSpec, x: TensorType, states: dict[str, tuple[
         kappa_params += layers * spec.kappa_state.component.count((h,))
     except ShapeRuleError as exc:
         raise LayerShapeError(str(exc), span) from None
+    if spec.cell.component.same_width and any(d != h for d in d_in):
+        raise LayerShapeError(f"the '{spec.cell.name}' cell runs each input channel through its own states, so its "
+                              f"output width is its input width: set `out = {d_in[0]}` (layer inputs are "
+                              f"{', '.join(map(str, d_in))} wide)", span)
     params = kappa_params
     for i in range(layers):
         shapes = spec.cell.component.parameter_shapes(h, d_in[i], d_state, spec.bias).values()

@@ -6,6 +6,7 @@ from rpn2c.components import xi_graph, xi_attention  # noqa: F401,E402  (registr
 from rpn2c.components import xi_kernels, xi_learned, xi_hybrid, xi_structural  # noqa: F401,E402  (registration: ξ catalog)
 from rpn2c.components import xi_graph_attention  # noqa: F401,E402  (registration: GAT's edge attention)
 from rpn2c.components import xi_recurrence  # noqa: F401,E402  (registration: seed 004's recurrence ξ)
+from rpn2c.components import cells_selective  # noqa: F401,E402  (registration: selective and complex cells)
 from rpn2c.components import sequence  # noqa: F401,E402  (registration: tokens, positions, readouts)
 from rpn2c.components import free_params  # noqa: F401,E402  (registration: free learnable tensors)
 from rpn2c.components import psi_tied  # noqa: F401,E402  (registration: ψ from another node's weight)

@@ -23,6 +23,9 @@ class Cell(Component):
     states: ClassVar[int] = 1  # 2 for LSTM (h, c)
     linear: ClassVar[bool] = False  # h_t = A h_{t−1} + u_t: a parallel scan / the block-Toeplitz matrix apply
     diagonal: ClassVar[bool] = False  # the state weight is a vector λ (h_t = λ ⊙ h_{t−1} + …), κ_state = identity
+    selective: ClassVar[bool] = False  # decay and drive from x_t alone (``components.cells_selective``)
+    takes_state: ClassVar[bool] = True  # accepts an initial `state = h0` [layers·dirs, B, H]
+    same_width: ClassVar[bool] = False  # `out` must equal the layer's input width (channel-wise cells)
 
     @classmethod
     def example_template(cls) -> str:
@@ -131,7 +134,8 @@ class DiagonalCell(Cell):
 
     ``weight_hh`` is the vector λ ∈ R^H (A = diag(λ)), initialised in [0.5, 0.99); one bias. κ_state must be the
     identity. The readout ``y_t = C h_t`` is the next head. Seed 004's main-text matrix ``W_xh W_hh^{i−j}``
-    (scalar W_hh) is the case λ = c·1; complex λ (LRU) is not covered.
+    (scalar W_hh) is the case λ = c·1; complex λ is the ``lru`` cell, input-dependent decays ``mingru``, ``mamba``,
+    ``gla``.
     """
 
     name = "diagonal"

@@ -50,3 +50,41 @@ def recurrence_matrix(a: torch.Tensor, n: int, reverse: bool = False) -> torch.T
     lag = (i[:, None] - i[None, :]) * (-1 if reverse else 1)
     blocks = powers[lag.clamp(min=0)] * (lag >= 0).to(a.dtype)[:, :, None, None]  # [n, n, H, H]
     return blocks.permute(0, 2, 1, 3).reshape(n * hidden, n * hidden)
+
+
+def varying_scan(u: torch.Tensor, a: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
+    """``h_t = a_t ⊙ h_{t−1} + u_t`` with a per-step diagonal ``a [..., T, S]`` (a selective recurrence), along
+    dim −2, ``h_{−1} = h0 [..., S]`` (or 0). The work-efficient odd–even scan on the pairs ``(a_t, u_t)``, composed
+    as ``(a, u) ∘ (a′, u′) = (a a′, a u′ + u)``: combine neighbouring pairs, scan the half-length sequence, fill
+    in the even steps: ``⌈log₂ T⌉`` levels, O(T) work in all, no division (real or complex)."""
+    a = a.expand_as(u) if a.shape != u.shape else a
+    if h0 is not None:
+        u = torch.cat([u[..., :1, :] + a[..., :1, :] * h0.unsqueeze(-2), u[..., 1:, :]], dim=-2)
+    return _odd_even(u, a)
+
+
+def _odd_even(u: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    n = u.shape[-2]
+    if n == 1:
+        return u
+    if n % 2:  # pad with the identity pair (a, u) = (1, 0)
+        return _odd_even(torch.cat([u, torch.zeros_like(u[..., :1, :])], -2),
+                         torch.cat([a, torch.ones_like(a[..., :1, :])], -2))[..., :n, :]
+    u2, a2 = u.unflatten(-2, (n // 2, 2)), a.unflatten(-2, (n // 2, 2))
+    odd = _odd_even(a2[..., 1, :] * u2[..., 0, :] + u2[..., 1, :], a2[..., 1, :] * a2[..., 0, :])  # h_1, h_3, …
+    before = torch.cat([torch.zeros_like(odd[..., :1, :]), odd[..., :-1, :]], -2)  # h_{2k−1} (h_{−1} = 0)
+    even = u2[..., 0, :] + a2[..., 0, :] * before
+    return torch.stack([even, odd], -2).flatten(-3, -2)
+
+
+def varying_matrix(a: torch.Tensor) -> torch.Tensor:
+    """The literal lower-triangular matrix of ``h = L u`` for ``h_t = a_t ⊙ h_{t−1} + u_t``: ``L[..., t, s, :] =
+    a_t ⊙ a_{t−1} ⊙ … ⊙ a_{s+1}`` for ``s ≤ t`` (the diagonal blocks ``diag(L[t, s])`` kept as vectors),
+    ``[..., T, T, S]``, built row by row: ``L[t] = a_t ⊙ L[t−1]`` then ``L[t, t] = 1``."""
+    n = a.shape[-2]
+    one = torch.ones_like(a[..., 0, :]).unsqueeze(-2)
+    rows, prev = [], a.new_zeros(*a.shape[:-2], 0, a.shape[-1])
+    for t in range(n):
+        prev = torch.cat([a[..., t:t + 1, :] * prev, one], dim=-2)  # [..., t+1, S]
+        rows.append(torch.cat([prev, a.new_zeros(*a.shape[:-2], n - t - 1, a.shape[-1])], dim=-2))
+    return torch.stack(rows, dim=-3)

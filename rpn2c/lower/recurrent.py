@@ -19,6 +19,10 @@ Linear cells (``linear``, ``diagonal``: ``h_t = A h_{t−1} + u_t``, ``u_t = W_i
 ``rpn2c.functional.scan.linear_scan``); the reference lowering is seed 004's literal matrix
 ``h⃗ = W_RNN x⃗ + L (1 ⊗ b) + [A^{t+1} h₀]_t`` with ``L`` block lower-triangular (blocks ``A^{i−j}``) and
 ``W_RNN = L (I_T ⊗ W_ih)`` (blocks ``A^{i−j} W_ih``). With another κ_state they take the generic paths.
+
+Selective and complex cells (``mingru``, ``mamba``, ``gla``, ``lru``: ``h_t = a_t ⊙ h_{t−1} + u_t`` with ``a_t``,
+``u_t`` from the input): default the parallel scan on the per-step pairs (``varying_scan``; torch's complex dtypes
+for the LRU), reference the materialised lower-triangular matrix ``L[t, s] = a_t ⊙ … ⊙ a_{s+1}``.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpn2c.functional import rnn_op
-from rpn2c.functional.scan import linear_scan, recurrence_matrix, transition_powers
+from rpn2c.functional.scan import linear_scan, recurrence_matrix, transition_powers, varying_matrix, varying_scan
 from rpn2c.ir.trace import RecurrentTrace
 from rpn2c.ir.graph import RecurrentSpec
 
@@ -63,7 +67,9 @@ class RecurrentModule(nn.Module):
                 for prefix, shape in self.cell.parameter_shapes(h, trace.d_in[i], trace.d_state, spec.bias).items():
                     names[prefix] = name = f"{prefix}_l{i}{sfx}"
                     low, high = (0.5, 0.99) if self.cell.diagonal and prefix == "weight_hh" else (-bound, bound)
-                    self.register_parameter(name, nn.Parameter(torch.empty(shape).uniform_(low, high)))
+                    value = (self.cell.init(prefix, shape, h, trace.d_in[i]) if self.cell.selective
+                             else torch.empty(shape).uniform_(low, high))
+                    self.register_parameter(name, nn.Parameter(value))
                 self._names.append(names)
 
     def _named(self, layer: int, direction: int) -> dict[str, torch.Tensor]:
@@ -115,7 +121,9 @@ class RecurrentModule(nn.Module):
             if not self.reference and fused:
                 out = self._kernel(inp, h0, c0, 1, i, grad)
                 continue
-            if self.reference:
+            if self.cell.selective:
+                run = self._selective_direction
+            elif self.reference:
                 run = self._matrix_direction if self.literal_matrix else self._reference_direction
             else:
                 run = self._scan_direction if self.scan else self._loop_direction
@@ -188,6 +196,24 @@ class RecurrentModule(nn.Module):
             return linear_scan(u.flip(1), a, init[0]).flip(1)
         return linear_scan(u, a, init[0])
 
+    def _selective_direction(self, x, init, layer, direction):
+        """A selective or complex cell (``components.cells_selective``): ``h_t = a_t ⊙ h_{t−1} + u_t`` with
+        ``(a, u)`` from the input, the output read from the states; backward = the same on reversed time. Default:
+        the parallel scan (``parallel_scan``) or a step loop (``time_loop``); reference: the literal
+        lower-triangular matrix ``L[t, s] = a_t ⊙ … ⊙ a_{s+1}`` applied to ``u``."""
+        w = self._named(layer, direction)
+        xs = x.flip(1) if direction else x
+        a, u = self.cell.terms(xs, w)
+        h0 = init[0] if self.cell.takes_state else None
+        if self.reference:
+            h = _by_matrix(a, u, h0)
+        elif self.scan:
+            h = linear_scan(u, a, h0) if a.dim() == 1 else varying_scan(u, a, h0)
+        else:
+            h = _by_loop(a, u, h0)
+        y = self.cell.readout(h, xs, w)
+        return y.flip(1) if direction else y
+
     # ------------------------------------------------------------------------------------------- reference
     def _matrix_direction(self, x, init, layer, direction):
         """Seed 004's literal matrix: ``h⃗ = W_RNN x⃗ + L (1 ⊗ b) + [A^{k_t} h₀]_t``, ``W_RNN = L (I_T ⊗ W_ih)``,
@@ -234,3 +260,26 @@ class RecurrentModule(nn.Module):
     def _default_form(self) -> str:
         return "fused" if self.fused else "scan" if self.scan else "loop"
 
+
+def _by_loop(a, u, h0):
+    """``h_t = a_t ⊙ h_{t−1} + u_t`` one step at a time (``a [B, T, S]`` or a constant ``[S]``)."""
+    h = u.new_zeros(u.shape[0], u.shape[-1]) if h0 is None else h0.to(u.dtype)
+    outs = []
+    for t in range(u.shape[1]):
+        h = (a if a.dim() == 1 else a[:, t]) * h + u[:, t]
+        outs.append(h)
+    return torch.stack(outs, dim=1)
+
+
+def _by_matrix(a, u, h0):
+    """``h = L u + [a_t ⊙ … ⊙ a_0 ⊙ h₀]_t`` with ``L`` materialised: seed 004's block lower-triangular matrix
+    (blocks ``diag(λ)^{t−s}``, ``[T·S, T·S]``) for a constant ``a``, else ``L[b, t, s] = a_t ⊙ … ⊙ a_{s+1}``."""
+    b, n, width = u.shape
+    if a.dim() == 1:
+        h = (u.reshape(b, n * width) @ recurrence_matrix(a, n).transpose(0, 1)).reshape(b, n, width)
+        first = transition_powers(a, n)[1:]  # [T, S]: a^{t+1}
+    else:
+        lower = varying_matrix(a)  # [B, T, T, S]
+        h = torch.einsum("btsk,bsk->btk", lower, u)
+        first = lower[:, :, 0] * a[:, :1]  # a_t ⊙ … ⊙ a_0
+    return h if h0 is None else h + first * h0.to(u.dtype)[:, None]

@@ -5,14 +5,16 @@ for ``s ≤ t`` (forward; upper for the backward direction), layers composed, bi
 cell and for relu where every pre-activation is ≥ 0; tanh/relu applied at every step are not one matrix. Gated cells
 (gru, lstm): the exact pre-activation map over time, rows ``[a_t; r_t] = [W_ih x_t + b_ih; W_hh h_{t∓1} + b_hh]``
 per layer and direction on ``u = [vec X; vec H_0; …]``, ``H_l`` the layer's own outputs (the chain ξ feeding the
-state back); the cell maps them to ``h_t``.
+state back); the cell maps them to ``h_t``. Linear cells (``linear``, ``diagonal``): the Elman matrix, exact (seed
+004's ``W_RNN``, blocks ``V^{t−s} U``). Selective cells (``mingru``, ``mamba``, ``gla``, ``lru``): the exact matrix at
+the given input, blocks ``Re(R_t diag(a_t ⊙ … ⊙ a_{s+1}) G_s)``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from rpn2c.functional.scan import recurrence_matrix
+from rpn2c.functional.scan import recurrence_matrix, transition_powers, varying_matrix
 from rpn2c.runtime.layer_matrix import LayerMatrix, ViewError, _kron
 
 
@@ -25,14 +27,16 @@ def recurrent_matrix(name, module, x, state_args, sample) -> LayerMatrix:
     if any(s is not None for s in state_args):
         raise ViewError(f"layer '{name}': the view assumes a zero initial state")
     x = x[sample]
-    if cell.name == "rnn":
+    if cell.selective:
+        return _selective(name, module, x)
+    if cell.name == "rnn" or cell.linear:
         return _elman(name, module, x)
     return _gated(name, module, x)
 
 
 def _elman(name, module, x) -> LayerMatrix:
-    """σ = identity: ``h_t = U x_t + V h_{t∓1} + b`` unrolled, block ``(t, s) = V^{|t−s|} U`` on the causal
-    side."""
+    """σ = identity (exact for the ``linear`` / ``diagonal`` cells, whose ``V`` is ``W_hh`` / ``diag(λ)``):
+    ``h_t = U x_t + V h_{t∓1} + b`` unrolled, block ``(t, s) = V^{|t−s|} U`` on the causal side."""
     spec = module.spec
     steps = x.shape[0]
     m = torch.eye(x.numel(), dtype=torch.float64)
@@ -40,9 +44,9 @@ def _elman(name, module, x) -> LayerMatrix:
     for layer in range(spec.layers):
         blocks, shifts = [], []
         for d in range(spec.directions):
-            w = [p.double() for p in module._weights(layer, d)]
-            u, v = w[0], w[1]
-            b = (w[2] + w[3]) if spec.bias else torch.zeros(len(u), dtype=torch.float64)
+            w = {k: p.double() for k, p in module._named(layer, d).items()}
+            u, v = w["weight_ih"], w["weight_hh"]
+            b = sum((w[k] for k in ("bias_ih", "bias_hh") if k in w), torch.zeros(len(u), dtype=torch.float64))
             chain = recurrence_matrix(v, steps, reverse=d == 1)  # blocks V^{|t−s|} on the causal side
             blocks.append(chain @ _kron(torch.eye(steps, dtype=torch.float64), u))  # [T·H, T·F]: V^{|t−s|} U
             shifts.append((chain @ b.repeat(steps)).view(steps, -1))  # [T, H]: Σ_k V^k b
@@ -51,12 +55,68 @@ def _elman(name, module, x) -> LayerMatrix:
         layer_m = torch.stack([bk.unflatten(0, (steps, h)) for bk in blocks], 1).flatten(0, 2)
         layer_b = torch.stack(shifts, 1).flatten()
         m, bias = layer_m @ m, layer_m @ bias + layer_b
-    return LayerMatrix(name, "recurrence (linearised)", m, bias, x.flatten(), tuple(x.shape),
+    if spec.cell.component.linear:
+        kind, meaning = "recurrence", ("W_RNN: block (t, s) = V^{t−s} U for s ≤ t (forward; backward s ≥ t), bias "
+                                       "Σ_k V^k b, layers composed; exact (a linear cell)")
+    else:
+        kind, meaning = "recurrence (linearised)", (
+            "σ = identity: block (t, s) = V^{t−s} U for s ≤ t (forward), bias Σ_k V^k b, layers composed; exact "
+            "when σ acts as the identity (relu with every pre-activation ≥ 0); with tanh/relu applied at every "
+            "step no single matrix is the layer")
+    return LayerMatrix(name, kind, m, bias, x.flatten(), tuple(x.shape), (steps, spec.hidden * spec.directions),
+                       meaning, layout=("items", steps, steps))
+
+
+def _lower(a, steps) -> torch.Tensor:
+    """``L[t, s] = a_t ⊙ … ⊙ a_{s+1}`` (s ≤ t, else 0), ``[T, T, S]``: from per-step ``a [T, S]`` or a constant
+    ``a [S]`` (then ``a^{t−s}``)."""
+    if a.dim() == 2:
+        return varying_matrix(a)
+    i = torch.arange(steps)
+    lag = i[:, None] - i[None, :]
+    return transition_powers(a, steps)[lag.clamp(min=0)] * (lag >= 0)[:, :, None]
+
+
+def _selective(name, module, x) -> LayerMatrix:
+    """A selective / complex cell at this input: ``y_t = Σ_{s≤t} Re(R_t diag(L[t, s]) G_s) x_s + E x_t + b_t``,
+    ``L[t, s] = a_t ⊙ … ⊙ a_{s+1}`` (all factors from :meth:`SelectiveCell.factors`, computed on ``x``), layers
+    composed at their own inputs; a backward direction is the forward one on reversed time."""
+    spec, cell = module.spec, module.spec.cell.component
+    steps = x.shape[0]
+    m = torch.eye(x.numel(), dtype=torch.float64)
+    bias = torch.zeros(x.numel(), dtype=torch.float64)
+    inp = x.double()
+    for layer in range(spec.layers):
+        mats, shifts = [], []
+        for d in range(spec.directions):
+            w = {k: p.double() for k, p in module._named(layer, d).items()}
+            xs = inp.flip(0) if d else inp
+            a, g, g0, r, e, b = cell.factors(xs, w)
+            low = _lower(a, steps)  # [T, T, S]
+            if r is None:  # y = h
+                mat = torch.einsum("tsh,shd->thsd", low, g)
+                shift = torch.einsum("tsh,sh->th", low, g0)
+            else:
+                mat = torch.einsum("thk,tsk,skd->thsd", r, low, g)
+                shift = torch.einsum("thk,tsk,sk->th", r, low, g0)
+            mat, shift = mat.real.clone(), shift.real
+            if e is not None:
+                mat[torch.arange(steps), :, torch.arange(steps), :] += e
+            if b is not None:
+                shift = shift + b
+            if d:
+                mat, shift = mat.flip(0, 2), shift.flip(0)
+            mats.append(mat)
+            shifts.append(shift)
+        layer_m = torch.cat(mats, 1).reshape(-1, inp.numel())  # rows (t, d, h), columns (s, c)
+        layer_b = torch.cat(shifts, 1).flatten()
+        m, bias = layer_m @ m, layer_m @ bias + layer_b
+        inp = (layer_m @ inp.flatten() + layer_b).reshape(steps, -1)
+    return LayerMatrix(name, "selective recurrence", m, bias, x.flatten(), tuple(x.shape),
                        (steps, spec.hidden * spec.directions),
-                       "σ = identity: block (t, s) = V^{t−s} U for s ≤ t (forward), bias Σ_k V^k b, layers "
-                       "composed; exact when σ acts as the identity (relu with every pre-activation ≥ 0); with "
-                       "tanh/relu applied at every step no single matrix is the layer",
-                       layout=("items", steps, steps))
+                       f"{cell.name}: block (t, s) = Re(R_t diag(a_t ⊙ … ⊙ a_(s+1)) G_s) for s ≤ t, plus E on the "
+                       "diagonal blocks (decay a, input map G, readout R from this input), layers composed; exact "
+                       "for this input", data_dependent=True, layout=("items", steps, steps))
 
 
 def _gated(name, module, x) -> LayerMatrix:

@@ -7,8 +7,9 @@ from rpn2c.passes.rule import P, Rule, to
 RECURRENT_RULES: tuple[Rule, ...] = (
     Rule("parallel_scan", "recurrent", "recurrence",
          lambda s: s.node.layer.cell.component.linear and s.node.layer.kappa_state.name == "identity",
-         "a linear cell h_t = A h_{t−1} + u_t (dense A or diagonal λ) with identity κ_state: a log-depth "
-         "Hillis–Steele scan over time on the pairs (A, u_t), ⌈log₂ T⌉ batched products instead of T steps",
+         "a linear cell h_t = A h_{t−1} + u_t (dense A or diagonal λ; a selective cell's per-step decay A_t) with "
+         "identity κ_state: a log-depth scan over time on the pairs (A, u_t) (Hillis–Steele; odd–even for a "
+         "per-step A_t), ⌈log₂ T⌉ batched levels instead of T steps",
          "seed 004 App. A.2 (W_RNN blocks V^{i−j}U, block-Toeplitz); Blelloch 1990 / Martin & Cundy 2018 "
          "parallel linear recurrence", benefit=3, pattern=P("recur", "x"), rewrite=to("parallel_scan")),
     Rule("fused_recurrent", "recurrent", "recurrence",

@@ -1,0 +1,303 @@
+"""Selective (input-dependent) and complex linear recurrent cells: ``h_t = a_t ⊙ h_{t−1} + u_t``, ``y_t = R_t(h_t)``.
+
+Seed 003's Table 1 rows that are linear recurrences with a per-step decay (minGRU, Mamba's S6, GLA / HGRN2) and the
+LRU's complex diagonal. Each cell maps its layer input ``x [B, T, D]`` to the per-step decay ``a_t`` and drive
+``u_t`` over a flat state of width S (:meth:`SelectiveCell.terms`) and reads the output from the states
+(:meth:`SelectiveCell.readout`). The default lowering runs ``h`` by the parallel scan
+(``functional.scan.varying_scan`` / ``linear_scan``), the reference lowering by the literal lower-triangular matrix
+``L[t, s] = a_t ⊙ … ⊙ a_{s+1}`` (``varying_matrix`` / ``recurrence_matrix``). :meth:`SelectiveCell.factors` writes
+the layer for one input as ``y_t = Σ_{s≤t} Re(R_t diag(L[t, s]) G_s) x_s + E x_t + b_t``: the matrix view.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+from pydantic import Field
+
+from rpn2c.components.cells import Cell
+from rpn2c.components.registry import HP, register
+
+
+class SelectiveCell(Cell):
+    """Base of the selective cells: no state weight; ``terms`` gives ``(a, u)``, ``readout`` the output."""
+
+    linear = True  # h_t = A_t h_{t−1} + u_t: linear in the state, so the scan and the matrix apply
+    selective: ClassVar[bool] = True
+    takes_state: ClassVar[bool] = False  # an initial `state = h0` of width H is the cell's own state
+    same_width: ClassVar[bool] = False  # the output width equals the input width (channel-wise cells)
+
+    def kernel(self):
+        return None
+
+    def state_width(self, hidden: int, d_in: int) -> int:
+        return hidden
+
+    def init(self, prefix: str, shape: tuple[int, ...], hidden: int, d_in: int):
+        """The initial value of parameter ``prefix`` (default: uniform ±1/√H, torch's RNN init)."""
+        import torch
+
+        bound = 1 / math.sqrt(hidden)
+        return torch.empty(shape).uniform_(-bound, bound)
+
+    def terms(self, x, w):
+        """``(a, u)``: decay ``[B, T, S]`` (or ``[S]`` when time-invariant) and drive ``[B, T, S]``."""
+        raise NotImplementedError
+
+    def readout(self, h, x, w):
+        """``y [B, T, H]`` from the states ``h [B, T, S]`` and the input ``x``."""
+        return h
+
+    def factors(self, x, w):
+        """For one input ``x [T, D]``: ``(a [T, S] or [S], G [T, S, D], g [T, S], R [T, H, S] or None (identity),
+        E [H, D] or None, b [H] or None)`` with ``u_t = G_t x_t + g_t`` and ``y_t = Re(R_t h_t) + E x_t + b``."""
+        raise NotImplementedError
+
+
+@register
+class MinGRU(SelectiveCell):
+    """minGRU: h_t = (1 − z_t) ⊙ h_{t−1} + z_t ⊙ h̃_t, z_t = σ(W_z x_t + b_z), h̃_t = W_h x_t + b_h (Feng et al. 2024).
+
+    The gates depend on x_t only, so the recurrence is linear in h with the per-step decay ``a_t = 1 − z_t``:
+    a parallel scan. ``weight_ih`` stacks ``[W_z; W_h]`` ([2H, D]), ``bias_ih`` ``[b_z; b_h]``. Takes an initial
+    ``state``.
+    """
+
+    name = "mingru"
+    gates = 2
+    takes_state = True
+
+    def parameter_shapes(self, hidden, d_in, d_state, bias):
+        return {"weight_ih": (2 * hidden, d_in)} | ({"bias_ih": (2 * hidden,)} if bias else {})
+
+    def _gates(self, x, w):
+        import torch
+
+        g = x @ w["weight_ih"].transpose(0, 1)
+        g = g + w["bias_ih"] if "bias_ih" in w else g
+        gz, gh = g.chunk(2, dim=-1)
+        return torch.sigmoid(gz), gh
+
+    def terms(self, x, w):
+        z, cand = self._gates(x, w)
+        return 1 - z, z * cand
+
+    def factors(self, x, w):
+        z, _ = self._gates(x, w)
+        w_h = w["weight_ih"].chunk(2)[1]
+        b_h = w["bias_ih"].chunk(2)[1] if "bias_ih" in w else 0 * z[0]
+        return 1 - z, z[:, :, None] * w_h, z * b_h, None, None, None
+
+
+class _MambaHP(HP):
+    d_state: int = Field(16, ge=1, description="N: state size per channel (B_t, C_t ∈ R^N)")
+
+
+@register
+class Mamba(SelectiveCell):
+    """Mamba's selective scan S6: h_t = exp(Δ_t A) ⊙ h_{t−1} + Δ_t B_t x_t, y_t = C_t h_t + D ⊙ x_t, per channel.
+
+    Δ_t = softplus(W_Δ x_t + b_Δ) ∈ R^D, B_t = W_B x_t, C_t = W_C x_t ∈ R^N, A = −exp(A_log) ∈ R^{D×N}; the
+    zero-order-hold discretisation of Mamba (Ā = exp(ΔA), B̄ = ΔB). Each of the D input channels has its own N
+    states, so ``out`` must equal the input width. ``bias`` is ``b_Δ`` (Mamba's ``dt_proj`` bias); ``W_Δ`` is
+    full-rank (Mamba factors it through rank D/16). Init as Mamba: ``A_log = log(1..N)``, ``D = 1``,
+    ``softplus(b_Δ)`` log-uniform in [1e-3, 1e-1].
+    """
+
+    name = "mamba"
+    aliases = ("selective_scan",)
+    HP = _MambaHP
+    same_width = True
+    example_call = "mamba(d_state = 2)"
+
+    @classmethod
+    def example_template(cls) -> str:
+        return super().example_template().replace("out = 3", "out = 4")
+
+    def state_width(self, hidden, d_in):
+        return d_in * self.hp.d_state
+
+    def parameter_shapes(self, hidden, d_in, d_state, bias):
+        n = self.hp.d_state
+        return ({"A_log": (d_in, n), "weight_dt": (d_in, d_in)} | ({"bias_dt": (d_in,)} if bias else {})
+                | {"weight_B": (n, d_in), "weight_C": (n, d_in), "D": (d_in,)})
+
+    def init(self, prefix, shape, hidden, d_in):
+        import torch
+
+        if prefix == "A_log":
+            return torch.log(torch.arange(1, shape[1] + 1, dtype=torch.float32)).repeat(shape[0], 1)
+        if prefix == "D":
+            return torch.ones(shape)
+        if prefix == "bias_dt":  # softplus⁻¹ of dt log-uniform in [1e-3, 1e-1]
+            dt = torch.exp(torch.rand(shape) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
+            return dt + torch.log(-torch.expm1(-dt))
+        return super().init(prefix, shape, hidden, d_in)
+
+    def _delta(self, x, w):
+        import torch.nn.functional as F
+
+        d = x @ w["weight_dt"].transpose(0, 1)
+        return F.softplus(d + w["bias_dt"] if "bias_dt" in w else d)
+
+    def terms(self, x, w):
+        import torch
+
+        delta = self._delta(x, w)  # [B, T, D]
+        a = torch.exp(delta[..., None] * -torch.exp(w["A_log"]))  # [B, T, D, N]
+        b = x @ w["weight_B"].transpose(0, 1)  # [B, T, N]
+        u = (delta * x)[..., None] * b[..., None, :]
+        return a.flatten(-2), u.flatten(-2)
+
+    def readout(self, h, x, w):
+        c = x @ w["weight_C"].transpose(0, 1)  # [B, T, N]
+        return (h.unflatten(-1, (x.shape[-1], -1)) * c[..., None, :]).sum(-1) + w["D"] * x
+
+    def factors(self, x, w):
+        import torch
+
+        t, d = x.shape
+        n = self.hp.d_state
+        a, _ = self.terms(x[None], w)
+        delta, b, c = self._delta(x, w), x @ w["weight_B"].T, x @ w["weight_C"].T
+        eye = torch.eye(d, dtype=x.dtype, device=x.device)
+        g = (eye[None, :, None, :] * (delta[:, :, None] * b[:, None, :])[..., None]).reshape(t, d * n, d)
+        r = (eye[None, :, :, None] * c[:, None, None, :]).reshape(t, d, d * n)
+        return a[0], g, x.new_zeros(t, d * n), r, torch.diag(w["D"]), None
+
+
+class _GLAHP(HP):
+    d_key: int = Field(4, ge=1, description="K: key width; the state is a K×H matrix")
+    tied: bool = Field(False, description="HGRN2: the key is 1 − α_t (no W_k)")
+
+
+@register
+class GLA(SelectiveCell):
+    """Gated linear attention (GLA; HGRN2 with ``tied``): S_t = diag(α_t) S_{t−1} + k_t v_tᵀ, y_t = S_tᵀ q_t.
+
+    α_t = σ(W_α x_t + b_α), q_t = W_q x_t, k_t = W_k x_t ∈ R^K (``tied``: k_t = 1 − α_t, HGRN2's forget-gate
+    tied input gate), v_t = W_v x_t ∈ R^H; one head, no τ-sharpening of α (GLA raises it to 1/16) and no output
+    gate. The K×H state is scanned with the decay α_t repeated over H.
+    """
+
+    name = "gla"
+    aliases = ("hgrn2",)
+    HP = _GLAHP
+    example_call = "gla(d_key = 2)"
+
+    def state_width(self, hidden, d_in):
+        return self.hp.d_key * hidden
+
+    def parameter_shapes(self, hidden, d_in, d_state, bias):
+        k = self.hp.d_key
+        shapes = {"weight_alpha": (k, d_in)} | ({"bias_alpha": (k,)} if bias else {})
+        return shapes | {"weight_q": (k, d_in)} | ({} if self.hp.tied else {"weight_k": (k, d_in)}) | {
+            "weight_v": (hidden, d_in)}
+
+    def _qkv(self, x, w):
+        import torch
+
+        al = x @ w["weight_alpha"].transpose(0, 1)
+        alpha = torch.sigmoid(al + w["bias_alpha"] if "bias_alpha" in w else al)
+        k = 1 - alpha if self.hp.tied else x @ w["weight_k"].transpose(0, 1)
+        return alpha, x @ w["weight_q"].transpose(0, 1), k, x @ w["weight_v"].transpose(0, 1)
+
+    def terms(self, x, w):
+        alpha, _, k, v = self._qkv(x, w)
+        hidden = v.shape[-1]
+        return alpha[..., None].expand(*alpha.shape, hidden).flatten(-2), (k[..., None] * v[..., None, :]).flatten(-2)
+
+    def readout(self, h, x, w):
+        _, q, _, _ = self._qkv(x, w)
+        return (h.unflatten(-1, (q.shape[-1], -1)) * q[..., None]).sum(-2)
+
+    def factors(self, x, w):
+        import torch
+
+        alpha, q, k, _ = self._qkv(x, w)
+        t, kw = k.shape
+        hidden = w["weight_v"].shape[0]
+        a = alpha[..., None].expand(t, kw, hidden).reshape(t, -1)
+        g = (k[:, :, None, None] * w["weight_v"][None, None]).reshape(t, kw * hidden, -1)
+        eye = torch.eye(hidden, dtype=x.dtype, device=x.device)
+        r = (q[:, None, :, None] * eye[None, :, None, :]).reshape(t, hidden, kw * hidden)
+        return a, g, x.new_zeros(t, kw * hidden), r, None, None
+
+
+class _LRUHP(HP):
+    d_state: int = Field(16, ge=1, description="N: number of complex states")
+    r_min: float = Field(0.5, ge=0, lt=1, description="initial |λ| drawn in the ring [r_min, r_max]")
+    r_max: float = Field(0.99, gt=0, lt=1, description="initial |λ| upper radius")
+    max_phase: float = Field(2 * math.pi, gt=0, description="initial arg λ drawn in [0, max_phase]")
+
+
+@register
+class LRU(SelectiveCell):
+    """Linear recurrent unit: h_t = λ ⊙ h_{t−1} + γ ⊙ (B x_t), y_t = Re(C h_t) + D x_t, λ = exp(−exp(ν) + i·exp(θ)).
+
+    Complex diagonal λ ∈ C^N (|λ| < 1 for every ν), normalisation γ = sqrt(1 − |λ|²) computed from λ (Orvieto et
+    al. 2023, eq. 7), B ∈ C^{N×D} and C ∈ C^{H×N} stored as real and imaginary parts (``B_re``, ``B_im``, ``C_re``,
+    ``C_im``), D ∈ R^{H×D}; ``bias`` adds b ∈ R^H to y. Time-invariant: the default lowering scans with torch's
+    complex dtypes, the reference lowering builds the complex block lower-triangular matrix of blocks λ^{i−j}.
+    Init: the paper's ring init for ν, θ; B ~ N(0, 1/(2D)), C ~ N(0, 1/N) per part.
+    """
+
+    name = "lru"
+    HP = _LRUHP
+    example_call = "lru(d_state = 2)"
+
+    def state_width(self, hidden, d_in):
+        return self.hp.d_state
+
+    def parameter_shapes(self, hidden, d_in, d_state, bias):
+        n = self.hp.d_state
+        return ({"nu_log": (n,), "theta_log": (n,), "B_re": (n, d_in), "B_im": (n, d_in), "C_re": (hidden, n),
+                 "C_im": (hidden, n), "D": (hidden, d_in)} | ({"bias": (hidden,)} if bias else {}))
+
+    def init(self, prefix, shape, hidden, d_in):
+        import torch
+
+        hp = self.hp
+        if prefix == "nu_log":
+            r2 = torch.rand(shape) * (hp.r_max ** 2 - hp.r_min ** 2) + hp.r_min ** 2
+            return torch.log(-0.5 * torch.log(r2))
+        if prefix == "theta_log":
+            return torch.log(hp.max_phase * torch.rand(shape).clamp(min=1e-4))
+        if prefix in ("B_re", "B_im"):
+            return torch.randn(shape) / math.sqrt(2 * d_in)
+        if prefix in ("C_re", "C_im"):
+            return torch.randn(shape) / math.sqrt(shape[1])
+        return super().init(prefix, shape, hidden, d_in)
+
+    @staticmethod
+    def eigenvalues(w):
+        """``(λ, γ)``: ``λ = exp(−exp(ν) + i·exp(θ))`` (complex) and ``γ = sqrt(1 − |λ|²)``."""
+        import torch
+
+        lam = torch.exp(torch.complex(-torch.exp(w["nu_log"]), torch.exp(w["theta_log"])))
+        return lam, torch.sqrt(1 - lam.abs() ** 2)
+
+    def terms(self, x, w):
+        import torch
+
+        lam, gamma = self.eigenvalues(w)
+        b = torch.complex(w["B_re"], w["B_im"]) * gamma[:, None]
+        return lam, x.to(b.dtype) @ b.transpose(0, 1)
+
+    def readout(self, h, x, w):
+        import torch
+
+        c = torch.complex(w["C_re"], w["C_im"])
+        y = (h @ c.transpose(0, 1)).real + x @ w["D"].transpose(0, 1)
+        return y + w["bias"] if "bias" in w else y
+
+    def factors(self, x, w):
+        import torch
+
+        lam, gamma = self.eigenvalues(w)
+        t = x.shape[0]
+        b = torch.complex(w["B_re"], w["B_im"]) * gamma[:, None]
+        c = torch.complex(w["C_re"], w["C_im"])
+        return (lam, b.expand(t, *b.shape), b.new_zeros(t, b.shape[0]), c.expand(t, *c.shape), w["D"],
+                w.get("bias"))
