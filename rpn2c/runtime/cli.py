@@ -10,11 +10,12 @@ from pathlib import Path
 from rpn2c.errors import SpecError
 
 from rpn2c.runtime.common import (EXIT_OK, EXIT_SPEC, EXIT_USAGE, _err, _out, _read, _Usage,  # noqa: F401
-                                  add_spec_command)
+                                  add_spec_command, parse_params)
 
 
 def _graph(args):
-    """The optimised graph of ``args.spec`` (``-``: standard input, imports relative to the current folder)."""
+    """The optimised graph of ``args.spec`` (``-``: standard input, imports relative to the current folder) with
+    the ``--param`` model parameters."""
     from rpn2c.api import check
     from rpn2c.check.loader import read_spec
     from rpn2c.passes import optimize
@@ -29,7 +30,8 @@ def _graph(args):
             text = read_spec(path)
         except OSError as exc:
             raise _Usage(f"cannot read {args.spec}: {exc.strerror or exc}") from None
-    return optimize(check(text, file, model=args.model, path=path, root=root, limits=limits))
+    params = parse_params(args.param) or None
+    return optimize(check(text, file, model=args.model, path=path, root=root, params=params, limits=limits))
 
 
 def _size(text: str) -> int:
@@ -192,9 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extend(sub) -> None:
     """Commands contributed by later stages (train, eval, predict, show, lsp) register here."""
-    from rpn2c.runtime import lsp, show, train_cli
+    from rpn2c.runtime import lsp, predict_cli, show, train_cli
 
     train_cli.register(sub)
+    predict_cli.register(sub)
     show.register(sub)
     lsp.register(sub)
     from rpn2c.runtime import export_cli
