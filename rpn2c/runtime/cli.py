@@ -151,6 +151,28 @@ def cmd_components(args) -> int:
     return EXIT_OK
 
 
+def cmd_data(args) -> int:
+    from rpn2c.data import LOADERS
+    from rpn2c.data.registry import catalog
+
+    rows = catalog()
+    if args.format == "json":
+        _out(json.dumps(rows, indent=2))
+        return EXIT_OK
+    table = [("name", "task", "input", "outputs", "ships in")]
+    for r in rows:
+        k = r.get("classes", r.get("target_dim"))
+        out = f"{k} classes" if "classes" in r else f"{k} target{'s' if k > 1 else ''}"
+        table.append((r["name"], r["task"], r["input"], out, r["package"]))
+    widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]
+    for k, t in enumerate(table):
+        _out("  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip())
+        if k == 0:
+            _out("  ".join("-" * w for w in widths))
+    _out(f"\nrpn2c train SPEC --data NAME; or --data KIND:PATH for your files (KIND: {', '.join(LOADERS)})")
+    return EXIT_OK
+
+
 # --------------------------------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rpn2c", description="Compiler for RPN 2 model specs (.rpn files).")
@@ -188,6 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="markdown: the text of docs/components.md")
     s.add_argument("--family", help="only this family (expansion, compression, reconciliation, ...)")
     s.set_defaults(fn=cmd_components)
+    s = sub.add_parser("data", help="list the built-in data sets: task, input type, classes",
+                       description="list the built-in data sets (nothing is downloaded)")
+    s.add_argument("--format", choices=["table", "json"], default="table")
+    s.set_defaults(fn=cmd_data)
     _extend(sub)
     return p
 
