@@ -7,6 +7,8 @@ import argparse
 import glob
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,6 +88,13 @@ def test_data_lists_every_built_in_set(capsys):
     code, out, _ = _run(capsys, "data", "--format", "json")
     entries = json.loads(out)
     assert {e["name"]: e for e in entries}["sunspots"]["target_dim"] == 1
+
+
+def test_data_through_the_installed_entry_point():
+    proc = subprocess.run([sys.executable, "-m", "rpn2c", "data", "--format", "json"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert [e["name"] for e in json.loads(proc.stdout)] == list(available())
 
 
 def test_the_listing_agrees_with_the_data_sets_it_lists():

@@ -16,7 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from rpn2c.runtime.common import EXIT_OK, _err, _out, parse_params
+from rpn2c.runtime.common import EXIT_OK, _err, _out, _Usage, parse_params
 from rpn2c.runtime.workflow import (EXIT_INTERRUPTED, _compile, _data_options, _dataset, _device, _graph, _guard,
                                     _jsonable, _threads, _write_csv)
 
@@ -60,6 +60,8 @@ def cmd_train(args) -> int:
     from rpn2c.train import distributed, run
     from rpn2c.train.binding import bind
 
+    if args.overwrite and args.resume is not None:
+        raise _Usage("--resume continues the run in its folder and --overwrite replaces it: give one of them")
     cfg, ckpt, ckpt_path = run.resolve(_given(args), args.config, args.resume)
     out_dir = run.default_out(cfg)
     # continuing in its own folder keeps the run; anywhere else the folder must hold no other run

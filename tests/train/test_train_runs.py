@@ -68,6 +68,11 @@ def test_resume_keeps_the_run_and_drops_its_stale_export(capsys, first_run):
     assert [r["epoch"] for r in json.loads((first_run / "metrics.json").read_text())["history"]] == [1, 2, 3, 4]
 
 
+def test_resume_and_overwrite_together_are_a_usage_error(capsys, first_run):
+    code, _, err = run_cli(capsys, "train", "--resume", first_run, "--overwrite", "--quiet")
+    assert code == 2 and "give one of them" in err and (first_run / "checkpoint.pt2").exists()
+
+
 def test_resume_into_another_folder_holding_a_run_is_refused(capsys, first_run, tmp_path):
     other = tmp_path / "other"
     assert _train(capsys, other)[0] == 0
