@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from rpn2c.check.block_use import note_use
 from rpn2c.check.loader import Unit
 from rpn2c.check.ties import take_tie_kwarg
 from rpn2c.check.values import INVALID, Scope, evaluate
@@ -62,10 +63,12 @@ class Instances:
         if any(v is INVALID for v in inner.params.values()):
             return None
         self.stack.append(key)
+        first = len(self.diags.items)
         try:
             outs = self._body(sub, defn, inner, arg_ids)
         finally:
             self.stack.pop()
+        note_use(self.diags, first, defn, call)
         if not outs or outs[0] is None:
             return None
         self.instances[outs[0]] = inner.prefix

@@ -225,28 +225,50 @@ _DESC = {
 class _Entry:
     build: Callable[[int, Path | None], Dataset]
     description: str
+    task: str  # as Dataset.task
+    input_spec: str  # as Dataset.input_spec
+    outputs: int  # classes (classification) or target width (regression)
+    package: str  # where the data ships
 
 
 def _tab(name: str) -> Callable[[int, Path | None], Dataset]:
     return lambda seed, root: _tabular(name, f"load_{name}", seed, _DESC[name])
 
 
-_REGISTRY: dict[str, _Entry] = {
-    "digits": _Entry(_digits, _DESC["digits"]),
-    **{n: _Entry(_tab(n), _DESC[n]) for n in ("iris", "wine", "breast_cancer")},
-    "sunspots": _Entry(_sunspots, _DESC["sunspots"]),
-    "co2": _Entry(_co2, _DESC["co2"]),
-    "macrodata": _Entry(_macrodata, _DESC["macrodata"]),
-    **{n: _Entry(_ucr(n), _DESC[n]) for n in _UCR},
-    "karate": _Entry(_karate, _DESC["karate"]),
-    "drosophila": _Entry(_drosophila, _DESC["drosophila"]),
-    "majority": _Entry(lambda seed, root: majority(seed, _DESC["majority"]), _DESC["majority"]),
+_C, _R, _N = "classification", "regression", "node_classification"
+# name: (builder, task, input type, classes or target width, where the data ships)
+_TABLE: dict[str, tuple] = {
+    "digits": (_digits, _C, "image[B, 1, 8, 8]", 10, "scikit-learn"),
+    "iris": (_tab("iris"), _C, "vector[B, 4]", 3, "scikit-learn"),
+    "wine": (_tab("wine"), _C, "vector[B, 13]", 3, "scikit-learn"),
+    "breast_cancer": (_tab("breast_cancer"), _C, "vector[B, 30]", 2, "scikit-learn"),
+    "sunspots": (_sunspots, _R, "sequence[B, 12, 1]", 1, "statsmodels"),
+    "co2": (_co2, _R, "sequence[B, 24, 1]", 1, "statsmodels"),
+    "macrodata": (_macrodata, _R, "sequence[B, 8, 9]", 9, "statsmodels"),
+    **{n: (_ucr(n), _C, f"sequence[B, {t}, {f}]", k, "sktime")
+       for n, t, f, k in (("italy_power", 24, 1, 2), ("gunpoint", 150, 1, 2), ("basic_motions", 100, 6, 4))},
+    "karate": (_karate, _N, "graph[N, 34]", 2, "networkx"),
+    "drosophila": (_drosophila, _N, "graph[N, 4]", 4, "graspologic"),
+    "majority": (lambda seed, root: majority(seed, _DESC["majority"]), _C, "tokens[B, 16]", 4, "generated"),
 }
+_REGISTRY: dict[str, _Entry] = {name: _Entry(build, _DESC[name], *rest) for name, (build, *rest) in _TABLE.items()}
 
 
 def available() -> dict[str, str]:
     """Built-in dataset names mapped to one-line descriptions (whether or not their package is installed)."""
     return {name: entry.description for name, entry in _REGISTRY.items()}
+
+
+def catalog() -> list[dict]:
+    """Every built-in dataset without loading it: ``name``, ``task``, ``input`` (the sample type, as a spec
+    declares it), ``classes`` (or ``target_dim`` for regression), ``package`` (where it ships) and
+    ``description``."""
+    out = []
+    for name, e in _REGISTRY.items():
+        key = "target_dim" if e.task == _R else "classes"
+        out.append({"name": name, "task": e.task, "input": e.input_spec, key: e.outputs, "package": e.package,
+                    "description": e.description})
+    return out
 
 
 def load(name: str, *, seed: int = 0, root: str | Path | None = None) -> Dataset:

@@ -279,6 +279,22 @@ class Graph:
         """sha256 of the canonical serialisation (spans excluded): equal programs have equal hashes."""
         return hashlib.sha256(self.to_json().encode()).hexdigest()
 
+    def __repr__(self) -> str:
+        """The model's name, parameter count, hash and per-layer table, as ``rpn2c check`` prints them."""
+        from rpn2c.ir.table import summary
+
+        return summary(self)
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:
+        """IPython's text form: the table."""
+        p.text(f"Graph({self.name!r})" if cycle else repr(self))
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rich form: the picture above the table."""
+        from rpn2c.ir.table import html
+
+        return html(self)
+
     def _repr_svg_(self) -> str:
         """Jupyter's picture of the graph: boxes, shapes on the edges, kernels (``rpn2c graph --format svg``)."""
         from rpn2c.ir.picture import to_svg

@@ -10,11 +10,12 @@ from pathlib import Path
 from rpn2c.errors import SpecError
 
 from rpn2c.runtime.common import (EXIT_OK, EXIT_SPEC, EXIT_USAGE, _err, _out, _read, _Usage,  # noqa: F401
-                                  add_spec_command)
+                                  add_spec_command, parse_params)
 
 
 def _graph(args):
-    """The optimised graph of ``args.spec`` (``-``: standard input, imports relative to the current folder)."""
+    """The optimised graph of ``args.spec`` (``-``: standard input, imports relative to the current folder) with
+    the ``--param`` model parameters."""
     from rpn2c.api import check
     from rpn2c.check.loader import read_spec
     from rpn2c.passes import optimize
@@ -29,7 +30,8 @@ def _graph(args):
             text = read_spec(path)
         except OSError as exc:
             raise _Usage(f"cannot read {args.spec}: {exc.strerror or exc}") from None
-    return optimize(check(text, file, model=args.model, path=path, root=root, limits=limits))
+    params = parse_params(args.param) or None
+    return optimize(check(text, file, model=args.model, path=path, root=root, params=params, limits=limits))
 
 
 def _size(text: str) -> int:
@@ -149,6 +151,28 @@ def cmd_components(args) -> int:
     return EXIT_OK
 
 
+def cmd_data(args) -> int:
+    from rpn2c.data import LOADERS
+    from rpn2c.data.registry import catalog
+
+    rows = catalog()
+    if args.format == "json":
+        _out(json.dumps(rows, indent=2))
+        return EXIT_OK
+    table = [("name", "task", "input", "outputs", "ships in")]
+    for r in rows:
+        k = r.get("classes", r.get("target_dim"))
+        out = f"{k} classes" if "classes" in r else f"{k} target{'s' if k > 1 else ''}"
+        table.append((r["name"], r["task"], r["input"], out, r["package"]))
+    widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]
+    for k, t in enumerate(table):
+        _out("  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip())
+        if k == 0:
+            _out("  ".join("-" * w for w in widths))
+    _out(f"\nrpn2c train SPEC --data NAME; or --data KIND:PATH for your files (KIND: {', '.join(LOADERS)})")
+    return EXIT_OK
+
+
 # --------------------------------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rpn2c", description="Compiler for RPN 2 model specs (.rpn files).")
@@ -186,15 +210,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="markdown: the text of docs/components.md")
     s.add_argument("--family", help="only this family (expansion, compression, reconciliation, ...)")
     s.set_defaults(fn=cmd_components)
+    s = sub.add_parser("data", help="list the built-in data sets: task, input type, classes",
+                       description="list the built-in data sets (nothing is downloaded)")
+    s.add_argument("--format", choices=["table", "json"], default="table")
+    s.set_defaults(fn=cmd_data)
     _extend(sub)
     return p
 
 
 def _extend(sub) -> None:
     """Commands contributed by later stages (train, eval, predict, show, lsp) register here."""
-    from rpn2c.runtime import lsp, show, train_cli
+    from rpn2c.runtime import lsp, predict_cli, show, train_cli
 
     train_cli.register(sub)
+    predict_cli.register(sub)
     show.register(sub)
     lsp.register(sub)
     from rpn2c.runtime import export_cli

@@ -39,11 +39,50 @@ def parse_dims(items: list[str] | None) -> dict[str, int]:
     return dims
 
 
-def add_spec_command(sub, name: str, help_: str, fn) -> argparse.ArgumentParser:
-    """A sub-command taking a spec file, with the shared ``--model`` and ``--root`` options."""
-    s = sub.add_parser(name, help=help_, description=help_)
-    s.add_argument("spec", help="path to a .rpn file")
+def param_value(text: str):
+    """A ``--param`` value: int, float, true/false, a [list], else the string itself."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if text.startswith("["):
+        import yaml
+
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = None
+        if isinstance(value, list):
+            return value
+    return text
+
+
+def parse_params(items: list[str] | None) -> dict:
+    """``--param NAME=VALUE`` options (model parameters, as ``rpn2c.check``'s ``params=``) as a dict."""
+    out: dict = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value:
+            raise _Usage(f"--param {item}: expected NAME=VALUE (e.g. --param hidden=64)")
+        out[key.strip()] = param_value(value)
+    return out
+
+
+def add_spec_options(s: argparse.ArgumentParser) -> None:
+    """``--model``, ``--root`` and ``--param``: which model of a spec file, and with which parameters."""
     s.add_argument("--model", help="which model of the file (default: the last one)")
     s.add_argument("--root", help="project root that imports may not leave (default: the spec's folder)")
+    s.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="model parameter, as rpn2c.check's params= (e.g. hidden=64); repeatable")
+
+
+def add_spec_command(sub, name: str, help_: str, fn) -> argparse.ArgumentParser:
+    """A sub-command taking a spec file, with the shared ``--model``, ``--root`` and ``--param`` options."""
+    s = sub.add_parser(name, help=help_, description=help_)
+    s.add_argument("spec", help="path to a .rpn file")
+    add_spec_options(s)
     s.set_defaults(fn=fn)
     return s

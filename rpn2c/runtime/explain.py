@@ -1,6 +1,8 @@
 """``rpn2c explain``: for each node, at its source location, its term of paper operations as built and as
 rewritten, the rules that fired in order (where each is defined, the spans it replaced, the term before and after
-and the estimated cost); then the graph rewrites (dead code, merged ops)."""
+and the estimated cost); then the graph rewrites (dead code, merged ops). The header counts what the rows show; a
+rule whose estimated cost is the same before and after (it changed nothing measurable) is counted but not listed
+in the text (the JSON marks it ``"effect": false``)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ def explain_json(graph: Graph) -> dict:
         terms = {"term": str(n.terms[0]), "rewritten": str(n.terms[1])} if n.terms else {}
         nodes.append({"node": n.id, "at": str(n.span), "recipe": describe(n), "type": str(n.type), **terms,
                       **({"tie": n.tie} if n.tie else {}),
-                      "decisions": [d.to_json() for d in n.decisions],
+                      "decisions": [{**d.to_json(), "effect": _effect(d)} for d in n.decisions],
                       "fallbacks": {op: {"runs": f, "when": w} for op, (f, w) in _fallbacks(n)}})
     return {"model": graph.name, "nodes": nodes, "graph_rewrites": [r.to_json() for r in graph.log]}
 
@@ -42,9 +44,29 @@ def _ties(n) -> list[str]:
     return out
 
 
+def _effect(d) -> bool:
+    """False for a rule whose estimated cost (work and memory) is the same before and after it."""
+    c = d.cost
+    return c is None or (c.flops_before, c.bytes_before) != (c.flops_after, c.bytes_after)
+
+
+def _rewritten(n) -> bool:
+    return bool(n.terms) and str(n.terms[1]) != str(n.terms[0])
+
+
+def _plural(k: int, word: str) -> str:
+    return f"{k} {word}{'' if k == 1 else 's'}"
+
+
 def render_explain(graph: Graph) -> str:
-    lines = [f"model {graph.name}: {len(graph.log)} graph rewrite(s), "
-             f"{sum(len(n.decisions) for n in graph.nodes())} kernel decision(s)"]
+    layers = [n for n in graph.nodes() if n.kind in ("layer", "recurrent")]
+    fired = [d for n in layers for d in n.decisions]
+    idle = [d for d in fired if not _effect(d)]
+    head = (f"model {graph.name}: {sum(map(_rewritten, layers))} of {_plural(len(layers), 'layer')} rewritten, "
+            f"{_plural(len(fired) - len(idle), 'rule')} fired")
+    if idle:
+        head += f" (and {len(idle)} with no estimated effect, not shown: {', '.join(sorted({d.rule for d in idle}))})"
+    lines = [head + f"; {_plural(len(graph.log), 'graph rewrite')} (dead code, merged operations)"]
     for r in graph.log:
         lines.append(f"{r.span}: {r.rule}: {r.detail}")
     for n in graph.nodes():
@@ -55,14 +77,14 @@ def render_explain(graph: Graph) -> str:
         lines.extend(_ties(n))
         if n.terms:
             lines.append(f"  term       {n.terms[0]}")
-            if n.terms[1] is not n.terms[0]:
+            if _rewritten(n):
                 lines.append(f"  rewritten  {n.terms[1]}")
         if not n.decisions:
             plain = n.kind == "layer" and all(not h.xi for h in n.layer.heads)
             lines.append("  no rule fired: " + ("κ then ψ, no interdependence to fuse" if plain else
                                                 "the term runs as the paper writes it (ξ by its matrix, patches "
                                                 "by the padding matrix)"))
-        for d in n.decisions:
+        for d in filter(_effect, n.decisions):
             head = f" [head {d.head}]" if d.head and len(getattr(n.layer, "heads", ())) > 1 else ""
             lines.append(f"  {d.slot:<10} {d.rule}{head}   defined at {d.location}")
             if d.spans:

@@ -4,7 +4,9 @@
 ``onnx`` is the same program converted by ``torch.onnx.export(..., dynamo=True)`` (needs the ``export`` extra:
 onnx, onnxscript; onnxruntime to check the file). The model comes from the checkpoint exactly as ``rpn2c eval``
 loads it. Every symbolic dimension of the inputs (the batch ``B``, a sequence length ``T`` ...) is exported as
-dynamic where the model allows (``torch.export.Dim.AUTO``); the summary says which stayed dynamic. The written
+dynamic where the model allows (``torch.export.Dim.AUTO``); the summary says which stayed dynamic. The example
+inputs take each dim's size in the checkpoint's training data (``--dim`` overrides it), so a dim the model fixes is
+fixed at the size the model was trained on. The written
 program is loaded back and compared with the module on fresh random inputs before the command succeeds.
 """
 
@@ -17,7 +19,7 @@ import warnings
 from pathlib import Path
 
 from rpn2c.runtime.common import EXIT_OK, EXIT_SPEC, _err, _out, _Usage, parse_dims
-from rpn2c.runtime.train_cli import _guard
+from rpn2c.runtime.workflow import _guard
 
 FORMATS = {"pt2": ".pt2", "onnx": ".onnx"}
 EXAMPLE_BATCH, OTHER = 4, 8  # example sizes of the batch and of other symbolic dims (the check adds 1 to dynamic ones)
@@ -202,20 +204,29 @@ def _difference(ours, theirs) -> float:
 
 # ------------------------------------------------------------------------------------------------ command
 def _load(args):
-    """(graph, model, where the weights came from): the checkpoint restored as ``rpn2c eval`` does, or a fresh
-    random initialisation with --random-init."""
+    """(graph, model, where the weights came from, the sizes of symbolic dims in the training data): the
+    checkpoint restored as ``rpn2c eval`` does, or a fresh random initialisation with --random-init."""
     import torch
 
-    from rpn2c.runtime import train_cli
+    from rpn2c.runtime import workflow
 
     if args.checkpoint is not None:
-        ckpt = train_cli._load_checkpoint(args.checkpoint)
-        graph, model = train_cli._restored_model(args, ckpt)
-        return graph, model, f"weights from {args.checkpoint}"
-    graph, _ = train_cli._graph(args)
+        ckpt = workflow._load_checkpoint(args.checkpoint)
+        graph, model = workflow._restored_model(args, ckpt)
+        return graph, model, f"weights from {args.checkpoint}", trained_dims(ckpt)
+    graph, _ = workflow._graph(args)
     _unexportable(graph)  # before building the module
     torch.manual_seed(args.seed)
-    return graph, train_cli._compile(graph), f"RANDOM weights (--random-init, seed {args.seed}): not a trained model"
+    return (graph, workflow._compile(graph), f"RANDOM weights (--random-init, seed {args.seed}): not a trained "
+            "model", {})
+
+
+def trained_dims(ckpt: dict) -> dict[str, int]:
+    """The size of each symbolic input dim in the data the checkpoint was trained on (recorded by ``rpn2c train``
+    as ``data.dims``), the batch excepted: the example sizes an export defaults to, so the program accepts its
+    own training data."""
+    dims = (ckpt.get("data") or {}).get("dims") or {}
+    return {k: int(v) for k, v in dims.items() if k != "B"}
 
 
 def _without_rules(model, rules):
@@ -239,13 +250,15 @@ def cmd_export(args) -> int:
     if (args.checkpoint is None) == (not args.random_init):
         raise _Usage("give a CHECKPOINT written by `rpn2c train`, or --random-init for untrained weights"
                      if args.checkpoint is None else "give a CHECKPOINT or --random-init, not both")
-    dims = parse_dims(args.dim)
+    given = parse_dims(args.dim)
     dtype = getattr(torch, args.dtype)
     try:
-        graph, model, source = _load(args)
+        graph, model, source, trained = _load(args)
     except ExportError as exc:
         _err(f"rpn2c: error: {exc}")
         return EXIT_SPEC
+    dims = {**trained, **given}
+    from_data = {k: v for k, v in trained.items() if k not in given}
     if args.format == "onnx":
         model = _without_rules(model, ONNX_DISABLED_RULES)
     model = model.to(dtype).eval()
@@ -288,6 +301,9 @@ def cmd_export(args) -> int:
         _out(f"  input {n}: {t}" + (f" ({note})" if note else ""))
     for n in graph.outputs:
         _out(f"  output {n}: {graph.node(n).type}")
+    if from_data:
+        _out("  example sizes from the training data: " + ", ".join(f"{k}={v}" for k, v in from_data.items())
+             + " (--dim NAME=SIZE to change)")
     if why:
         _out(f"  static shapes: the dynamic trace failed ({why})")
     if got is None:
@@ -313,8 +329,9 @@ def register(sub) -> None:
                    help=f"pt2: torch.export.save; onnx: torch.onnx.export(dynamo=True), needs {_PIP}")
     s.add_argument("--out", metavar="FILE", help="output file (default: the checkpoint's path with .pt2 / .onnx)")
     s.add_argument("--dim", action="append", metavar="NAME=SIZE",
-                   help="example size of a symbolic dim (default B=4, others 8); repeatable. A dim the model "
-                        "fixes (a sequence length a recurrent layer unrolls) is exported at this size")
+                   help="example size of a symbolic dim (default: its size in the checkpoint's training data, "
+                        "else B=4 and others 8); repeatable. A dim the model fixes (a sequence length a recurrent "
+                        "layer unrolls) is exported at this size")
     s.add_argument("--static", action="store_true", help="export every dimension at its example size")
     s.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     s.add_argument("--random-init", action="store_true",

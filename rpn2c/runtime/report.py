@@ -8,28 +8,7 @@ import difflib
 from rpn2c.components.registry import FAMILIES, Component, Entry, all_entries
 from rpn2c.ir.graph import Graph, Use
 from rpn2c.ir.picture import describe  # noqa: F401  (the recipe text, shared with the graph picture)
-
-
-def layer_table(graph: Graph) -> list[dict]:
-    return [{"name": n.id, "kind": n.layer.kind if n.layer else n.kind, "recipe": describe(n),
-             "type": str(n.type), "params": n.params, "kernels": list(n.plan), "tie": n.tie} for n in graph.nodes()]
-
-
-def render_table(graph: Graph) -> str:
-    rows = [("name", "kind", "output", "params", "recipe", "kernels")]
-    for r in layer_table(graph):
-        params = f"tied to {r['tie']}" if r["tie"] else f"{r['params']:,}"
-        rows.append((r["name"], r["kind"], r["type"], params, r["recipe"], ",".join(r["kernels"])))
-    rows.append(("total", "", "", f"{graph.param_count:,}", "", ""))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    widths[4] = min(widths[4], 60)
-    lines = []
-    for k, r in enumerate(rows):
-        cells = [r[i][:widths[i]].ljust(widths[i]) if i != 3 else r[i].rjust(widths[i]) for i in range(len(r))]
-        lines.append("  ".join(cells).rstrip())
-        if k == 0 or k == len(rows) - 2:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+from rpn2c.ir.table import layer_table, render_table  # noqa: F401  (the table of `rpn2c check`, print(graph))
 
 
 def _default_text(v) -> str:

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from rpn2c.runtime.common import EXIT_OK, _err, _out, _Usage, add_spec_command, parse_dims
-from rpn2c.runtime.train_cli import _compile, _dataset, _graph, _guard, _load_checkpoint
+from rpn2c.runtime.workflow import _compile, _dataset, _graph, _guard, _load_checkpoint
 
 FORMATS = ("png", "npz", "npy", "json")
 

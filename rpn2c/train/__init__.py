@@ -8,19 +8,19 @@
     binding = bind(model.graph, ds)
     model, history = fit(model, ds, binding, cfg)   # epochs scored on a validation split; history.stopped says why
 
-The command line (``rpn2c train / eval / predict``) lives in ``rpn2c.runtime.train_cli``, ``rpn2c show`` in
-``rpn2c.runtime.show``.
+A run's options, folder and run.yaml are :mod:`rpn2c.train.run`; the command line is ``rpn2c.runtime.train_cli``
+(``train``), ``rpn2c.runtime.predict_cli`` (``eval``, ``predict``) and ``rpn2c.runtime.show``.
 """
 
 from importlib import import_module
 
 _EXPORTS = {
     "Binding": "binding", "bind": "binding",
-    "BindError": "config", "CheckpointMismatch": "config", "RunConfig": "config", "TrainConfig": "config",
+    "BindError": "config", "CheckpointMismatch": "config", "ConfigError": "run", "RunConfig": "config", "TrainConfig": "config",
     "TrainError": "config", "History": "loop", "evaluate": "loop", "fit": "loop", "loss_fn": "loop",
     "predict": "loop", "seed_everything": "loop",
 }
-__all__ = ["BindError", "Binding", "CheckpointMismatch", "History", "RunConfig", "TrainConfig", "TrainError", "bind",
+__all__ = ["BindError", "Binding", "CheckpointMismatch", "ConfigError", "History", "RunConfig", "TrainConfig", "TrainError", "bind",
            "evaluate", "fit", "loss_fn", "predict", "seed_everything"]
 
 

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -45,6 +45,7 @@ class Binding:
     num_classes: int | None = None
     target_dim: int | None = None
     time_major: bool = False  # the input is declared time-major: samples are fed as [T, B, ...]
+    dims: dict[str, int] = field(default_factory=dict, compare=False)  # the data's size of each symbolic dim
 
     def inputs(self, features: torch.Tensor, edges: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Keyword inputs of the compiled model for a batch of samples (or the whole graph)."""
@@ -135,9 +136,9 @@ def _bind_samples(types: dict[str, TensorType], ds: Dataset, spec: str) -> Bindi
     if not t.batched:
         raise BindError(f"input '{name}' of {spec} is {t}, a single graph without a batch axis; dataset "
                         f"'{ds.name}' gives a batch of samples of type {ds.input_spec} (declare it with B first)")
-    _match(name, t, t.shape[1:], sample, f"dataset '{ds.name}'", ds.input_spec, spec)
+    dims = _match(name, t, t.shape[1:], sample, f"dataset '{ds.name}'", ds.input_spec, spec)
     return Binding(ds.task, name, num_classes=ds.num_classes, target_dim=ds.target_dim,
-                   time_major=bool(getattr(t, "time_major", False)))
+                   time_major=bool(getattr(t, "time_major", False)), dims=dims)
 
 
 def _bind_graph(types: dict[str, TensorType], ds: Dataset, spec: str) -> Binding:
@@ -152,14 +153,20 @@ def _bind_graph(types: dict[str, TensorType], ds: Dataset, spec: str) -> Binding
     name = nodes[0]
     t = types[name]
     x = ds.train[0]
-    _match(name, t, t.shape[1:], tuple(x.shape), f"dataset '{ds.name}'", ds.input_spec, spec, "node features")
+    dims = _match(name, t, t.shape[1:], tuple(x.shape), f"dataset '{ds.name}'", ds.input_spec, spec,
+                  "node features")
+    for e in edges + weights:  # the edge count E of edges[2, E] / edge_weight[E]
+        last = types[e].shape[-1]
+        if isinstance(last, str):
+            dims.setdefault(last, int(ds.train[1].shape[1]))
     return Binding(ds.task, name, edges[0], weights[0] if weights else None, batched_nodes=t.batched,
-                   num_classes=ds.num_classes)
+                   num_classes=ds.num_classes, dims=dims)
 
 
 def _match(name: str, t: TensorType, declared, data_shape: tuple[int, ...], data_name: str, data_type: str,
-           spec: str, what: str = "samples") -> None:
-    """Compare the declared per-sample dims with the data's; BindError naming the first differing dim."""
+           spec: str, what: str = "samples") -> dict[str, int]:
+    """Compare the declared per-sample dims with the data's; BindError naming the first differing dim. Returns
+    the data's size of each symbolic dim (``{"T": 100}`` for ``sequence[B, T, F]`` bound to 100-step samples)."""
     declared = tuple(declared)
     where = f"input '{name}' of {spec} is {t}, but {data_name} gives {data_type}"
     data_desc = f"{what} of shape {_shape(data_shape)}"
@@ -176,6 +183,7 @@ def _match(name: str, t: TensorType, declared, data_shape: tuple[int, ...], data
             dim = _dim_name(t, i + 1)
             raise BindError(f"{where}: dimension {dim} is {want} in the spec but {have} in the data "
                             f"({data_desc}, spec {_shape(declared)})")
+    return {want: int(have) for want, have in zip(declared, data_shape) if isinstance(want, str)}
 
 
 def _output_type(graph: Graph, spec: str) -> TensorType:

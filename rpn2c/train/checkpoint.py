@@ -6,8 +6,8 @@ Keys: ``format`` ("rpn2c-checkpoint"), ``format_version``, ``rpn2c_version``, ``
 included), ``ir`` (canonical IR JSON), ``inputs`` / ``outputs`` (name -> type), ``param_shapes``, ``state_dict``,
 ``config`` (the run's settings as a dict), ``params`` (the model parameters the spec was checked with, as
 ``rpn2c.compile``'s ``params=``), ``epoch``, ``metrics`` (test metrics once training has ended, else empty),
-``history`` (every epoch's record), ``data`` (dataset name, task, classes / target width, input type, normalisation
-statistics) and ``stopped`` (why training ended, None while it goes on). The last checkpoint of a run also holds
+``history`` (every epoch's record), ``data`` (dataset name, task, classes / target width, input type, the size of
+each symbolic input dim in that data, normalisation statistics) and ``stopped`` (why training ended, None while it goes on). The last checkpoint of a run also holds
 ``train_state`` (optimiser, schedule, RNG states: what ``rpn2c train --resume`` continues from).
 """
 
@@ -33,12 +33,14 @@ _MAX_LINES = 12
 
 def build(*, graph: Graph, state_dict: dict[str, torch.Tensor], spec_file: str | os.PathLike, spec_text: str,
           config: dict, epoch: int, metrics: dict, history: list[dict], dataset: Dataset, params: dict | None = None,
-          stopped: dict | None = None, train_state: dict | None = None) -> dict[str, Any]:
-    """The checkpoint dict for a trained model (``state_dict`` on CPU, unwrapped/unsharded)."""
+          stopped: dict | None = None, train_state: dict | None = None,
+          dims: dict[str, int] | None = None) -> dict[str, Any]:
+    """The checkpoint dict for a trained model (``state_dict`` on CPU, unwrapped/unsharded); ``dims``: the data's
+    size of each symbolic input dim (what ``rpn2c export`` sizes its example inputs by)."""
     from rpn2c import __version__
 
     data = {"name": dataset.name, "task": dataset.task, "num_classes": dataset.num_classes,
-            "target_dim": dataset.target_dim, "input_spec": dataset.input_spec}
+            "target_dim": dataset.target_dim, "input_spec": dataset.input_spec, "dims": dict(dims or {})}
     for key in ("mean", "std"):
         if isinstance(dataset.meta.get(key), torch.Tensor):
             data[key] = dataset.meta[key].detach().cpu().clone()

@@ -217,16 +217,16 @@ def test_bad_option_value_is_a_usage_error(capsys, tmp_path):
     (ROOT / "specs" / "cnn.rpn", "iris",
      ("input 'x' of {spec} is image[B, 1, 8, 8], but dataset 'iris' gives vector[B, 4]: the spec expects 3 dims per "
      "sample [1, 8, 8], the data has 1 (samples of shape [4])")),
-    (ROOT / "specs" / "mlp.rpn", "digits",
+    (ROOT / "specs" / "mlp.rpn", "digits --param features=64",
      "both hold 64 values: declare `input x: image[B, 1, 8, 8]` and flatten() it in the spec"),
     (IRIS, "wine", "dimension F is 4 in the spec but 13 in the data"),
-    (ROOT / "specs" / "mlp.rpn", "breast_cancer", "dimension F is 64 in the spec but 30 in the data"),
+    (ROOT / "specs" / "mlp.rpn", "wine", "dimension F is 30 in the spec but 13 in the data"),
     (ROOT / "specs" / "gcn.rpn", "iris", "that dataset 'iris' cannot provide"),
     (IRIS, "karate", "must have one nodes input and one edges input"),
     (ROOT / "specs" / "transformer.rpn", "sunspots", "dimension F is 32 in the spec but 1 in the data"),
 ])
 def test_data_that_does_not_fit_the_spec_says_which_input_and_dims(capsys, tmp_path, spec, data, message):
-    code, out, err = run_cli(capsys, "train", spec, "--data", data, "--out", tmp_path / "run", "--quiet")
+    code, out, err = run_cli(capsys, "train", spec, "--data", *data.split(), "--out", tmp_path / "run", "--quiet")
     assert code == 1 and out == "" and "Traceback" not in err
     assert message.format(spec=spec) in err
     assert not (tmp_path / "run").exists()

@@ -96,9 +96,9 @@ def test_a_bad_param_names_the_parameter(capsys, tmp_path, param, code, messages
 
 
 def test_param_values_parse_as_in_python():
-    from rpn2c.runtime.train_cli import _params
+    from rpn2c.runtime.common import parse_params
 
-    assert _params(["a=64", "b=0.5", "c=true", "d=relu", "e=[1, 2]", "f=1e-3"]) == {
+    assert parse_params(["a=64", "b=0.5", "c=true", "d=relu", "e=[1, 2]", "f=1e-3"]) == {
         "a": 64, "b": 0.5, "c": True, "d": "relu", "e": [1, 2], "f": 1e-3}
 
 

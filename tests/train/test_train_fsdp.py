@@ -19,7 +19,7 @@ SPEC = ROOT / "specs" / "mlp.rpn"
 
 def _batch():
     g = torch.Generator().manual_seed(5)
-    return torch.randn(16, 64, generator=g, dtype=torch.float64), torch.randint(0, 10, (16,), generator=g)
+    return torch.randn(16, 30, generator=g, dtype=torch.float64), torch.randint(0, 2, (16,), generator=g)
 
 
 def _steps(model, x, y, n=3):

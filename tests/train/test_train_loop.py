@@ -101,7 +101,10 @@ def test_progress_bar_and_epoch_lines(capsys, tmp_path):
     assert "epoch 2/2" in capsys.readouterr().err
     code, _, err = run_cli(capsys, "train", IRIS, "--data", "iris", "--epochs", "2", "--out", tmp_path)
     assert code == 0
-    assert [line.split("  ")[0] for line in err.splitlines()] == ["epoch 1/2", "epoch 2/2"]
+    lines = [line.split("  ")[0] for line in err.splitlines()]
+    assert lines[0] == "split: 108 training, 12 validation, 30 test items"
+    assert lines[1].startswith("warning: the validation split holds only 12 items")
+    assert lines[2:] == ["epoch 1/2", "epoch 2/2"]
     assert "val_accuracy" in err
 
 

@@ -68,7 +68,7 @@ def _karate(model):
     return ds, bind(model.graph, ds).inputs(ds.test[0].double(), ds.test[1])
 
 
-@pytest.mark.parametrize("spec, shape", [("cnn.rpn", (2, 1, 8, 8)), ("mlp.rpn", (2, 64)),
+@pytest.mark.parametrize("spec, shape", [("cnn.rpn", (2, 1, 8, 8)), ("mlp.rpn", (2, 30)),
                                          ("rnn_chain.rpn", (2, 6, 8)), ("transformer.rpn", (2, 5, 32))])
 def test_every_layer_of_a_backbone_is_its_matrix(spec, shape):
     model = _compiled(spec)
@@ -138,7 +138,7 @@ def test_a_perceptron_is_its_weight_matrix_and_a_chain_layer_is_block_lower_tria
 
 def test_an_expansion_head_acts_on_the_lifted_input():
     model = _compiled("mlp.rpn")
-    x = torch.randn(1, 64, dtype=D)
+    x = torch.randn(1, 30, dtype=D)
     view = _reproduces(model, "h2", {"x": x})
     h1 = _layer_input(model, "h2", {"x": x})[0]
     kappa = torch.cat([h1, 2 * h1 ** 2 - 1, 4 * h1 ** 3 - 3 * h1])  # Chebyshev T1..T3, degree-major

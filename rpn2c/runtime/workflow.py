@@ -1,0 +1,190 @@
+"""What the commands that load data, checkpoints or models share (train, eval, predict, show, export): the error
+guard, the spec with its model parameters, datasets, devices and checkpoints. Torch and the datasets are imported
+inside the functions, so registering these commands costs ``rpn2c check`` nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import functools
+import math
+import os
+import sys
+from pathlib import Path
+
+from rpn2c.runtime.common import EXIT_SPEC, _err, _read, _Usage, parse_params
+
+EXIT_INTERRUPTED = 130
+
+
+def _guard(fn):
+    """Turn the user-fixable errors of the training commands into messages and exit codes (no tracebacks)."""
+
+    @functools.wraps(fn)
+    def run(args) -> int:
+        from rpn2c.train.config import TrainError
+        from rpn2c.train.run import ConfigError
+
+        try:
+            return fn(args)
+        except ConfigError as exc:  # a bad option or run folder: a usage error
+            raise _Usage(str(exc)) from None
+        except TrainError as exc:
+            _err(f"rpn2c: error: {exc}")
+            return EXIT_SPEC
+        except FileNotFoundError as exc:
+            raise _Usage(f"no such file: {exc.filename or exc}") from None
+        except KeyboardInterrupt:
+            _err("rpn2c: interrupted")
+            return EXIT_INTERRUPTED
+
+    return run
+
+
+@contextlib.contextmanager
+def _threads(n: int | None):
+    """Run with ``n`` torch intra-op threads (0/None: leave torch's setting), restoring the previous count."""
+    import torch
+
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _graph(args, params: dict | None = None):
+    """The checked, optimised IR graph of ``args.spec`` with the model ``params`` (a checkpoint's), overridden by
+    ``args.param`` (``--param``), and its text (SpecError propagates: exit 1; with params a last line names
+    them)."""
+    from rpn2c.api import check_file
+    from rpn2c.errors import SpecError
+    from rpn2c.passes import optimize
+    from rpn2c.train.config import TrainError
+
+    params = {**(params or {}), **parse_params(getattr(args, "param", None))}
+    text = _read(args.spec)
+    try:
+        return optimize(check_file(args.spec, model=args.model, root=args.root, params=params or None)), text
+    except SpecError as exc:
+        if not params:
+            raise
+        _err(exc.render(color=sys.stderr.isatty()))
+        n = len(exc.diagnostics)
+        given = ", ".join(f"{k}={v!r}" for k, v in params.items())
+        raise TrainError(f"{n} error{'s' if n != 1 else ''} found with the model parameters {given} "
+                         "(--param or the checkpoint)") from None
+
+
+def _compile(graph, *, reference: bool = False):
+    from rpn2c.lower.build import CompiledModel
+
+    return CompiledModel(graph, reference=reference)
+
+
+def _data_options(items: list[str] | None) -> dict:
+    """``KEY=VALUE`` strings -> a dict with int / float / bool values where they parse."""
+    out: dict = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise _Usage(f"--data-option {item}: expected KEY=VALUE (e.g. window=12)")
+        low = value.lower()
+        if low in ("true", "false"):
+            out[key] = low == "true"
+            continue
+        for kind in (int, float):
+            try:
+                out[key] = kind(value)
+                break
+            except ValueError:
+                continue
+        else:
+            out[key] = value
+    return out
+
+
+def _dataset(name: str, seed: int, options: dict | None = None):
+    """A built-in dataset by name, or ``KIND:PATH`` for a user file (mnist, cifar, cora, planetoid, csv, ucr)
+    read with the loader's ``options``."""
+    from rpn2c import data
+
+    kind, sep, path = name.partition(":")
+    try:
+        if sep and kind in data.LOADERS:
+            opts = dict(options or {})
+            if kind == "cora":
+                opts.setdefault("seed", seed)
+            return data.load_path(kind, os.path.expanduser(path), **opts)
+        if options:
+            raise _Usage(f"--data-option applies to user files (KIND:PATH), not to the built-in {name!r}")
+        return data.load(name, seed=seed)
+    except TypeError as exc:  # an option the loader does not take
+        raise _Usage(f"--data-option for {kind!r}: {exc}") from None
+    except ValueError as exc:
+        msg = str(exc)
+        if not sep and "unknown dataset" in msg:
+            listing = "\n".join(f"  {k:<14} {v}" for k, v in data.available().items())
+            msg = (msg.split(" (available")[0] + f"\navailable datasets:\n{listing}\nor KIND:PATH for a user file, "
+                   f"KIND one of {', '.join(data.LOADERS)}")
+        raise _Usage(msg) from None
+    except ImportError as exc:
+        raise _Usage(str(exc)) from None
+    except FileNotFoundError as exc:
+        raise _Usage(f"dataset {name!r}: {exc}") from None
+
+
+def _device(name: str, env=None):
+    from rpn2c.train import distributed
+
+    try:
+        return distributed.resolve_device(name, env or distributed.DistEnv())
+    except RuntimeError as exc:
+        raise _Usage(f"--device {name}: {exc}") from None
+
+
+def _same_options(name: str, cfg: dict) -> dict:
+    """The training run's loader options when evaluating on the same user file."""
+    return dict(cfg.get("data_options") or {}) if name == cfg.get("data") else {}
+
+
+
+def _jsonable(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    columns: list[str] = []
+    for r in rows:
+        columns += [k for k in r if k not in columns]
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _load_checkpoint(path: str):
+    from rpn2c.train import checkpoint
+
+    if not Path(path).is_file():
+        raise _Usage(f"no such checkpoint: {path}")
+    return checkpoint.load(path)
+
+
+def _restored_model(args, ckpt, *, reference: bool = False):
+    """The spec compiled with the checkpoint's model parameters, its weights loaded (mismatch: exit 1)."""
+    from rpn2c.train import checkpoint
+
+    graph, _ = _graph(args, checkpoint.model_params(ckpt))
+    model = _compile(graph, reference=reference)
+    checkpoint.restore(ckpt, graph, model, path=args.checkpoint)
+    return graph, model
+
