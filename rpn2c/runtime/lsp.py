@@ -105,12 +105,11 @@ def create_server():
         items = [to_lsp(doc, text, a.file, d) for d in a.diagnostics]
         server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri, items, version))
 
-    def publish_later(uri: str) -> None:
+    def publish_later(uri: str, version: int | None) -> None:
         """Check once typing pauses: each change restarts the wait; the latest text wins."""
         if uri in timers:
             timers.pop(uri).cancel()
-        timers[uri] = asyncio.get_running_loop().call_later(
-            server.debounce, lambda: publish(uri, server.workspace.get_text_document(uri).version))
+        timers[uri] = asyncio.get_running_loop().call_later(server.debounce, lambda: publish(uri, version))
 
     @server.feature(lsp.INITIALIZE)
     def initialize(ls, params: lsp.InitializeParams):
@@ -125,7 +124,7 @@ def create_server():
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls, params: lsp.DidChangeTextDocumentParams):
-        publish_later(params.text_document.uri)
+        publish_later(params.text_document.uri, params.text_document.version)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls, params: lsp.DidSaveTextDocumentParams):
@@ -147,10 +146,8 @@ def create_server():
     def hover(ls, params: lsp.HoverParams):
         doc, text, path = document(params.text_document.uri)
         line, col = position(doc, params.position)
-        value = lsp_features.value_hover(analysis_of(params.text_document.uri), text, line, col)
-        h = editor.hover(text, line, col, path=path)
-        if value is not None and h is not None:
-            h = editor.Hover(value, h.line, h.col, h.end_col)
+        h = lsp_features.value_hover(analysis_of(params.text_document.uri), text, line, col) or editor.hover(
+            text, line, col, path=path)
         if h is None:
             return None
         rng = lsp.Range(lsp.Position(h.line, h.col), lsp.Position(h.line, h.end_col))

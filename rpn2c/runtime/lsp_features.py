@@ -97,8 +97,8 @@ def register(server, lsp, document, client_range, analysis_of) -> None:
         doc, _, _ = document(params.text_document.uri)
         a = analysis_of(params.text_document.uri)
         return [lsp.CodeLens(rng(doc, (v.line, v.col, v.line, v.end_col)),
-                             lsp.Command("explain · generated code", VIEW_OUTPUT,
-                                         [doc.uri, v.line, v.col]))
+                             lsp.Command(title="explain · generated code", command=VIEW_OUTPUT,
+                                         arguments=[doc.uri, v.line, v.col]))
                 for v in analysis.layer_values(a)]
 
     @server.command(VIEW_OUTPUT)
@@ -117,10 +117,12 @@ def register(server, lsp, document, client_range, analysis_of) -> None:
     return None
 
 
-def value_hover(a: analysis.Analysis, text: str, line: int, col: int) -> str | None:
-    """Markdown for a value under the cursor: its type, shape, parameter count and kernels, then its definition."""
+def value_hover(a: analysis.Analysis, text: str, line: int, col: int) -> editor.Hover | None:
+    """A value under the cursor: its type, shape, parameter count and kernels, then its definition's text."""
     v = value_under(a, text, line, col)
     if v is None or not v.instances:
         return None
+    toks = editor.tokens(text)
+    t = toks[editor._at(toks, editor.offset_of(text, line, col))]
     src = text.splitlines()[v.line].strip().rstrip("{").rstrip()
-    return analysis.value_markdown(a, v) + f"\n\n`{src}`"
+    return editor.Hover(analysis.value_markdown(a, v) + f"\n\n`{src}`", t.line - 1, t.column - 1, t.end_column - 1)
