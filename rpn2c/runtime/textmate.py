@@ -13,11 +13,13 @@ from pathlib import Path
 
 import rpn2c.components  # noqa: F401  (registers every component)
 from rpn2c.components.registry import names
-from rpn2c.runtime.highlight import CONSTANTS, DECLARATIONS, NAMESPACE
+from rpn2c.runtime.highlight import CONSTANTS, DECLARATIONS, KEYWORDS, NAMESPACE
 
 GRAMMAR_PATH = Path(__file__).resolve().parents[2] / "editors" / "vscode" / "syntaxes" / "rpn.tmLanguage.json"
 COMPONENT_SCOPE = "support.function.component.rpn"
 _NAME = "[A-Za-z_][A-Za-z0-9_]*"
+VALUE_KEYWORDS = ("head", "compress", "recurrent", "layer", "repeat")  # what a value is made with
+STATEMENT_KEYWORDS = tuple(k for k in KEYWORDS if k not in VALUE_KEYWORDS)  # input, return, ...
 
 
 def _words(words) -> str:
@@ -40,8 +42,8 @@ def grammar() -> dict:
         "keywords": {"patterns": [
             {"name": "keyword.control.import.rpn", "match": f"\\b({_words(NAMESPACE)})\\b"},
             {"name": "storage.type.rpn", "match": f"\\b({_words(DECLARATIONS)})\\b"},
-            {"name": "keyword.control.rpn", "match": "\\b(input|return)\\b"},
-            {"name": "keyword.other.rpn", "match": "\\b(head|compress|recurrent|layer|repeat)\\b"},
+            {"name": "keyword.control.rpn", "match": f"\\b({_words(STATEMENT_KEYWORDS)})\\b"},
+            {"name": "keyword.other.rpn", "match": f"\\b({_words(VALUE_KEYWORDS)})\\b"},
             {"name": "constant.language.rpn", "match": f"\\b({_words(CONSTANTS)})\\b"}]},
         "numbers": {"patterns": [
             {"name": "constant.numeric.float.rpn",
