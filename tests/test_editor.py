@@ -3,6 +3,7 @@ the registry's and the checker's own tables), every model's errors at once, hove
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from rpn2c.check.elaborate import OP_FAMILIES
 from rpn2c.components.registry import REGISTRY, SLOT_FAMILIES, names
-from rpn2c.runtime import editor
+from rpn2c.runtime import analysis, editor, symbols
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,7 +119,88 @@ def test_half_written_text_never_breaks_the_analysis(spec, cut, where, junk):
     editor.complete(text, line, col, path=spec)
     editor.hover(text, line, col, path=spec)
     editor.definition(text, line, col, path=spec)
+    symbols.document_symbols(text, str(spec))
+    symbols.references(text, line, col)
+    symbols.signature_help(text, line, col, path=spec)
     diags = editor.check_text(text, str(spec), path=spec)
     assert all(d.code.startswith("E") for d in diags)
     if text != full and not text.strip().startswith("#") and text.strip():
         assert diags or editor.format_text(text) is not None
+
+
+# ------------------------------------------------------------------------------------------------ checked values
+def _shape_comments(text: str) -> dict[str, tuple[str, int | None]]:
+    """The ``# inferred shapes`` table a spec carries by hand: node id -> (type, parameter count when a row ends
+    with ``= N``)."""
+    out, inside = {}, False
+    for line in text.splitlines():
+        if line.startswith("# inferred shapes"):
+            inside = True
+            continue
+        m = re.match(r"#\s+([\w.]+)\s+(\w+\[[^\]]*\])(.*)$", line) if inside else None
+        if m is None:
+            inside = inside and line.startswith("#") and line[1:].strip() != ""
+            continue
+        count = re.search(r"= ([\d,]+)$", m[3].strip())
+        if re.match(r"[\d,]+ \+", m[3].strip()):  # `3,211,264 + 65,536`: a sum the row leaves unfinished
+            count = None
+        out[m[1]] = (m[2], int(count[1].replace(",", "")) if count else None)
+    return out
+
+
+COMMENTED = [p for p in SHIPPED if _shape_comments(p.read_text(encoding="utf-8"))]
+
+
+@pytest.mark.parametrize("spec", COMMENTED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_inlay_labels_give_the_types_the_specs_write_by_hand(spec):
+    """Every hand-written ``# inferred shapes`` row is the inlay label of the value that produces that node, and
+    its parameter count where the row gives one."""
+    text = spec.read_text(encoding="utf-8")
+    a = analysis.analyse(text, str(spec), path=spec)
+    assert a.diagnostics == [] and a.graphs
+    produced = {inst.output: (v, inst) for v in a.values for inst in v.instances if v.kind != "alias"}
+    for nid, (typ, count) in _shape_comments(text).items():
+        assert nid in produced, (nid, sorted(produced))
+        v, inst = produced[nid]
+        label = analysis.inlay_label(a, v)
+        assert typ in label.split(" · ")[0], (nid, typ, label)
+        if count is not None and v.kind != "input":
+            assert a.params(inst) == count, (nid, count, label)
+
+
+def test_a_block_used_twice_has_one_instance_per_use_with_its_own_type_and_count():
+    text = ("block enc(d = 4) {\n  input x\n  h = head(x) { out = d }\n  return h\n}\n"
+            "model m {\n  input x: vector[B, 3]\n  a = enc(x, d = 5)\n  b = enc(a, d = 7)\n"
+            "  c = repeat(3) enc(b, d = 2)\n  return c\n}\n")
+    a = analysis.analyse(text, "two.rpn")
+    graph = next(iter(a.graphs.values()))
+    h = a.value_at(2, 2)
+    assert [i.output for i in h.instances] == ["a.h", "b.h", "c.0.h", "c.1.h", "c.2.h"]
+    assert analysis.inlay_label(a, h) == (": vector[B, 5] | vector[B, 7] | vector[B, 2] · 20 | 42 | 16 | 6 params "
+                                         "(5 uses)")
+    c = a.value_at(9, 2)
+    assert c.kind == "repeat" and c.instances[0].output == "c.2.h"
+    assert a.params(c.instances[0]) == sum(graph.node(f"c.{i}.h").params for i in range(3)) == 16 + 6 + 6
+    assert analysis.inlay_label(a, a.value_at(1, 8)) == ": vector[B, 3] | vector[B, 5] | vector[B, 7] | " \
+                                                        "vector[B, 2] (5 uses)"  # the block's input
+
+
+def test_document_symbols_references_and_signatures_on_the_token_stream():
+    text = (ROOT / "specs" / "transformer.rpn").read_text(encoding="utf-8")
+    (enc, model) = symbols.document_symbols(text)
+    assert (enc.name, enc.kind, model.name, model.kind) == ("encoder", "block", "transformer", "model")
+    assert [(c.name, c.kind) for c in enc.children] == [
+        ("d", "parameter"), ("heads", "parameter"), ("ffn", "parameter"), ("x", "input"), ("attn", "head"),
+        ("ff", "head"), ("ff2", "head"), ("y", "op")]
+    assert [c.kind for c in model.children][-1] == "block use"
+    # a half-written file still has an outline of its definitions
+    assert [s.name for s in symbols.document_symbols(text.replace("ff2 = head", "ff2 = = head"))] == ["encoder", "transformer"]
+    lines = text.splitlines()
+    refs = symbols.references(text, 29, 22)  # `attn` in add(attn, ff2)
+    assert [lines[a][b:d] for a, b, _, d in refs] == ["attn"] * 3
+    assert len(symbols.references(text, 29, 22, include_declaration=False)) == 2
+    typed = "  y = head(x) { kappa = chebyshev(d = 2, "
+    sig = symbols.signature_help("model m {\n" + typed, 1, len(typed))
+    fields = list(REGISTRY["expansion"]["chebyshev"].schema.model_fields)
+    assert [sig.label[a:b].split(":")[0] for a, b, _ in sig.parameters] == fields
+    assert sig.active == fields.index("kind")

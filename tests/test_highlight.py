@@ -13,9 +13,10 @@ import pytest
 from pygments.lexers import get_lexer_by_name, get_lexer_for_filename
 from pygments.token import Comment, Error, Keyword, Name, Number, Operator, Punctuation, String
 
+from rpn2c.runtime import textmate
 from rpn2c.runtime.cli import build_parser
 from rpn2c.runtime.highlight import RpnLexer
-from rpn2c.syntax.parser import grammar_text
+from rpn2c.syntax.parser import grammar_text, parse
 
 ROOT = Path(__file__).resolve().parents[1]
 VSCODE = ROOT / "editors" / "vscode"
@@ -184,3 +185,100 @@ def test_the_vscode_extension_registers_the_language_grammar_and_server(tm):
     assert "vscode-languageclient" in package["dependencies"]
     main = (VSCODE / package["main"]).read_text(encoding="utf-8")
     assert "vscode-languageclient" in main and "server.command" in main and f'"{language["id"]}"' in main
+
+
+# ------------------------------------------------------------------------------------------------ component scopes
+def _tm_line(rules: list[dict], line: str) -> list[str | None]:
+    """The scope of each character of ``line`` as a TextMate engine gives it: at each position the rule matching
+    earliest wins (ties: the first rule); a begin/end rule runs to its end."""
+    scopes: list[str | None] = [None] * len(line)
+    pos = 0
+    while pos < len(line):
+        best = None
+        for rule in rules:
+            m = re.compile(rule.get("match") or rule["begin"]).search(line, pos)
+            if m and m.end() > m.start() and (best is None or m.start() < best[1].start()):
+                best = (rule, m)
+        if best is None:
+            break
+        rule, m = best
+        end = m.end()
+        if "begin" in rule:
+            close = re.compile(rule["end"]).search(line, end)
+            end = close.end() if close else len(line)
+        if "name" in rule:
+            scopes[m.start():end] = [rule["name"]] * (end - m.start())
+        for group, capture in rule.get("captures", {}).items():
+            a, b = m.span(int(group))
+            scopes[a:b] = [capture["name"]] * (b - a)
+        pos = end
+    return scopes
+
+
+def _component_uses(program) -> list:
+    """The names written where a component goes: a slot's value (``kappa = identity``, ``post = [relu]``,
+    ``xi_instance = chain(...)``) and every registry name called as an operation."""
+    from rpn2c.components.registry import SLOT_FAMILIES, names
+    from rpn2c.syntax import ast
+
+    known, out = set(names()), []
+
+    def expr(e, slot: bool) -> None:
+        if isinstance(e, ast.Name) and slot and e.text in known:
+            out.append(e)
+        elif isinstance(e, ast.Call):
+            if e.func.text in known:
+                out.append(e.func)
+            for a in (*e.args, *(k.value for k in e.kwargs)):
+                expr(a, False)
+        elif isinstance(e, ast.ListExpr):
+            for item in e.items:
+                expr(item, slot)
+
+    for d in program.definitions:
+        for stmt in d.body:
+            v = getattr(stmt, "value", None)
+            for s in (*getattr(v, "settings", ()), *(s for h in getattr(v, "heads", ()) for s in h.settings)):
+                expr(s.value, s.key in SLOT_FAMILIES)
+            for a in getattr(v, "args", ()):
+                expr(a, False)
+            if v is not None and not hasattr(v, "settings"):
+                expr(v.call if hasattr(v, "count") else v, False)
+    return out
+
+
+def test_the_textmate_grammar_file_is_generated_from_the_registry(tm):
+    """Adding a component without regenerating the grammar (python -m rpn2c.runtime.textmate) fails here."""
+    assert (VSCODE / "syntaxes" / "rpn.tmLanguage.json").read_text(encoding="utf-8") == textmate.render_grammar()
+    from rpn2c.components.registry import names
+
+    rule = tm["repository"]["component"]["match"]
+    assert all(re.fullmatch(rule, n) for n in names()) and not re.fullmatch(rule, "relux")
+
+
+def test_every_component_use_in_the_shipped_specs_gets_the_component_scope(tm):
+    rules = _tm_rules(tm)
+    total = 0
+    for spec in SPECS:
+        text = spec.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        for name in _component_uses(parse(text, str(spec))):
+            scope = _tm_line(rules, lines[name.span.line - 1])[name.span.col - 1]
+            assert scope == textmate.COMPONENT_SCOPE, (spec.name, name.span.line, name.text, scope)
+            total += 1
+    assert total > 200  # the corpus has them (214 when this was written)
+
+
+@pytest.mark.parametrize("line,word,scope", [
+    ("    kappa = identity", "identity", textmate.COMPONENT_SCOPE),
+    ("    post = [layer_norm, relu]", "relu", textmate.COMPONENT_SCOPE),
+    ("  y = layer_norm(add(a, b))", "add", textmate.COMPONENT_SCOPE),
+    ("    relu = 2", "relu", "variable.parameter.rpn"),  # a key, not a component
+    ("  y = lib.relu(x)", "relu", "support.function.rpn"),  # a block of an import
+    ("model gat {", "gat", "entity.name.function.rpn"),
+    ("  y = relux(x)", "relux", "support.function.rpn"),
+    ("    kappa = identityx", "identityx", None),
+])
+def test_component_scopes_only_where_a_component_is_written(tm, line, word, scope):
+    at = line.index(word)
+    assert _tm_line(_tm_rules(tm), line)[at] == scope

@@ -1,5 +1,6 @@
 """The language server, driven by pygls's own client over real LSP messages against `rpn2c lsp` in a subprocess
-(initialize, didOpen/didChange, publishDiagnostics, hover, completion, definition, formatting, code actions)."""
+(initialize, didOpen/didChange, publishDiagnostics, hover, completion, definition, formatting, code actions,
+document symbols, references, signature help, inlay hints, code lenses, executeCommand, debounced checks)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,17 @@ import pytest
 from lsprotocol import types as lsp
 from pygls.lsp.client import LanguageClient
 
+import rpn2c
 from rpn2c.components.registry import REGISTRY, SLOT_FAMILIES, lookup, names
+from rpn2c.passes import optimize
 from rpn2c.runtime.cli import main
+from rpn2c.runtime.lsp_features import VIEW_OUTPUT
 from rpn2c.syntax.format import format_program
 from rpn2c.syntax.parser import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 CNN = (ROOT / "specs" / "cnn.rpn").read_text(encoding="utf-8")
+TRANSFORMER = (ROOT / "specs" / "transformer.rpn").read_text(encoding="utf-8")
 
 
 class Session:
@@ -112,6 +117,9 @@ def test_server_announces_every_feature(session):
     assert caps.hover_provider and caps.definition_provider and caps.document_formatting_provider
     assert {"=", "(", ","} <= set(caps.completion_provider.trigger_characters)
     assert caps.code_action_provider
+    assert caps.document_symbol_provider and caps.references_provider and caps.inlay_hint_provider
+    assert {"(", ","} <= set(caps.signature_help_provider.trigger_characters)
+    assert caps.code_lens_provider and list(caps.execute_command_provider.commands) == [VIEW_OUTPUT]
 
 
 def test_diagnostics_as_you_type_report_every_error_with_code_range_and_hint(session, workspace):
@@ -255,3 +263,151 @@ def test_ranges_are_in_the_clients_utf16_units(session, workspace):
     line = text.splitlines()[2]
     start = len(line[:line.index("nope")].encode("utf-16-le")) // 2  # the astral character is 2 UTF-16 units
     assert (unknown.range.start.character, unknown.range.end.character) == (start, start + 4)
+
+
+# ------------------------------------------------------------------------------------------------ structure
+def test_document_symbols_outline_models_blocks_and_values_with_their_types(session, workspace):
+    path = workspace / "outline.rpn"
+    session.open(path, TRANSFORMER)
+    found = session.run(session.client.text_document_document_symbol_async(lsp.DocumentSymbolParams(doc(path))))
+    assert [(s.name, s.kind) for s in found] == [("encoder", lsp.SymbolKind.Function),
+                                                 ("transformer", lsp.SymbolKind.Class)]
+    enc, model = found
+    assert enc.selection_range.start == at(TRANSFORMER, "\nblock ")
+    assert enc.range.start == at(TRANSFORMER, "\nblock ", -len("block "))
+    assert enc.range.end.line == TRANSFORMER.splitlines().index("}", enc.range.start.line)
+    children = {c.name: c for c in enc.children}
+    assert list(children) == ["d", "heads", "ffn", "x", "attn", "ff", "ff2", "y"]
+    assert children["attn"].kind == lsp.SymbolKind.Field and children["d"].kind == lsp.SymbolKind.TypeParameter
+    assert children["attn"].detail == "head sequence[B, T, 32]" and children["ff"].detail == "head sequence[B, T, 64]"
+    assert children["attn"].range.end.line == children["attn"].range.start.line + 7  # the whole `{ ... }`
+    (y,) = [c for c in model.children if c.name == "y"]
+    assert y.kind == lsp.SymbolKind.Module and y.detail == "block use sequence[B, T, 32]"
+
+
+def test_references_of_a_value_a_parameter_and_a_block(session, workspace):
+    path = workspace / "refs.rpn"
+    session.open(path, TRANSFORMER)
+    lines = TRANSFORMER.splitlines()
+
+    def refs(marker, declaration=True):
+        found = session.run(session.client.text_document_references_async(lsp.ReferenceParams(
+            lsp.ReferenceContext(declaration), doc(path), at(TRANSFORMER, marker))))
+        assert all(r.uri == path.as_uri() for r in found)
+        return [(r.range.start.line, lines[r.range.start.line][r.range.start.character:r.range.end.character])
+                for r in found]
+
+    attn = lines.index("  attn = head(x) {")
+    ff, add = lines.index("  ff = head(attn) {"), lines.index("  y = layer_norm(add(attn, ff2))")
+    assert refs("add(at") == [(attn, "attn"), (ff, "attn"), (add, "attn")]
+    assert refs("add(at", declaration=False) == [(ff, "attn"), (add, "attn")]
+    # a parameter: its declaration and uses in its block, not the model's `heads = heads` (another scope)
+    assert [n for _, n in refs("block encoder(d = 32, hea")] == ["heads"] * 4
+    block = lines.index("block encoder(d = 32, heads = 4, ffn = 64) {")
+    assert refs("y = enco") == [(block, "encoder"), (lines.index("  y = encoder(x, d = d, heads = heads)"),
+                                                     "encoder")]
+
+
+def test_signature_help_follows_the_parameter_being_written(session, workspace):
+    text = ("model m {\n  input x: vector[B, 4]\n  y = head(x) {\n    kappa = chebyshev(d = 2, )\n  }\n"
+            "  return y\n}\n")
+    path = workspace / "signature.rpn"
+    session.open(path, text)
+
+    def help_at(marker):
+        return session.run(session.client.text_document_signature_help_async(lsp.SignatureHelpParams(
+            doc(path), at(text, marker))))
+
+    fields = REGISTRY["expansion"]["chebyshev"].schema.model_fields
+    sig = help_at("chebyshev(")
+    (info,) = sig.signatures
+    params = [info.label[a:b] for a, b in (p.label for p in info.parameters)]
+    assert params == [f"{k}: {t}" for k, t in (("d", "int = 2"), ("kind", "1 | 2 = 1"))]
+    assert [k for k in fields] == ["d", "kind"] and info.label.startswith("chebyshev(")
+    assert sig.active_parameter == 0 and "Chebyshev" in info.documentation.value
+    assert help_at("d = 2, ").active_parameter == 1  # d given: kind is next
+    assert help_at("d = ").active_parameter == 0
+    assert help_at("input x") is None  # not inside a call
+
+
+# ------------------------------------------------------------------------------------------------ checked values
+def test_inlay_hints_give_every_values_inferred_type_and_parameter_count(session, workspace):
+    path = workspace / "hints.rpn"
+    session.open(path, TRANSFORMER)
+    lines = TRANSFORMER.splitlines()
+    hints = session.run(session.client.text_document_inlay_hint_async(lsp.InlayHintParams(
+        doc(path), lsp.Range(lsp.Position(0, 0), lsp.Position(len(lines), 0)))))
+    graph = rpn2c.check(TRANSFORMER)
+    by_name = {lines[h.position.line][:h.position.character].strip(): h for h in hints}
+    assert all(h.kind == lsp.InlayHintKind.Type for h in hints)
+    for nid in ("y.attn", "y.ff", "y.ff2"):
+        node = graph.node(nid)
+        assert by_name[nid[2:]].label == f": {node.type} · {node.params:,} params"
+    model_y = next(h for h in hints if lines[h.position.line].startswith("  y = encoder"))
+    assert model_y.label == f": {graph.node('y.y').type} · {graph.param_count:,} params"  # the whole block use
+    assert by_name["input x"].label == ": sequence[B, T, 32]"  # the block's untyped input, as used
+    later = session.run(session.client.text_document_inlay_hint_async(lsp.InlayHintParams(
+        doc(path), lsp.Range(lsp.Position(30, 0), lsp.Position(len(lines), 0)))))
+    assert [h.position.line for h in later] == [34, 35]  # only the range asked for
+    assert session.change(path, TRANSFORMER.replace("out = ffn", "out = nope"), 2)  # the model no longer checks
+    assert list(session.run(session.client.text_document_inlay_hint_async(lsp.InlayHintParams(
+        doc(path), lsp.Range(lsp.Position(0, 0), lsp.Position(len(lines), 0)))))) == []  # nothing stale
+
+
+def test_hover_on_a_value_gives_its_type_shape_parameters_and_kernels(session, workspace):
+    path = workspace / "value_hover.rpn"
+    assert session.open(path, TRANSFORMER) == []
+    graph = optimize(rpn2c.check(TRANSFORMER))
+    node = graph.node("y.attn")
+    for marker in ("\n  att", "add(at"):  # at its binding and at a use
+        hover = session.run(session.client.text_document_hover_async(lsp.HoverParams(doc(path), at(TRANSFORMER,
+                                                                                                       marker))))
+        text = hover.contents.value
+        assert text.startswith("**attn** — head in block `encoder`")
+        assert f"| `y.attn` (transformer) | `{node.type}` | B × T × 32 (items) | {node.params:,} | " \
+               f"{', '.join(node.plan)} |" in text
+        assert node.plan and "`attn = head(x)`" in text
+    model_y = session.run(session.client.text_document_hover_async(lsp.HoverParams(doc(path), at(
+        TRANSFORMER, "\n  y = enc", -6))))
+    assert f"{graph.param_count:,}" in model_y.contents.value and "block use" not in model_y.contents.value
+
+
+def test_code_lens_and_view_output_show_explain_and_the_generated_code(session, workspace):
+    path = workspace / "view.rpn"
+    session.open(path, TRANSFORMER)
+    lenses = session.run(session.client.text_document_code_lens_async(lsp.CodeLensParams(doc(path))))
+    lines = TRANSFORMER.splitlines()
+    named = [lines[c.range.start.line][c.range.start.character:c.range.end.character] for c in lenses]
+    assert named == ["attn", "ff", "ff2", "y"]  # layers, and the model's block use; not ops or inputs
+    lens = lenses[0]
+    assert lens.command.command == VIEW_OUTPUT
+    out = session.run(session.client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+        lens.command.command, lens.command.arguments)))
+    assert out["explain"].splitlines()[0].endswith(": y.attn = head  sequence[B, T, 32]  (4 heads: ξ_instance="
+                                                   "low_rank_bilinear(bias=True, rank=8); fusion=concat_linear(out=32);"
+                                                   " π=identity)")
+    assert "fused_heads" in out["explain"] and "y.ff" not in out["explain"]
+    code = out["code"].splitlines()
+    assert code[1] == "y_attn = self.y.attn" and any("fused_sdpa" in c for c in code)
+    assert not any("self.y.ff" in c for c in code)  # only the lines that run this layer
+    whole = session.run(session.client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+        VIEW_OUTPUT, lenses[-1].command.arguments)))
+    assert all(f"self.y.{n}" in whole["code"] for n in ("attn", "ff", "ff2", "y_add", "y("))
+    assert "```python" in whole["markdown"]
+
+
+# ------------------------------------------------------------------------------------------------ debounce
+def test_a_burst_of_changes_is_checked_once_typing_pauses_and_the_latest_text_wins(session, workspace):
+    path = workspace / "burst.rpn"
+    uri = path.as_uri()
+    assert session.open(path, CNN) == []
+    n = 12
+    texts = [CNN.replace("out = 16", f"out = {'x' * k}16", 1) for k in range(1, n)]
+    final = CNN.replace("patch_max(size = 2)", "patch_maxx(size = 2)", 1)
+    for version, text in enumerate([*texts, final], start=2):  # as fast as a client sends keystrokes
+        session.notify(session.client.text_document_did_change, lsp.DidChangeTextDocumentParams(
+            lsp.VersionedTextDocumentIdentifier(version, uri), [lsp.TextDocumentContentChangeWholeDocument(text)]))
+    (diag,) = session.diagnostics(path, n + 1)
+    assert diag.code == "E0201" and "patch_maxx" in diag.message  # the final text's diagnostics
+    published = [p.version for p in session.published[uri]]
+    assert len(published) - 1 < n / 2 and published[-1] == n + 1  # far fewer checks than changes

@@ -141,3 +141,62 @@ def test_report_and_picture_share_the_recipe():
     from rpn2c.runtime import report
 
     assert report.describe is describe
+
+
+# ------------------------------------------------------------------------------------------------ block uses
+ENCODER6 = (ROOT / "specs" / "transformer.rpn").read_text(encoding="utf-8").split("model ")[0] + """
+model encoder6(d = 32) {
+  input x: sequence[B, T, d]
+  h = repeat(6) encoder(x, d = d)
+  z = encoder(h)
+  y = head(z) { out = 4 }
+  return y
+}
+"""
+
+
+def _boxes(root) -> dict[str, tuple[float, ...]]:
+    return {g.get("data-node"): _rect(g.find(f"{NS}rect")) for g in root.iter(f"{NS}g") if g.get("class") == "node"}
+
+
+def test_repeated_blocks_are_framed_and_labelled_one_cluster_per_use():
+    graph = optimize(rpn2c.check(ENCODER6))
+    root = ET.fromstring(to_svg(graph))
+    clusters = {g.get("data-use"): g for g in root.iter(f"{NS}g") if g.get("class") == "cluster"}
+    assert list(clusters) == [f"h.{i}" for i in range(6)] + ["z"]
+    boxes = _boxes(root)
+    for use, g in clusters.items():
+        assert "".join(g.find(f"{NS}text").itertext()) == f"{use} · block encoder"
+        frame = _rect(g.find(f"{NS}rect"))
+        inside = [n for n, r in boxes.items() if _overlap(frame, r)]
+        assert sorted(inside) == sorted(n.id for n in graph.nodes() if n.id.startswith(use + "."))
+        for n in inside:  # each of the use's boxes lies within its frame
+            r = boxes[n]
+            assert frame[0] < r[0] and r[0] + r[2] < frame[0] + frame[2]
+            assert frame[1] < r[1] and r[1] + r[3] < frame[1] + frame[3]
+
+
+def test_collapsed_pictures_draw_one_box_per_block_use(capsys):
+    graph = optimize(rpn2c.check(ENCODER6))
+    full, small = ET.fromstring(to_svg(graph)), ET.fromstring(to_svg(graph, collapse=True))
+    boxes = _boxes(small)
+    assert set(boxes) == {"x", *(f"h.{i}" for i in range(6)), "z", "y", "return"}
+    assert len(_boxes(full)) == 1 + 7 * 5 + 2 and len(boxes) < len(_boxes(full)) / 3
+    assert float(small.get("height")) < float(full.get("height")) / 3
+    edges = [(g.get("data-source"), g.get("data-target")) for g in small.iter(f"{NS}g") if g.get("class") == "edge"]
+    assert sorted(edges) == sorted([("x", "h.0"), *((f"h.{i}", f"h.{i + 1}") for i in range(5)), ("h.5", "z"),
+                                    ("z", "y"), ("y", "return")])
+    h0 = "".join(t for g in small.iter(f"{NS}g") if g.get("data-node") == "h.0" for t in g.itertext())
+    per_use = sum(n.params for n in graph.nodes() if n.id.startswith("h.0."))
+    assert "block encoder" in h0 and f"{per_use:,} parameters" in h0 and "fused_heads" in h0
+    assert "sequence[B, T, 32]" in "".join(small.itertext())
+    assert not [g for g in small.iter(f"{NS}g") if g.get("class") == "cluster"]
+
+
+def test_the_command_line_collapses_pictures_only(tmp_path, capsys):
+    spec = tmp_path / "encoder6.rpn"
+    spec.write_text(ENCODER6, encoding="utf-8")
+    assert main(["graph", str(spec), "--format", "svg", "--collapse"]) == 0
+    assert capsys.readouterr().out == to_svg(optimize(rpn2c.check_file(spec)), collapse=True)
+    assert main(["graph", str(spec), "--format", "dot", "--collapse"]) == 2
+    assert "--collapse applies to pictures" in capsys.readouterr().err

@@ -12,6 +12,17 @@ function activate(context) {
   };
   client = new LanguageClient("rpn2c", "rpn2c language server", server, {
     documentSelector: [{ scheme: "file", language: "rpn" }, { scheme: "untitled", language: "rpn" }],
+    middleware: {
+      // a code lens's "explain · generated code": show the server's answer beside the spec
+      executeCommand: async (command, args, next) => {
+        const result = await next(command, args);
+        if (command === "rpn2c.viewOutput" && result && result.markdown) {
+          const doc = await vscode.workspace.openTextDocument({ language: "markdown", content: result.markdown });
+          await vscode.window.showTextDocument(doc, { viewColumn: vscode.ViewColumn.Beside, preview: true });
+        }
+        return result;
+      },
+    },
   });
   context.subscriptions.push(client);
   return client.start();

@@ -3,7 +3,8 @@
 Each node is a box (name, kind, recipe, parameters, the kernels the optimiser chose); each value's inferred type
 sits on the edges that leave it; a ``return`` box collects the outputs. Layout: longest-path layers, long edges
 split by virtual points, barycentre ordering sweeps that keep the fewest crossings, and x positions that pull
-every box towards its neighbours without overlap (isotonic regression per layer). Text is measured with the
+every box towards its neighbours without overlap (isotonic regression per layer). The nodes of each block use sit in a
+labelled cluster; ``collapse=True`` draws one box per block use instead (:mod:`rpn2c.ir.blocks`). Text is measured with the
 metrics of DejaVu Sans (bundled with matplotlib), so boxes fit their text. ``Graph._repr_svg_`` and
 ``CompiledModel._repr_svg_`` (Jupyter) and ``rpn2c graph --format svg|png`` all draw this picture.
 """
@@ -11,12 +12,12 @@ metrics of DejaVu Sans (bundled with matplotlib), so boxes fit their text. ``Gra
 from __future__ import annotations
 
 import functools
-import io
 from dataclasses import dataclass, field
 from xml.sax.saxutils import escape, quoteattr
 
 import networkx as nx
 
+from rpn2c.ir import blocks
 from rpn2c.ir.graph import Graph, Node
 
 FONT = "DejaVu Sans"  # bundled with matplotlib: the metrics the boxes are sized with
@@ -30,7 +31,7 @@ RETURN = "\x00return"  # the id of the return box (no spec name can collide)
 # kind -> (fill, stroke)
 COLOURS = {"input": ("#e8f5e9", "#43a047"), "head": ("#e3f2fd", "#1e88e5"), "layer": ("#e3f2fd", "#1e88e5"),
            "compress": ("#fff3e0", "#fb8c00"), "recurrent": ("#f3e5f5", "#8e24aa"), "op": ("#f5f5f5", "#757575"),
-           "return": ("#eceff1", "#455a64")}
+           "return": ("#eceff1", "#455a64"), "block": ("#ede7f6", "#5e35b1")}
 INK, MUTED, KERNEL, EDGE = "#212121", "#616161", "#ad1457", "#78909c"
 
 
@@ -40,6 +41,8 @@ def describe(node: Node) -> str:
         return "input"
     if node.kind == "op":
         return str(node.op)
+    if node.kind == "block":
+        return f"{node.trace['nodes']} nodes"
     if node.kind == "recurrent":
         r = node.layer
         bits = [f"cell={r.cell}", "ξ=chain(state feedback)", f"H={r.hidden}"]
@@ -155,6 +158,18 @@ class Edge:
 
 
 @dataclass
+class Cluster:
+    """A frame around the boxes (and shape labels) of one block use, titled with the use and its block."""
+
+    use: str
+    title: str
+    x: float
+    y: float
+    w: float
+    h: float
+
+
+@dataclass
 class Layout:
     title: str
     width: float
@@ -162,6 +177,7 @@ class Layout:
     boxes: list[Box]
     labels: list[Label]
     edges: list[Edge]
+    clusters: list[Cluster] = field(default_factory=list)
 
 
 def _line_height(line: list[Run]) -> float:
@@ -170,7 +186,8 @@ def _line_height(line: list[Run]) -> float:
 
 def _box(node: Node) -> Box:
     kind = node.layer.kind if node.layer is not None and node.kind == "layer" else node.kind
-    lines = [[Run(node.id, TITLE, bold=True), Run(kind, TEXT, colour=MUTED, gap=8.0)]]
+    shown = f"block {node.trace['block']}" if node.kind == "block" and node.trace.get("block") else kind
+    lines = [[Run(node.id, TITLE, bold=True), Run(shown, TEXT, colour=MUTED, gap=8.0)]]
     if node.kind != "input":
         lines += [[Run(part)] for part in _wrap(describe(node))]
     if node.params:
@@ -349,7 +366,20 @@ def layout(graph: Graph) -> Layout:
         edges.append(Edge(u, v, roles[u, v], pts, left=pts[-2][0] > pts[-1][0] + 0.5))  # text away from the curve
     right = max(max(x[v] + width[v] / 2 for v in x), MARGIN + text_width(title, TITLE, True))
     return Layout(title, right + MARGIN, top - LAYER_GAP + MARGIN, [boxes[v] for v in sorted(boxes, key=str)],
-                  [labels[u] for u in sorted(labels)], edges)
+                  [labels[u] for u in sorted(labels)], edges, _clusters(graph, boxes, labels))
+
+
+def _clusters(graph: Graph, boxes: dict[str, Box], labels: dict[str, Label]) -> list[Cluster]:
+    out = []
+    for use, nodes in blocks.block_uses(graph).items():
+        parts = [(b.x, b.y, b.x + b.w, b.y + b.h) for b in (boxes[v] for v in nodes)]
+        parts += [(lab.x - lab.w / 2, lab.y - lab.h / 2, lab.x + lab.w / 2, lab.y + lab.h / 2)
+                  for lab in (labels[v] for v in nodes if v in labels)]
+        x0, y0 = min(p[0] for p in parts) - 10, min(p[1] for p in parts) - 22
+        x1, y1 = max(p[2] for p in parts) + 10, max(p[3] for p in parts) + 8
+        name = blocks.block_name(graph, use, nodes)
+        out.append(Cluster(use, f"{use} · block {name}" if name else use, x0, y0, x1 - x0, y1 - y0))
+    return out
 
 
 def _path(points: list[tuple[float, float]]) -> list[tuple[str, list[tuple[float, float]]]]:
@@ -380,15 +410,20 @@ def _f(v: float) -> str:
     return f"{v:.1f}".rstrip("0").rstrip(".")
 
 
-def to_svg(graph: Graph) -> str:
-    """The picture as a standalone SVG document (deterministic: equal graphs give equal text)."""
-    lay = layout(graph)
+def to_svg(graph: Graph, collapse: bool = False) -> str:
+    """The picture as a standalone SVG document (deterministic: equal graphs give equal text); ``collapse`` draws
+    one box per block use."""
+    lay = layout(blocks.collapse(graph) if collapse else graph)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_f(lay.width)}" height="{_f(lay.height)}" '
            f'viewBox="0 0 {_f(lay.width)} {_f(lay.height)}" font-family="{FONT_FAMILY}" font-size="{_f(TEXT)}">',
            f"<title>{escape(lay.title)}</title>",
            f'<rect width="100%" height="100%" fill="#ffffff"/>',
            f'<text x="{_f(MARGIN)}" y="{_f(MARGIN + 13)}" font-size="{_f(TITLE)}" font-weight="bold" '
            f'fill="{INK}">{escape(lay.title)}</text>',
+           *(f'<g class="cluster" data-use={quoteattr(c.use)}><rect x="{_f(c.x)}" y="{_f(c.y)}" '
+             f'width="{_f(c.w)}" height="{_f(c.h)}" rx="8" fill="none" stroke="{COLOURS["block"][1]}" '
+             f'stroke-dasharray="5,3"/><text x="{_f(c.x + 8)}" y="{_f(c.y + 14)}" font-size="{_f(SMALL)}" '
+             f'font-weight="bold" fill="{COLOURS["block"][1]}">{escape(c.title)}</text></g>' for c in lay.clusters),
            '<g class="edges">']
     for e in lay.edges:
         d = f"M{_f(e.points[0][0])},{_f(e.points[0][1])}"
@@ -452,51 +487,8 @@ def _line_positions(b: Box):
 
 
 # ------------------------------------------------------------------------------------------------ PNG
-def to_png(graph: Graph, scale: float = 2.0) -> bytes:
+def to_png(graph: Graph, scale: float = 2.0, collapse: bool = False) -> bytes:
     """The same picture rasterised with matplotlib (``scale`` pixels per SVG unit)."""
-    from matplotlib.figure import Figure
-    from matplotlib.patches import FancyBboxPatch, PathPatch, Polygon
-    from matplotlib.path import Path as MPath
+    from rpn2c.ir.picture_png import render_png
 
-    lay = layout(graph)
-    fig = Figure(figsize=(lay.width / 72, lay.height / 72), dpi=72)
-    ax = fig.add_axes((0, 0, 1, 1))
-    ax.set_xlim(0, lay.width)
-    ax.set_ylim(lay.height, 0)
-    ax.axis("off")
-
-    def text(x, y, s: Run, **kw):
-        ax.text(x, y, s.text, fontsize=s.size, fontfamily=FONT, fontweight="bold" if s.bold else "normal",
-                color=s.colour, va="baseline", **kw)
-
-    text(MARGIN, MARGIN + 13, Run(lay.title, TITLE, bold=True))
-    for e in lay.edges:
-        verts, codes = [e.points[0]], [MPath.MOVETO]
-        for cmd, pts in _path(e.points[:-1] + [(e.points[-1][0], e.points[-1][1] - 7)]):
-            verts += pts
-            codes += [MPath.LINETO] if cmd == "L" else [MPath.CURVE4] * 3
-        ax.add_patch(PathPatch(MPath(verts, codes), fill=False, edgecolor=EDGE, linewidth=1.3))
-        ax.add_patch(Polygon(_arrow(*e.points[-1]), closed=True, facecolor=EDGE, edgecolor="none"))
-        role = _role_text(e.role)
-        if role:
-            tx, ty = e.points[-1]
-            text(tx - 5 if e.left else tx + 5, ty - 10, Run(role, SMALL, colour=MUTED), fontstyle="italic",
-                 ha="right" if e.left else "left")
-    for lab in lay.labels:
-        ax.add_patch(FancyBboxPatch((lab.x - lab.w / 2, lab.y - lab.h / 2), lab.w, lab.h,
-                                    boxstyle="round,pad=0,rounding_size=8", facecolor="#ffffff", edgecolor=EDGE,
-                                    linewidth=1.0, mutation_aspect=1))
-        ax.text(lab.x, lab.y + 3.5, lab.text, fontsize=SMALL, fontfamily=FONT, color=INK, ha="center",
-                va="baseline")
-    for b in lay.boxes:
-        fill, stroke = COLOURS.get(b.kind, COLOURS["op"])
-        r = min(14 if b.kind in ("input", "return") else 5, b.h / 2)
-        ax.add_patch(FancyBboxPatch((b.x, b.y), b.w, b.h, boxstyle=f"round,pad=0,rounding_size={r}",
-                                    facecolor=fill, edgecolor=stroke, linewidth=1.4, mutation_aspect=1))
-        for (tx, ty), line in _line_positions(b):
-            for s in line:
-                text(tx + s.gap, ty, s)
-                tx += s.width
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=72 * scale, facecolor="#ffffff")
-    return buf.getvalue()
+    return render_png(layout(blocks.collapse(graph) if collapse else graph), scale)

@@ -82,14 +82,16 @@ def cmd_graph(args) -> int:
     if args.format == "png" and args.out is None and sys.stdout.isatty():
         raise _Usage("--format png writes binary data: give --out FILE.png or redirect standard output")
     graph = _graph(args)
+    if args.collapse and args.format not in ("svg", "png"):
+        raise _Usage("--collapse applies to pictures: --format svg or png")
     if args.format == "png":
-        data = to_png(graph)
+        data = to_png(graph, collapse=args.collapse)
         if args.out is None:
             sys.stdout.buffer.write(data)
         else:
             Path(args.out).write_bytes(data)
         return EXIT_OK
-    text = {"dot": to_dot, "mermaid": to_mermaid, "svg": to_svg,
+    text = {"dot": to_dot, "mermaid": to_mermaid, "svg": lambda g: to_svg(g, collapse=args.collapse),
             "json": lambda g: g.to_json(indent=2, kernels=True)}[args.format](graph).rstrip("\n") + "\n"
     if args.out is None:
         sys.stdout.write(text)
@@ -194,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = spec_cmd("graph", "print the IR graph, or draw it (svg, png: shapes on the edges, kernels chosen)",
                  cmd_graph)
     s.add_argument("--format", choices=["dot", "mermaid", "json", "svg", "png"], default="dot")
+    s.add_argument("--collapse", action="store_true",
+                   help="svg, png: draw each block use as one box (default: its nodes, framed and labelled)")
     s.add_argument("--out", metavar="FILE", help="write to FILE (default: standard output)")
     s = spec_cmd("explain", "show the optimiser's decisions: rules fired per layer, where they are defined, "
                             "kernels and estimated cost", cmd_explain)

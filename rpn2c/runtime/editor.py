@@ -16,12 +16,11 @@ import lark
 from lark.exceptions import UnexpectedCharacters
 
 import rpn2c.components  # noqa: F401  (registers every component)
-from rpn2c.check.elaborate import OP_FAMILIES, elaborate
+from rpn2c.check.elaborate import OP_FAMILIES
 from rpn2c.check.heads import DECL_KEYS, LAYER_KEYS, SINGLE_HEAD_KEYS
-from rpn2c.check.loader import load
 from rpn2c.check.recurrent import RECURRENT_KEYS
 from rpn2c.components.registry import FAMILIES, SLOT_FAMILIES, Entry, lookup, names
-from rpn2c.errors import Diagnostic, SpecError
+from rpn2c.errors import Diagnostic
 from rpn2c.ir.types import TYPE_CONSTRUCTORS
 from rpn2c.runtime.docgen import docstring, type_text, value_text
 from rpn2c.syntax.format import format_program
@@ -42,21 +41,10 @@ _KEYWORD_TYPES = {t.upper() for t in (*TOP_KEYWORDS, *BODY_KEYWORDS, *VALUE_KEYW
 def check_text(text: str, file: str = "<string>", *, path: Path | None = None,
                root: Path | None = None) -> list[Diagnostic]:
     """Every diagnostic of ``text``: a parse error, or each model's checker errors in one list (a file of blocks
-    only is checked for what the loader sees: imports and duplicate names)."""
-    try:
-        unit, sources = load(text, file, path=path, root=root)
-    except SpecError as exc:
-        return list(exc.diagnostics)
-    models = [d.name for d in unit.program.definitions if d.kind == "model"]
-    found: dict[tuple, Diagnostic] = {}
-    for name in models or [None]:
-        try:
-            elaborate(unit, sources, name)
-        except SpecError as exc:
-            for d in exc.diagnostics:
-                if models or d.code != "E0505":  # a library of blocks is not an error
-                    found.setdefault((d.code, d.span, d.message), d)
-    return sorted(found.values(), key=lambda d: (d.span.file != file, d.span.line, d.span.col, d.code))
+    only is checked for what the loader sees: imports and duplicate names); see :func:`rpn2c.runtime.analysis.analyse`."""
+    from rpn2c.runtime.analysis import analyse
+
+    return analyse(text, file, path=path, root=root).diagnostics
 
 
 def format_text(text: str, file: str = "<string>") -> str:

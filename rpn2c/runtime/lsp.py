@@ -7,6 +7,7 @@ fixes), hover and completion from the component registry, formatting from ``rpn2
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from rpn2c.errors import Span, SpecError
 from rpn2c.runtime.common import EXIT_OK, _Usage
 
 NAME = "rpn2c"
+DEBOUNCE = 0.15  # seconds without a change before a changed document is checked (``debounce_ms`` overrides)
 INSTALL_HINT = "`rpn2c lsp` needs the language-server packages: pip install \"rpn2c[lsp]\""
 _SUGGESTED = re.compile(r"did you mean '([A-Za-z_][A-Za-z0-9_.]*)'\?")
 
@@ -41,9 +43,10 @@ def create_server():
     except ImportError:
         raise _Usage(INSTALL_HINT) from None
     from rpn2c import __version__
-    from rpn2c.runtime import editor
+    from rpn2c.runtime import editor, lsp_features
 
     server = LanguageServer(NAME, __version__)
+    server.debounce = DEBOUNCE
 
     def document(uri: str):
         doc = server.workspace.get_text_document(uri)
@@ -80,12 +83,40 @@ def create_server():
         return lsp.Diagnostic(rng, message, severity=lsp.DiagnosticSeverity.Error, code=d.code, source=NAME,
                               related_information=related or None, data=data)
 
-    def publish(uri: str, version: int | None = None) -> None:
+    cache: dict[str, object] = {}  # uri -> the analysis of its latest checked text
+    timers: dict[str, asyncio.TimerHandle] = {}
+    server.checks = 0  # how many times a text was checked (the debounce keeps it below the changes)
+
+    def analysis_of(uri: str):
+        """The analysis of the document's current text: cached while the text is unchanged."""
+        from rpn2c.runtime.analysis import analyse
+
         doc, text, path = document(uri)
-        file = str(path) if path else uri
-        diagnostics = editor.check_text(text, file, path=path)  # imports confined as `rpn2c check` does
-        items = [to_lsp(doc, text, file, d) for d in diagnostics]
+        a = cache.get(uri)
+        if a is None or a.text != text:
+            server.checks += 1
+            a = cache[uri] = analyse(text, str(path) if path else uri, path=path)
+        return a
+
+    def publish(uri: str, version: int | None = None) -> None:
+        timers.pop(uri, None)
+        doc, text, path = document(uri)
+        a = analysis_of(uri)  # imports confined as `rpn2c check` does
+        items = [to_lsp(doc, text, a.file, d) for d in a.diagnostics]
         server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri, items, version))
+
+    def publish_later(uri: str, version: int | None) -> None:
+        """Check once typing pauses: each change restarts the wait; the latest text wins."""
+        if uri in timers:
+            timers.pop(uri).cancel()
+        timers[uri] = asyncio.get_running_loop().call_later(server.debounce, lambda: publish(uri, version))
+
+    @server.feature(lsp.INITIALIZE)
+    def initialize(ls, params: lsp.InitializeParams):
+        options = params.initialization_options if isinstance(params.initialization_options, dict) else {}
+        debounce = options.get("debounce_ms")
+        if isinstance(debounce, (int, float)) and not isinstance(debounce, bool) and 0 <= debounce <= 10_000:
+            server.debounce = debounce / 1000
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls, params: lsp.DidOpenTextDocumentParams):
@@ -93,14 +124,18 @@ def create_server():
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls, params: lsp.DidChangeTextDocumentParams):
-        publish(params.text_document.uri, params.text_document.version)
+        publish_later(params.text_document.uri, params.text_document.version)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls, params: lsp.DidSaveTextDocumentParams):
+        cache.pop(params.text_document.uri, None)  # an imported file may have changed on disk
         publish(params.text_document.uri)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls, params: lsp.DidCloseTextDocumentParams):
+        cache.pop(params.text_document.uri, None)
+        if params.text_document.uri in timers:
+            timers.pop(params.text_document.uri).cancel()
         server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(params.text_document.uri, []))
 
     def position(doc, pos: lsp.Position) -> tuple[int, int]:
@@ -110,7 +145,9 @@ def create_server():
     @server.feature(lsp.TEXT_DOCUMENT_HOVER)
     def hover(ls, params: lsp.HoverParams):
         doc, text, path = document(params.text_document.uri)
-        h = editor.hover(text, *position(doc, params.position), path=path)
+        line, col = position(doc, params.position)
+        h = lsp_features.value_hover(analysis_of(params.text_document.uri), text, line, col) or editor.hover(
+            text, line, col, path=path)
         if h is None:
             return None
         rng = lsp.Range(lsp.Position(h.line, h.col), lsp.Position(h.line, h.end_col))
@@ -186,6 +223,7 @@ def create_server():
                                           diagnostics=[diag], edit=edit, is_preferred=True))
         return actions or None
 
+    lsp_features.register(server, lsp, document, client_range, analysis_of)
     return server
 
 
