@@ -57,12 +57,25 @@ def signature(node: Node, inputs: list) -> dict[str, Any]:
     """What fixes a node's parameter shapes: its kind, its whole configuration, its inputs' feature widths and its
     parameter count (flattened, so a difference names the setting)."""
     spec = node.layer.canonical() if node.layer is not None else node.op.canonical() if node.op is not None else {}
+    if node.kind == "layer":  # processing without weights (activations) may differ between the uses
+        spec = _weighted_processing(node, spec, inputs[0])
     out: dict[str, Any] = {"kind": node.kind, "parameter count": node.params}
     _flat("", spec, out)
     for i, t in enumerate(inputs):
         if t is not None:
             out[f"input {i} features"] = str(t.features) if t.kind != "grid" else str(t.shape[1])
     return out
+
+
+def _weighted_processing(node: Node, spec: dict, x) -> dict:
+    """``spec`` with only the processing steps that hold parameters (a norm's affine, PReLU's slopes)."""
+    def weighted(uses, t):
+        return [u.canonical() for u in uses if t is None or u.component.count(t) > 0]
+
+    spec = {**spec, "pre": weighted(node.layer.pre, x), "post": weighted(node.layer.post, node.type)}
+    spec["heads"] = [{**c, "post": weighted(h.post, node.type)} if h.post else c
+                     for c, h in zip(spec["heads"], node.layer.heads)]
+    return spec
 
 
 def tie(node: Node, target: Node, inputs: list, target_inputs: list, span: Span, diags: Diagnostics) -> bool:
@@ -163,6 +176,9 @@ class Tying:
         of its transpose with ``transpose = true``."""
         ok = True
         for h, t in zip(node.layer.heads, node.trace["heads"]):
+            xi = h.xi.get("xi_instance")
+            if xi is not None and getattr(xi.component.hp, "share_psi", False):
+                ok = _check_share_psi(h, t, xi, self.diags) and ok
             if h.psi.name != "tied":
                 continue
             hp = h.psi.component.hp
@@ -185,6 +201,20 @@ class Tying:
                                  h.psi.span, notes=[(src.span, f"'{src.id}' is defined here")])
                 ok = False
         return ok
+
+
+def _check_share_psi(h, t, xi, diags: Diagnostics) -> bool:
+    """``graph_attention(share_psi = true)``: W ∈ R^{r x M} is the head's ψ, so ψ is a plain matrix over the raw
+    features (identity κ and ψ, one channel) with r = out rows."""
+    rank = xi.component.hp.rank
+    if h.psi.name != "identity" or h.kappa.name != "identity" or h.channels != 1 or h.groups != 1:
+        diags.error("E0402", "share_psi = true scores with the head's ψ weight: the head needs psi = identity, "
+                             "kappa = identity, one channel and one group", xi.span)
+        return False
+    if t.n != rank:
+        diags.error("E0402", f"share_psi = true: the head's ψ has {t.n} rows (out), but rank = {rank}", xi.span)
+        return False
+    return True
 
 
 def weight_shape(node: Node) -> tuple[int, int] | None:

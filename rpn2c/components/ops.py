@@ -55,8 +55,9 @@ def _broadcast_pair(a, b, what, arg):
     spatial axis; the channel/feature axis never broadcasts); the result keeps the layout and role."""
     if a.kind == b.kind and tuple(a.shape) == tuple(b.shape):
         return a
-    if (a.kind != b.kind or a.kind not in _FEATURE_AXIS or len(a.shape) != len(b.shape) or a.batched != b.batched
-            or a.time_major != b.time_major):
+    one_graph = a.batched != b.batched and (a if a.batched else b).batch == 1  # a parameter on one graph's nodes
+    if (a.kind != b.kind or a.kind not in _FEATURE_AXIS or len(a.shape) != len(b.shape)
+            or (a.batched != b.batched and not one_graph) or a.time_major != b.time_major):
         raise ShapeRuleError(f"{what} needs equal shapes (or shapes that broadcast), got {a} and {b}", arg=arg)
     feature = _FEATURE_AXIS[a.kind] % len(a.shape)
     shape = []

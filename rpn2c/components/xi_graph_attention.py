@@ -27,6 +27,9 @@ class _GraphAttentionHP(HP):
     rank: Optional[int] = Field(None, ge=1, description="score factors W ∈ R^{M x r}, a_src, a_dst ∈ R^r "
                                                         "(GAT's own); default the folded u = W a ∈ R^M")
     dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the attention coefficients while training")
+    share_psi: bool = Field(False, description="score with the head's ψ weight as W (GAT's one projection: "
+                                               "W ∈ R^{r x M} is ψ, r = the head's out); needs rank",
+                            json_schema_extra={"hash": "omit_default"})
 
 
 @register
@@ -56,8 +59,15 @@ class GraphAttention(Interdependence):
                                  "rank out (separate u_src, u_dst)")
         return ctx.size
 
+    def out_size_check(self):
+        if self.hp.share_psi and self.hp.rank is None:
+            raise ShapeRuleError("share_psi = true scores with the head's ψ weight: give rank = the head's out")
+
     def count(self, ctx):
         r = self.hp.rank
+        self.out_size_check()
+        if self.hp.share_psi:
+            return 2 * r  # W is the head's ψ, counted there
         return ctx.query_features + ctx.context_features if r is None else ctx.context_features * r + 2 * r
 
     def build(self, ctx):
@@ -75,16 +85,32 @@ class _GraphAttentionXi(XiModule):
     def __init__(self, hp, mq, mc):
         super().__init__()
         self.hp = hp
+        self.__dict__["_psi"] = None  # share_psi: the head's ψ module (bound by the model; not a sub-module)
         if hp.rank is None:
             self.u_src, self.u_dst = _glorot(mc), _glorot(mq)
         else:
-            self.weight, self.att_src, self.att_dst = _glorot(mc, hp.rank), _glorot(hp.rank), _glorot(hp.rank)
+            if not hp.share_psi:
+                self.weight = _glorot(mc, hp.rank)
+            self.att_src, self.att_dst = _glorot(hp.rank), _glorot(hp.rank)
+
+    def bind_psi(self, psi: nn.Module) -> None:
+        """``share_psi``: score with ``psi.weight``ᵀ (one tensor for W, as GATConv's ``lin``)."""
+        self.__dict__["_psi"] = psi
+
+    def projection(self) -> torch.Tensor:
+        """W [M, r]: the ξ's own, or the head's ψ weight transposed."""
+        if not self.hp.share_psi:
+            return self.weight
+        if self._psi is None:
+            raise RuntimeError("graph_attention(share_psi = true) is used before the model bound it to its ψ")
+        return self._psi.weight.t()
 
     def scores(self, q, c):
         """``(s_dst [..., Nq], s_src [..., Nc])``: each target's and each source's additive score term."""
         if self.hp.rank is None:
             return q @ self.u_dst, c @ self.u_src
-        return (q @ self.weight) @ self.att_dst, (c @ self.weight) @ self.att_src
+        w = self.projection()
+        return (q @ w) @ self.att_dst, (c @ w) @ self.att_src
 
     def matrix(self, q, c, aux, size=None):
         """The literal A [..., Nq, Nc]: multiplicity m_ij of edge j → i, A_ij = m_ij e^{s_ij} / Σ_k m_ik e^{s_ik}."""

@@ -129,14 +129,15 @@ def gat_conv(m, ctx: Context) -> Value:
             ctx.fail(f"{arg}=...", "only GATConv(x, edge_index)")
     f, h, c = m.in_channels, m.heads, m.out_channels
     x, ei = _node_inputs(ctx, f, batched=False)
-    xi = [f"edges = {ei.name}", f"rank = {c}", f"negative_slope = {float(m.negative_slope)!r}"]
+    xi = [f"edges = {ei.name}", f"rank = {c}", f"negative_slope = {float(m.negative_slope)!r}", "share_psi = true"]
     if not m.add_self_loops:
         xi.append("self_loops = false")
     if m.dropout > 0:
         xi.append(f"dropout = {float(m.dropout)!r}")
     fuse = "concat" if m.concat else "mean"
     settings = ([f"heads = {h}"] if h > 1 else []) + [f"xi_instance = graph_attention({', '.join(xi)})", f"out = {c}"]
-    if m.bias is None:
+    shared_bias = m.bias is not None and h > 1 and not m.concat  # one bias after the mean, not one per head
+    if m.bias is None or shared_bias:
         settings.append("bias = false")
     if h > 1:
         settings.append(f"fusion = {fuse}")
@@ -146,17 +147,20 @@ def gat_conv(m, ctx: Context) -> Value:
     comment = [f"{ctx.where()}({f} -> {h} x {c}, {fuse}): {h} graph attention head(s) fused by {fuse}; per head:",
                f"  ξ_instance = softmax over the edges into each node ({loops}) of",
                f"  LeakyReLU_{m.negative_slope}(a_srcᵀ W x_j + a_dstᵀ W x_i) (W, a = lin.weight, att_src/att_dst slices),",
-               f"  κ identity, ψ identity = W (lin.weight again: ξ and ψ hold copies), {bias}"]
+               f"  κ identity, ψ identity = W (the same tensor: share_psi = true), {bias}"]
     y = ctx.head(x, settings, comment=comment, name=name, uses=[ei])
     for i in range(h):
         p = name if h == 1 else f"{name}.heads.h{i}"
         rows = (i * c, (i + 1) * c)
         ctx.param(f"{p}.psi.weight", "lin.weight", rows=rows)
-        ctx.param(f"{p}.xi_instance.weight", "lin.weight", rows=rows, transpose=True)
         _param_entry(ctx, f"{p}.xi_instance.att_src", "att_src", (0, i))
         _param_entry(ctx, f"{p}.xi_instance.att_dst", "att_dst", (0, i))
-        if m.bias is not None:
+        if m.bias is not None and not shared_bias:
             ctx.param(f"{p}.bias", "bias", rows=rows if m.concat else None)
+    if shared_bias:  # mean_h(z_h) + b: the bias once, after the heads' mean
+        b = ctx.free(f"nodes[1, 1, {c}]", "bias", "items", (1, 1, c), prefix=f"{name}_bias", link_shape=(1, 1, c),
+                     comment=f"{ctx.where()}.bias: added once after the mean of the heads")
+        y = ctx.op("add", [y, b], name=ctx.fresh(f"{name}_out"), comment="the heads' mean plus the bias")
     return y
 
 

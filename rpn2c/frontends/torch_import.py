@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from rpn2c.errors import Diagnostic, Span, SpecTypeError
+from rpn2c.frontends.sharing import share_weights
 from rpn2c.syntax.format import literal as lit
 
 ERROR_CODE = "E0390"
@@ -231,6 +232,8 @@ class _Stmt:
 
     def render(self) -> list[str]:
         lines = [line for c in self.comments for line in _comment_lines(c)]
+        if self.kind == "param":
+            return lines + [f"  param {self.name}: {self.expr}"]
         if self.kind == "op":
             return lines + [f"  {self.name} = {self.expr}"]
         body = list(self.settings)
@@ -506,6 +509,17 @@ class Context:
         self.builder.stmts.append(stmt)
         return self._new_value(name, stmt, kind or args[0].kind, shape or self.output_shape, args[0], time_major)
 
+    def free(self, type_text: str, torch_local: str, kind: str, shape: Sequence[int], *, prefix: str = "p",
+             comment: Sequence[str] | str = (), link_shape: Sequence[int] | None = None) -> Value:
+        """Emit ``param name: type_text`` holding this module's tensor ``torch_local`` (reshaped to ``link_shape``):
+        a learnable tensor that is no head's ψ (a bias after a fusion, positions, a class token, a layer scale)."""
+        name = self.fresh(prefix)
+        comments = [comment] if isinstance(comment, str) else list(comment)
+        stmt = _Stmt(name, comments, kind="param", expr=type_text)
+        self.builder.stmts.append(stmt)
+        self.param(f"{name}.value", torch_local, shape=link_shape)
+        return self._new_value(name, stmt, kind, shape, None, False, True)
+
     def process(self, x: Value, fn: str, kwargs: str = "", *, comment: str = "") -> tuple[Value, str]:
         """A processing function after ``x``: folded into the producing head's ``post`` list when ``x`` is that
         head's fresh result, else a standalone op. Returns the result and the parameter prefix of the function."""
@@ -546,7 +560,10 @@ class SpecBuilder:
         self.links: dict[str, Link] = {}
         self.tensors: OrderedDict[str, torch.Tensor] = OrderedDict()
         self.source_shapes: dict[str, tuple[int, ...]] = {}
+        self.sources: dict[str, torch.Tensor] = {}  # compiled name -> the torch tensor object it comes from
         self.notes: list[str] = []
+        # a tensor's torch name (the first, as named_parameters lists a tied one), wherever a module reads it
+        self.torch_names = {id(t): n for n, t in (*root.named_parameters(), *root.named_buffers())}
 
     def fresh(self, base: str, prefix: str) -> str:
         base = re.sub(r"\W", "_", base or "")
@@ -566,7 +583,8 @@ class SpecBuilder:
         if local not in tensors or tensors[local] is None:
             raise TorchImportError(path, class_name(module), None, f"has no tensor '{local}'")
         src = tensors[local]
-        full = f"{path}.{local}" if path else local
+        full = self.torch_names.get(id(src)) or (f"{path}.{local}" if path else local)
+        self.sources[compiled] = src
         link = Link(full, rows, transpose, tuple(shape) if shape is not None else None)
         self.links[compiled] = link
         self.source_shapes[full] = tuple(src.shape)
@@ -726,6 +744,7 @@ def from_torch(module: nn.Module, example_inputs: Any = (), example_kwargs: Mapp
     model_name = re.sub(r"\W", "_", name or type(module).__name__.lower())
     if not model_name or model_name[0].isdigit() or model_name in RESERVED or keyword.iskeyword(model_name):
         model_name = "m_" + model_name
+    share_weights(b)
     text = _render(b, module, model_name, out)
     desc = {"RNN": "output", "GRU": "output", "LSTM": "output", "MultiheadAttention": "attn_output"}
     return TorchSpec(text, b.tensors, [i.name for i in b.inputs], b.links, b.source_shapes,

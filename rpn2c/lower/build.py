@@ -95,15 +95,19 @@ class CompiledModel(nn.Module):
             share(self.get_submodule(mine), self.get_submodule(theirs))
 
     def _bind_tied_psi(self) -> None:
-        """``psi = tied(src)``: each such ψ reads the source node's weight matrix (components/psi_tied.py)."""
+        """``psi = tied(src)``: each such ψ reads the source node's weight matrix (components/psi_tied.py);
+        ``graph_attention(share_psi = true)`` scores with its head's ψ weight."""
         g = self.graph
         for node in g.nodes():
             if node.kind != "layer":
                 continue
             module = self.get_submodule(node.id)
             for h in node.layer.heads:
+                holder = module.heads[h.name] if len(node.layer.heads) > 1 else module
+                xi = h.xi.get("xi_instance")
+                if xi is not None and getattr(xi.component.hp, "share_psi", False):
+                    holder.xi_instance.bind_psi(holder.psi)  # GAT: the scores' W is the head's ψ
                 if h.psi.name == "tied":
-                    holder = module.heads[h.name] if len(node.layer.heads) > 1 else module
                     src = g.node(h.psi.component.hp.source.name)
                     src = g.node(src.tie) if src.tie is not None else src
                     owner = self.get_submodule(src.id)
@@ -213,13 +217,12 @@ def _set_path(root: nn.Module, path: str, module: nn.Module) -> None:
 
 
 def share(holder: nn.Module, source: nn.Module) -> None:
-    """Point every parameter and buffer of ``holder`` at ``source``'s tensor of the same path."""
-    theirs = dict(source.named_parameters(remove_duplicate=False))
-    bufs = dict(source.named_buffers(remove_duplicate=False))
-    for path, _ in list(holder.named_parameters(remove_duplicate=False)):
-        owner, _, leaf = path.rpartition(".")
-        holder.get_submodule(owner)._parameters[leaf] = theirs[path]
-    for path, _ in list(holder.named_buffers(remove_duplicate=False)):
-        owner, _, leaf = path.rpartition(".")
-        if path in bufs:
-            holder.get_submodule(owner)._buffers[leaf] = bufs[path]
+    """Point every parameter and buffer of ``holder`` at ``source``'s, in registration order (the checker made sure
+    both hold the same tensors; processing without weights may sit at other positions)."""
+    for kind in ("_parameters", "_buffers"):
+        mine = [(m, k) for m in holder.modules() for k, t in getattr(m, kind).items() if t is not None]
+        theirs = [t for m in source.modules() for t in getattr(m, kind).values() if t is not None]
+        if [tuple(getattr(m, kind)[k].shape) for m, k in mine] != [tuple(t.shape) for t in theirs]:
+            raise ValueError(f"tied modules hold different tensors: {type(holder).__name__} vs {type(source).__name__}")
+        for (m, k), t in zip(mine, theirs):
+            getattr(m, kind)[k] = t

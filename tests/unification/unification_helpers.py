@@ -54,6 +54,11 @@ def flat_arguments(module, args, kwargs=None) -> list[torch.Tensor]:
     return out
 
 
+def n_free(module) -> int:
+    """The number of free (learnable) parameters, each tied tensor once."""
+    return sum(p.numel() for p in module.parameters())
+
+
 def primary(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
@@ -78,6 +83,7 @@ def assert_matches_torch(module, args, kwargs=None, *, grads=True, seed=7, rtol=
     for reference in references:
         model = compile_or_skip(spec, reference)
         assert set(model.state_dict()) == set(spec.state_dict)
+        assert n_free(model) == n_free(module), f"free parameters: {n_free(model)} vs torch's {n_free(module)}"
         got = model(*inputs)
         assert got.shape == expected.shape, spec.text
         assert_close(got, expected.detach(), rtol=rtol, atol=atol,
