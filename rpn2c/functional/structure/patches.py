@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
-
-import torch
-from torch import Tensor
+from typing import Literal, TYPE_CHECKING
 
 from rpn2c.functional.structure._common import _dtype, _to_sparse, _tuple, IntOrTuple, PaddingMode, SparseFormat
+
+if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
+    import torch
+    from torch import Tensor
 
 MAX_PATCH_BOX = 2**20  # kernel-box positions of one patch (a 1023×1023 window; the paper's largest is 9×9)
 
@@ -37,6 +38,8 @@ def cuboid_offsets(
 
     For a conv kernel (offsets relative to the window start) call ``cuboid_offsets(0, k - 1, d)``.
     """
+    import torch
+
     if isinstance(before, int) and after is not None and not isinstance(after, int):
         ndim = len(after)
     elif isinstance(before, int):
@@ -72,6 +75,8 @@ def cylinder_offsets(
     only) or 3 (disc x depth range); by default 3 iff a depth bound is non-zero. Offsets are lexicographic and
     scaled by ``dilation`` after the disc test. Sizes for r = 1, 2, 3, 4 (no depth): 5, 13, 29, 49.
     """
+    import torch
+
     if ndim is None:
         ndim = 3 if (depth_before or depth_after) else 2
     if ndim == 2:
@@ -97,6 +102,8 @@ def sphere_offsets(
 
     Sizes for r = 1, 2, 3, 4: 7, 33, 123, 257.
     """
+    import torch
+
     base = cuboid_offsets((radius,) * 3, (radius,) * 3, device=device)
     keep = (base**2).sum(-1) <= radius**2
     d = torch.tensor(_tuple(dilation, 3, 1, "dilation"), device=base.device)
@@ -115,6 +122,8 @@ def kernel_mask(
     (undilated) offset per axis (a build-time host read). Because the shape builders list offsets
     lexicographically, ``kernel[kernel_mask(...)] = w`` places the patch weights ``w[p]`` in offset order.
     """
+    import torch
+
     ndim = offsets.shape[-1]
     b = _tuple(before, ndim, 0, "before")
     d = _tuple(dilation, ndim, 1, "dilation")
@@ -257,6 +266,8 @@ def centre_counts(extent: Sequence[int], stride: IntOrTuple = 1) -> tuple[int, .
 
 def _map_axis(u: Tensor, L: int, mode: str) -> tuple[Tensor, Tensor | None]:
     """Map coordinates along an axis of length L to in-grid ones; returns (coord, valid or None)."""
+    import torch
+
     if mode == "zeros":
         return u, (u >= 0) & (u < L)
     if mode == "circular":
@@ -290,6 +301,8 @@ def patch_index(
     repeating the edge and ``"replicate"`` clamps, exactly as ``torch.nn.functional.pad`` wherever that is
     defined (reflect is extended periodically, period ``2(L-1)``, beyond ``F.pad``'s ``pad < L`` limit).
     """
+    import torch
+
     ndim = len(extent)
     if offsets.dim() != 2 or offsets.shape[1] != ndim:
         raise ValueError(f"offsets must be [p, {ndim}], got {tuple(offsets.shape)}")
@@ -316,6 +329,8 @@ def gather_patches(x: Tensor, index: Tensor, dim: int = -1, fill: float = 0.0) -
     ``index`` is a :func:`patch_index` table; entries ``-1`` read ``fill``. Axis ``dim`` of ``x`` (size N) is
     replaced by two axes ``(P, p)``.
     """
+    import torch
+
     d = dim % x.dim()
     n = x.shape[d]
     pad_shape = list(x.shape)
@@ -344,6 +359,8 @@ def padding_matrix(
     ``"zeros"`` mode), so ``x_row @ M`` is im2col (patch-major, then tap). Arguments as :func:`patch_index`.
     ``sparse=True``/``"coo"`` returns a coalesced COO tensor, ``"csr"`` a CSR tensor.
     """
+    import torch
+
     dev = offsets.device if device is None else torch.device(device)
     idx = patch_index(extent, offsets.to(dev), stride, pad_before, out_counts, mode).reshape(-1)
     n, cols = math.prod([int(L) for L in extent]), idx.numel()
@@ -376,6 +393,8 @@ def aggregation_matrix(
     ``"zeros"`` mode; in the other modes a source hit by several taps counts several times). With packing this
     keeps only the ``P = p_count`` centre columns (catalog §3.3, the paper's eq 73, not the toolkit's ``m``).
     """
+    import torch
+
     dev = offsets.device if device is None else torch.device(device)
     idx = patch_index(extent, offsets.to(dev), stride, pad_before, out_counts, mode)
     n, (P, p) = math.prod([int(L) for L in extent]), idx.shape
