@@ -22,13 +22,10 @@ from __future__ import annotations
 import ast as pyast
 import difflib
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Optional, Union
+from typing import Any, ClassVar, Literal, Optional, TYPE_CHECKING, Union
 
-import torch
 from pydantic import Field, field_validator, model_validator
-from torch import nn
 
 from rpn2c.components.base import Kappa, ShapeRuleError
 from rpn2c.components.grid import CentredPatchHP, Geometry, IntOrList, PatchHP, _per_axis
@@ -36,29 +33,13 @@ from rpn2c.components.registry import HP, REGISTRY
 from rpn2c.functional import compression as FC
 from rpn2c.functional import structure
 
-__all__ = ["CallModule", "FunctionalKappa", "Part", "parse_part", "MetricHP", "METRIC_NAMES", "metric_kwargs"]
+if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
+    import torch
+
+__all__ = ["FunctionalKappa", "Part", "parse_part", "MetricHP", "METRIC_NAMES", "metric_kwargs"]
 
 
 # ------------------------------------------------------------------------------------------------ functional κ
-class CallModule(nn.Module):
-    """``forward(x) = fn(x, **kwargs)`` on the last axis; tensor keyword arguments are (non-persistent) buffers,
-    so they follow ``.to(device/dtype)`` without a per-forward copy."""
-
-    def __init__(self, fn: Callable[..., torch.Tensor], kwargs: dict[str, Any], label: str = ""):
-        super().__init__()
-        self.fn, self.label = fn, label or getattr(fn, "__name__", "κ")
-        self._plain = {k: v for k, v in kwargs.items() if not isinstance(v, torch.Tensor)}
-        self._tensors = [k for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
-        for k in self._tensors:
-            self.register_buffer(k, kwargs[k], persistent=False)
-
-    def forward(self, x, grid=False):
-        return self.fn(x, **self._plain, **{k: getattr(self, k) for k in self._tensors})
-
-    def extra_repr(self):
-        return self.label
-
-
 class FunctionalKappa(Kappa):
     """An entry whose maths is ``table[name]`` of a functional table (``spec`` overrides the key for entries
     with a hyper-parameter that picks the function, such as ``rbf(kind = ...)``).
@@ -96,6 +77,8 @@ class FunctionalKappa(Kappa):
         return self.spec.fn(x, **self.kw, axis=axis) if self.spec.stacks_degrees else None
 
     def value_at_zero(self):
+        import torch
+
         if not self.elementwise:
             return None
         return self.basis(torch.zeros(1, dtype=torch.float64))[0]
@@ -104,6 +87,8 @@ class FunctionalKappa(Kappa):
         return self.spec.dim(m, **self.kw)
 
     def module(self, feat):
+        from rpn2c.components.impl.kappa import CallModule
+
         return CallModule(self.spec.fn, self.kw, self.name)
 
 
@@ -350,19 +335,6 @@ def parts_hp(families: tuple[str, ...]) -> type[HP]:
     return PartsHP
 
 
-class _Chain(nn.Module):
-    def __init__(self, mods, concat: bool):
-        super().__init__()
-        self.parts, self.concat = nn.ModuleList(mods), concat
-
-    def forward(self, x, grid=False):
-        if self.concat:
-            return torch.cat([m(x) for m in self.parts], dim=-1)
-        for m in self.parts:
-            x = m(x)
-        return x
-
-
 class Composite(Kappa):
     """Base of ``extended`` (concatenation) and ``nested`` (composition) κ over registry entries."""
 
@@ -386,6 +358,8 @@ class Composite(Kappa):
         return sum(ks) if self.concat else math.prod(ks)
 
     def basis(self, x):
+        import torch
+
         if self.concat:
             return torch.cat([k.basis(x) for k in self.components], dim=-1)
         first, *rest = self.components
@@ -395,6 +369,8 @@ class Composite(Kappa):
         return y
 
     def value_at_zero(self):
+        import torch
+
         return self.basis(torch.zeros(1, dtype=torch.float64))[0] if self.elementwise else None
 
     def _feats(self, m: int) -> list[int]:
@@ -415,6 +391,8 @@ class Composite(Kappa):
         return sum(k.count((feat[0] if self.concat else w,)) for k, w in zip(self.components, widths))
 
     def build(self, feat, reference=False):
+        from rpn2c.components.impl.kappa import _Chain
+
         if self.elementwise:
             return super().build(feat, reference)
         if len(feat) != 1:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal, Optional
 
-import torch
 from pydantic import Field, field_validator, model_validator
 
 from rpn2c.components.base import ShapeRuleError
@@ -76,6 +75,8 @@ class Linear(_Expansion):
     HP = _LinearHP
 
     def kwargs(self):
+        import torch
+
         if self.hp.C is not None:
             return {"C": torch.tensor(self.hp.C, dtype=torch.float64)}
         return {"c": self.hp.c}
@@ -363,6 +364,8 @@ class _Rbf(_Expansion):
         return self.table[f"{self.hp.__dict__.get('kind', self.KIND)}_rbf"]  # (pydantic's __getattr__ does not trace)
 
     def kwargs(self):
+        import torch
+
         hp = self.hp
         sigma = 1.0 / hp.epsilon if hp.epsilon is not None else hp.sigma
         centres = None if hp.centres is None else torch.tensor(hp.centres, dtype=torch.float64)

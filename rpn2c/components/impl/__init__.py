@@ -1,0 +1,1 @@
+"""The torch implementations (``nn.Module`` classes) of the components, imported only when a model is built."""
