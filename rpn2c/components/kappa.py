@@ -252,11 +252,11 @@ class CentredCuboidHP(_PackingHP, CentredPatchHP):
         return Geometry(geo.kernel, stride, geo.dilation, geo.pad_before, geo.pad_after, "zeros", None)
 
 
-def _offsets_geometry(offsets: torch.Tensor, before: tuple[int, ...], after: tuple[int, ...],
+def _offsets_geometry(offsets: list[tuple[int, ...]], before: tuple[int, ...], after: tuple[int, ...],
                       stride: tuple[int, ...]) -> Geometry:
     """A centred patch given by centre-relative offsets as a masked kernel box (taps = offset + before)."""
     rank = len(before)
-    taps = tuple(tuple(int(v) + b for v, b in zip(row, before)) for row in offsets.tolist())  # build time only
+    taps = tuple(tuple(v + b for v, b in zip(row, before)) for row in offsets)
     kernel = tuple(b + a + 1 for b, a in zip(before, after))
     return Geometry(kernel, stride, (1,) * rank, before, after, "zeros", taps)
 
@@ -277,7 +277,7 @@ class CylinderHP(_PackingHP):
             raise ShapeRuleError(f"a cylinder patch needs a 2-D or 3-D grid, got {rank}-D")
         if rank == 2 and (pd or pa):
             raise ShapeRuleError("a cylinder on a 2-D grid is a disc: it has no depth range")
-        offsets = structure.cylinder_offsets(r, pd, pa, ndim=rank)
+        offsets = structure.cylinder_rows(r, pd, pa, ndim=rank)
         before = (r, r, pd)[:rank]
         after = (r, r, pa)[:rank]
         if self.packing is not None:
@@ -299,7 +299,7 @@ class SphereHP(_PackingHP):
             raise ShapeRuleError(f"a sphere patch needs a 3-D grid, got {rank}-D")
         r = self.radius
         stride = self._packed_stride("sphere", r) if self.packing is not None else _per_axis(self.stride, 3, "stride")
-        return _offsets_geometry(structure.sphere_offsets(r), (r,) * 3, (r,) * 3, stride)
+        return _offsets_geometry(structure.sphere_rows(r), (r,) * 3, (r,) * 3, stride)
 
 
 PatchShapeHP = Union[ConvPatchHP, CentredCuboidHP, CylinderHP, SphereHP]

@@ -75,9 +75,9 @@ class Linear(_Expansion):
     HP = _LinearHP
 
     def kwargs(self):
-        import torch
-
         if self.hp.C is not None:
+            import torch
+
             return {"C": torch.tensor(self.hp.C, dtype=torch.float64)}
         return {"c": self.hp.c}
 
@@ -364,11 +364,13 @@ class _Rbf(_Expansion):
         return self.table[f"{self.hp.__dict__.get('kind', self.KIND)}_rbf"]  # (pydantic's __getattr__ does not trace)
 
     def kwargs(self):
-        import torch
-
         hp = self.hp
         sigma = 1.0 / hp.epsilon if hp.epsilon is not None else hp.sigma
-        centres = None if hp.centres is None else torch.tensor(hp.centres, dtype=torch.float64)
+        centres = None
+        if hp.centres is not None:  # given centres are a tensor argument (only then is torch imported here)
+            import torch
+
+            centres = torch.tensor(hp.centres, dtype=torch.float64)
         return {"num_centres": hp.num_centres, "grid_range": (hp.low, hp.high), "sigma": sigma, "centres": centres}
 
 

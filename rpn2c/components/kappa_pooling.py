@@ -18,7 +18,8 @@ from pydantic import Field, field_validator
 
 from rpn2c.components.base import GRID_VOLUME, Kappa, ShapeRuleError, compress_example
 from rpn2c.components.grid import Geometry, IntOrList, positive_per_axis
-from rpn2c.components.kappa import (CentredCuboidHP, ConvPatchHP, CylinderHP, PoolHP, SphereHP, ignore_fill, metric_kwargs)
+from rpn2c.components.kappa import (CentredCuboidHP, ConvPatchHP, CylinderHP, PoolHP, SphereHP, ignore_fill,
+                                    metric_kwargs)
 from rpn2c.components.registry import HP, register
 
 

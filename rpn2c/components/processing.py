@@ -29,8 +29,8 @@ class _Activation(Processing):
 
 
 def _act(name_, fn_, doc, hp=None, call=""):
-    """Register the activation ``name_`` = ``fn_(x, **hp)`` (``fn_``: the function's import path); ``hp``: its hyper-parameter schema (keyword
-    arguments of ``fn_``), ``call``: how its example writes it."""
+    """Register the activation ``name_`` = ``fn_(x, **hp)`` (``fn_``: the function's import path); ``hp``: its
+    hyper-parameter schema (keyword arguments of ``fn_``), ``call``: how its example writes it."""
     body = {"__doc__": doc, "name": name_, "fn": Lazy(fn_), "example_call": call}
     if hp is not None:
         body["HP"] = hp
@@ -60,42 +60,44 @@ class _Bounds(HP):
         return self
 
 
+_F = "torch.nn.functional."  # the import path of most activations
 _act("relu", "torch.relu", "ReLU max(0, x).")
 _act("tanh", "torch.tanh", "Hyperbolic tangent.")
 _act("sigmoid", "torch.sigmoid", "Logistic sigmoid 1/(1+e^{−x}).")
-_act("gelu", "torch.nn.functional.gelu", "GELU x·Φ(x) (approximate = \"none\": the exact erf form, torch's default; \"tanh\": "
+_act("gelu", _F + "gelu", "GELU x·Φ(x) (approximate = \"none\": the exact erf form, torch's default; \"tanh\": "
      "0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).",
      _hp("gelu", approximate=(Literal["none", "tanh"], Field("none", json_schema_extra=_LATER, description="the erf form or the tanh one"))),
      'gelu(approximate = "tanh")')
-_act("silu", "torch.nn.functional.silu", "SiLU x·σ(x).")
-_act("elu", "torch.nn.functional.elu", "ELU x for x > 0, alpha·(e^x − 1) otherwise.",
+_act("silu", _F + "silu", "SiLU x·σ(x).")
+_act("elu", _F + "elu", "ELU x for x > 0, alpha·(e^x − 1) otherwise.",
      _hp("elu", alpha=(_Real, Field(1.0, json_schema_extra=_LATER, description="the negative saturation value −alpha"))),
      "elu(alpha = 0.5)")
-_act("leaky_relu", "torch.nn.functional.leaky_relu", "Leaky ReLU x for x ≥ 0, negative_slope·x otherwise (default slope 0.01).",
+_act("leaky_relu", _F + "leaky_relu", "Leaky ReLU x for x ≥ 0, negative_slope·x otherwise (default slope 0.01).",
      _hp("leaky_relu", negative_slope=(_Real, Field(0.01, json_schema_extra=_LATER, description="the slope for x < 0"))),
      "leaky_relu(negative_slope = 0.2)")
-_act("softplus", "torch.nn.functional.softplus", "Softplus log(1 + e^{beta·x})/beta, x itself where beta·x > threshold.",
+_act("softplus", _F + "softplus", "Softplus log(1 + e^{beta·x})/beta, x itself where beta·x > threshold.",
      _hp("softplus", beta=(_Real, Field(1.0, gt=0, json_schema_extra=_LATER, description="the sharpness")),
          threshold=(_Real, Field(20.0, json_schema_extra=_LATER, description="beta·x above which the result is x (numerical stability)"))),
      "softplus(beta = 2.0)")
-_act("relu6", "torch.nn.functional.relu6", "ReLU6 min(max(0, x), 6).")
-_act("hardtanh", "torch.nn.functional.hardtanh", "Hard tanh min(max(x, min_val), max_val).",
+_act("relu6", _F + "relu6", "ReLU6 min(max(0, x), 6).")
+_act("hardtanh", _F + "hardtanh", "Hard tanh min(max(x, min_val), max_val).",
      _Bounds, "hardtanh(min_val = -2.0, max_val = 2.0)")
-_act("hardsigmoid", "torch.nn.functional.hardsigmoid", "Hard sigmoid min(max(0, x/6 + 1/2), 1).")
-_act("hardswish", "torch.nn.functional.hardswish", "Hard swish x·min(max(0, x + 3), 6)/6.")
-_act("selu", "torch.nn.functional.selu", "SELU scale·(max(0, x) + min(0, alpha·(e^x − 1))), alpha ≈ 1.6733, scale ≈ 1.0507.")
-_act("celu", "torch.nn.functional.celu", "CELU max(0, x) + min(0, alpha·(e^{x/alpha} − 1)).",
+_act("hardsigmoid", _F + "hardsigmoid", "Hard sigmoid min(max(0, x/6 + 1/2), 1).")
+_act("hardswish", _F + "hardswish", "Hard swish x·min(max(0, x + 3), 6)/6.")
+_act("selu", _F + "selu", "SELU scale·(max(0, x) + min(0, alpha·(e^x − 1))), alpha ≈ 1.6733, scale ≈ 1.0507.")
+_act("celu", _F + "celu", "CELU max(0, x) + min(0, alpha·(e^{x/alpha} − 1)).",
      _hp("celu", alpha=(_Real, Field(1.0, gt=0, description="the negative saturation value −alpha"))),
      "celu(alpha = 0.5)")
-_act("mish", "torch.nn.functional.mish", "Mish x·tanh(softplus(x)).")
-_act("softsign", "torch.nn.functional.softsign", "Softsign x/(1 + |x|).")
-_act("tanhshrink", "torch.nn.functional.tanhshrink", "Tanh shrink x − tanh(x).")
-_act("log_sigmoid", "torch.nn.functional.logsigmoid", "Log-sigmoid log(1/(1 + e^{−x})).")
+_act("mish", _F + "mish", "Mish x·tanh(softplus(x)).")
+_act("softsign", _F + "softsign", "Softsign x/(1 + |x|).")
+_act("tanhshrink", _F + "tanhshrink", "Tanh shrink x − tanh(x).")
+_act("log_sigmoid", _F + "logsigmoid", "Log-sigmoid log(1/(1 + e^{−x})).")
 _SHRINK = _hp("shrink", lambd=(_Width, Field(0.5, description="the half-width of the zeroed band")))
-_act("hardshrink", "torch.nn.functional.hardshrink", "Hard shrink x where |x| > lambd, 0 otherwise.", _SHRINK, "hardshrink(lambd = 0.3)")
-_act("softshrink", "torch.nn.functional.softshrink", "Soft shrink x − lambd for x > lambd, x + lambd for x < −lambd, 0 otherwise.",
+_act("hardshrink", _F + "hardshrink", "Hard shrink x where |x| > lambd, 0 otherwise.", _SHRINK,
+     "hardshrink(lambd = 0.3)")
+_act("softshrink", _F + "softshrink", "Soft shrink x − lambd for x > lambd, x + lambd for x < −lambd, 0 otherwise.",
      _SHRINK, "softshrink(lambd = 0.3)")
-_act("threshold", "torch.nn.functional.threshold", "Threshold x where x > threshold, value otherwise.",
+_act("threshold", _F + "threshold", "Threshold x where x > threshold, value otherwise.",
      _hp("threshold", threshold=(_Real, Field(..., description="values at or below it are replaced")),
          value=(_Real, Field(..., description="the replacement"))), "threshold(threshold = 0.1, value = -1.0)")
 

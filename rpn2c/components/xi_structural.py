@@ -8,7 +8,7 @@ gather/``index_add`` propagation. The reference lowering builds every matrix lit
 
 from __future__ import annotations
 
-from typing import Literal, Optional, TYPE_CHECKING, Union
+from typing import Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_validator
 
@@ -19,9 +19,6 @@ from rpn2c.components.xi import Chain, GridXi, _ChainHP
 from rpn2c.components.xi_graph import Graph, _GraphHP
 from rpn2c.functional import structure
 from rpn2c.ir.types import is_known
-
-if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
-    import torch
 
 
 # ------------------------------------------------------------------------------------------------ constant
@@ -165,9 +162,9 @@ class _PatchBase(GridXi):
         return conv.geometry(rank, taps)
 
 
-def _taps(offsets: torch.Tensor, before: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+def _taps(offsets: list[tuple[int, ...]], before: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     """Centre-relative offsets -> kernel-box coordinates (lexicographic, = conv weight flatten order)."""
-    return tuple(tuple(int(v) + b for v, b in zip(row, before)) for row in offsets.tolist())
+    return tuple(tuple(v + b for v, b in zip(row, before)) for row in offsets)
 
 
 class _CylinderFields(HP):
@@ -212,7 +209,7 @@ class CylinderPatch(_PatchBase):
             before, after = (r, r, pd), (r, r, pa)
         else:
             raise ShapeRuleError(f"a cylinder patch needs a 2-D or 3-D grid, got {rank}-D")
-        offsets = structure.cylinder_offsets(r, pd, pa, ndim=rank)
+        offsets = structure.cylinder_rows(r, pd, pa, ndim=rank)
         return before, after, _taps(offsets, before)
 
     def packing_params(self, rank):
@@ -248,7 +245,7 @@ class SpherePatch(_PatchBase):
             raise ShapeRuleError(f"a sphere patch needs a 3-D grid, got {rank}-D (use cylinder_patch on 2-D)")
         r = self.hp.radius
         before = (r, r, r)
-        return before, before, _taps(structure.sphere_offsets(r), before)
+        return before, before, _taps(structure.sphere_rows(r), before)
 
     def packing_params(self, rank):
         return self.hp.radius

@@ -40,7 +40,9 @@ from rpn2c.functional.structure._common import (  # noqa: F401
 from rpn2c.functional.structure.patches import (  # noqa: F401
     cuboid_offsets,
     cylinder_offsets,
+    cylinder_rows,
     sphere_offsets,
+    sphere_rows,
     kernel_mask,
     PACKING_TABLE,
     packing_strategies,
@@ -71,7 +73,9 @@ __all__ = [
     # grid patches
     "cuboid_offsets",
     "cylinder_offsets",
+    "cylinder_rows",
     "sphere_offsets",
+    "sphere_rows",
     "kernel_mask",
     "PACKING_TABLE",
     "packing_strategies",

@@ -4,6 +4,7 @@ and the literal padding / aggregation matrices.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Literal, TYPE_CHECKING
@@ -40,6 +41,14 @@ def cuboid_offsets(
     """
     import torch
 
+    b, a, d = _box(before, after, dilation)
+    axes = [torch.arange(-b[i], a[i] + 1, device=device) * d[i] for i in range(len(b))]
+    grids = torch.meshgrid(*axes, indexing="ij")
+    return torch.stack([g.reshape(-1) for g in grids], dim=-1)
+
+
+def _box(before: IntOrTuple, after: IntOrTuple | None, dilation: IntOrTuple | None):
+    """The validated ``(before, after, dilation)`` tuples of a cuboid (see :func:`cuboid_offsets`)."""
     if isinstance(before, int) and after is not None and not isinstance(after, int):
         ndim = len(after)
     elif isinstance(before, int):
@@ -55,9 +64,15 @@ def cuboid_offsets(
     if box > MAX_PATCH_BOX:  # checked before anything is enumerated: a hostile radius must not exhaust memory
         raise ValueError(f"a patch whose kernel box has {box:,} positions is larger than the {MAX_PATCH_BOX:,} "
                          "allowed")
-    axes = [torch.arange(-b[i], a[i] + 1, device=device) * d[i] for i in range(ndim)]
-    grids = torch.meshgrid(*axes, indexing="ij")
-    return torch.stack([g.reshape(-1) for g in grids], dim=-1)
+    return b, a, d
+
+
+def _rows(before: tuple[int, ...], after: tuple[int, ...], dilation: IntOrTuple | None, keep) -> list[tuple[int, ...]]:
+    """The lexicographic offsets of the box ``[-before, after]`` that ``keep`` accepts (undilated), then dilated."""
+    b, a, _ = _box(before, after, None)
+    d = _tuple(dilation, len(b), 1, "dilation")
+    box = itertools.product(*(range(-lo, hi + 1) for lo, hi in zip(b, a)))
+    return [tuple(v * s for v, s in zip(row, d)) for row in box if keep(row)]
 
 
 def cylinder_offsets(
@@ -77,19 +92,24 @@ def cylinder_offsets(
     """
     import torch
 
+    return torch.tensor(cylinder_rows(radius, depth_before, depth_after, ndim=ndim, dilation=dilation),
+                        dtype=torch.long, device=device)
+
+
+def cylinder_rows(radius: int, depth_before: int = 0, depth_after: int = 0, *, ndim: int | None = None,
+                  dilation: IntOrTuple | None = None) -> list[tuple[int, ...]]:
+    """:func:`cylinder_offsets` as a list of rows (no tensor: the components' shape rules read it)."""
     if ndim is None:
         ndim = 3 if (depth_before or depth_after) else 2
     if ndim == 2:
         if depth_before or depth_after:
             raise ValueError("a 2-D cylinder (disc) has no depth range")
-        base = cuboid_offsets((radius, radius), (radius, radius), device=device)
+        before, after = (radius, radius), (radius, radius)
     elif ndim == 3:
-        base = cuboid_offsets((radius, radius, depth_before), (radius, radius, depth_after), device=device)
+        before, after = (radius, radius, depth_before), (radius, radius, depth_after)
     else:
         raise ValueError(f"cylinder patches are 2-D or 3-D, got ndim={ndim}")
-    keep = base[:, 0] ** 2 + base[:, 1] ** 2 <= radius**2
-    d = torch.tensor(_tuple(dilation, ndim, 1, "dilation"), device=base.device)
-    return base[keep] * d
+    return _rows(before, after, dilation, lambda row: row[0] ** 2 + row[1] ** 2 <= radius**2)
 
 
 def sphere_offsets(
@@ -104,10 +124,12 @@ def sphere_offsets(
     """
     import torch
 
-    base = cuboid_offsets((radius,) * 3, (radius,) * 3, device=device)
-    keep = (base**2).sum(-1) <= radius**2
-    d = torch.tensor(_tuple(dilation, 3, 1, "dilation"), device=base.device)
-    return base[keep] * d
+    return torch.tensor(sphere_rows(radius, dilation=dilation), dtype=torch.long, device=device)
+
+
+def sphere_rows(radius: int, *, dilation: IntOrTuple | None = None) -> list[tuple[int, ...]]:
+    """:func:`sphere_offsets` as a list of rows (no tensor: the components' shape rules read it)."""
+    return _rows((radius,) * 3, (radius,) * 3, dilation, lambda row: sum(v * v for v in row) <= radius**2)
 
 
 def kernel_mask(
