@@ -237,6 +237,7 @@ def adaptive_pool_matrix(spatial: Sequence[int], size: Sequence[int], *, dtype: 
     else 0, so that ``x_flat @ P`` is the mean of every bin (κ as a linear compression)."""
     import torch
 
+    dtype = torch.float32 if dtype is None else dtype  # the default, resolved here: no torch at import
     index = adaptive_bin_index(spatial, size, device)
     valid = index >= 0
     n = 1
@@ -266,6 +267,7 @@ def gaussian_random_matrix(m: int, k: int, *, seed: int = 0, dtype: torch.dtype 
     """R [m, k] with R_ij ~ N(0, 1/k) (eq 105); drawn on the CPU from ``seed`` so it is device independent."""
     import torch
 
+    dtype = torch.float32 if dtype is None else dtype  # the default, resolved here: no torch at import
     r = torch.randn(m, k, generator=_gen(seed), dtype=torch.float64) / math.sqrt(k)
     return r.to(dtype=dtype, device=device)
 
@@ -276,6 +278,7 @@ def sparse_random_matrix(m: int, k: int, *, density: float | None = None, seed: 
     s = 1/sqrt(m), the default)."""
     import torch
 
+    dtype = torch.float32 if dtype is None else dtype  # the default, resolved here: no torch at import
     s = 1.0 / math.sqrt(m) if density is None else float(density)
     if not 0.0 < s <= 1.0:
         raise ValueError("density must be in (0, 1]")
