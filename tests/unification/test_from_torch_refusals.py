@@ -16,9 +16,9 @@ from rpn2c.frontends.fx_import import FxImportError
 from rpn2c.frontends.torch_import import TorchImportError
 
 try:
-    from torch_geometric.nn import ChebConv
+    from torch_geometric.nn import ChebConv, GATv2Conv, SAGEConv
 except ImportError:  # pragma: no cover - torch_geometric is optional
-    ChebConv = None
+    ChebConv = GATv2Conv = SAGEConv = None
 
 
 class _Fn(nn.Module):
@@ -145,6 +145,8 @@ if ChebConv is not None:
     CORPUS += [
         ("pyg-layer-without-converter", _Graph(), (rand(4, 4), EDGES), "ChebConv"),
         ("pyg-layer-without-converter-alone", ChebConv(4, 4, 2), (rand(4, 4), EDGES), "ChebConv"),
+        ("gatv2-score-form", GATv2Conv(4, 2), (rand(4, 4), EDGES), "GATv2"),
+        ("sage-max-aggregation", SAGEConv(4, 2, aggr="max"), (rand(4, 4), EDGES), "aggr='max'"),
     ]
 
 

@@ -79,3 +79,21 @@ class StochasticDepth(nn.Module):
 
     def extra_repr(self):
         return f"p={self.p}, mode={self.mode}"
+
+
+class ScaledIdentity(nn.Module):
+    """π(x) = (offset + eps)·x, eps one scalar (a parameter when learnable)."""
+
+    def __init__(self, offset: float, init: float, learnable: bool):
+        super().__init__()
+        self.offset = offset
+        if learnable:
+            self.eps = nn.Parameter(torch.tensor(float(init)))
+        else:
+            self.register_buffer("eps", torch.tensor(float(init)), persistent=False)
+
+    def forward(self, x):
+        return (self.offset + self.eps) * x
+
+    def extra_repr(self):
+        return f"offset={self.offset}"
