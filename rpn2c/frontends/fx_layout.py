@@ -126,8 +126,12 @@ def convert(conv, node: fx.Node, args: tuple, kwargs: dict) -> Any:
             return ChannelsLast(y, tuple(out.shape))
     if name == "flatten" and tuple(out.shape) == x.shape:
         return x  # flatten(2) of a signal
-    if name == "flatten" and nd > 3 and tuple(out.shape) == (*x.shape[:2], math.prod(x.shape[2:])):
+    if name in ("flatten", "view", "reshape") and nd > 3 and \
+            tuple(out.shape) == (*x.shape[:2], math.prod(x.shape[2:])):
         return FlatGrid(x)
+    if name in ("view", "reshape") and out.ndim in (3, 4, 5) and tuple(out.shape[:2]) == x.shape[:2] and \
+            math.prod(out.shape[2:]) == math.prod(x.shape[2:]):
+        return _regrid(conv, node, x, tuple(out.shape[2:]))
     if name in ("view", "reshape") and out.ndim == nd + 1 and out.shape[0] == x.shape[0] \
             and out.shape[1] * out.shape[2] == x.shape[1] and tuple(out.shape[3:]) == tuple(x.shape[2:]):
         return Grouped(x, int(out.shape[1]))
@@ -149,6 +153,9 @@ def _on_held(conv, node: fx.Node, args: tuple, kwargs: dict, held: list) -> Any:
                    comment=f"{ctx.where()} -> to_items: flatten(2).transpose(1, 2) makes each position a token "
                            "(row-major), its channels the features")
         return y
+    if isinstance(w, FlatGrid) and len(held) == 1:  # read as a signal [B, C, ΠS]
+        sig = _regrid(conv, node, w.grid, (math.prod(w.grid.shape[2:]),))
+        return conv.convert_with(node, {w: sig})
     if isinstance(w, Grouped) and not w.swapped and _perm(node, len(w.grid.shape) + 1, args, kwargs) == \
             [0, 2, 1, *range(3, len(w.grid.shape) + 1)]:
         return Grouped(w.grid, w.groups, True)
@@ -168,7 +175,7 @@ def _on_held(conv, node: fx.Node, args: tuple, kwargs: dict, held: list) -> Any:
 _HELD_USES = {
     ChannelsLast: "on channels-last values only per-position operations convert (Linear, LayerNorm over the "
                   "channels, activations, elementwise ops), and the permute back to channels-first",
-    FlatGrid: "a flattened grid converts only as patch tokens, flatten(2).transpose(1, 2)",
+    FlatGrid: "a flattened grid converts as patch tokens, flatten(2).transpose(1, 2), or as a signal",
     Grouped: "a grid viewed in channel groups converts only as a channel shuffle, "
              "view(B, g, C // g, ...).transpose(1, 2).reshape(B, C, ...)",
     Expanded: "an expanded value converts only as an operand of add, mul or sub (where it broadcasts)",
@@ -215,6 +222,17 @@ def _per_position(conv, node: fx.Node, args: tuple, kwargs: dict, held: list) ->
     if not isinstance(y, Value) or y.kind != "items":
         conv.fail(node, held_message(w))
     return ChannelsLast(y, tuple(out.shape))
+
+
+def _regrid(conv, node: fx.Node, x: Value, size: tuple[int, ...]) -> Value:
+    """A grid [B, C, *S] viewed as [B, C, *S'] (ΠS = ΠS', row-major): to_items, then to_grid(size = S')."""
+    ctx = conv.ctx(node)
+    pos = ctx.op("to_items", [x], kind="items", prefix="pos", time_major=False,
+                 shape=(x.shape[0], math.prod(x.shape[2:]), x.shape[1]),
+                 comment=f"{ctx.where()}: {list(x.shape)} viewed as {[*x.shape[:2], *size]}: the positions in "
+                         "row-major order as items ...")
+    return ctx.op("to_grid", [pos], f"size = {lit(list(size))}", kind="grid", prefix="grid",
+                  shape=(*x.shape[:2], *size), comment="  ... placed back row-major on the new grid")
 
 
 def _slice_grid(conv, node: fx.Node, x: Value, index: Any) -> Any:

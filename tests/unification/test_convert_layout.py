@@ -69,6 +69,30 @@ def test_vit_patch_tokens():
     assert "to_items(proj)" in spec.text
 
 
+class _TokensRoundTrip(nn.Module):
+    """Patch tokens through a per-token block and back onto the grid (Swin / SegFormer write it so):
+    conv -> view(B, C, H·W).transpose(1, 2) -> LayerNorm, Linear -> transpose(1, 2).reshape(B, C, H, W) -> conv;
+    a flattened grid read as a signal by a Conv1d."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.norm, self.mix = nn.Conv2d(2, 4, 2, stride=2), nn.LayerNorm(4), nn.Linear(4, 4)
+        self.out, self.seq = nn.Conv2d(4, 3, 1), nn.Conv1d(3, 2, 3, padding=1)
+
+    def forward(self, x):
+        y = self.embed(x)
+        b, c, h, w = y.shape
+        t = self.mix(self.norm(y.view(b, c, h * w).transpose(1, 2)))
+        g = self.out(t.transpose(1, 2).reshape(b, c, h, w))
+        return self.seq(torch.relu(g.flatten(2)))
+
+
+def test_tokens_back_onto_the_grid_and_a_grid_read_as_a_signal():
+    torch.manual_seed(10)
+    spec = assert_same_model(_TokensRoundTrip(), (rand(2, 2, 4, 6),))
+    assert "to_grid(" in spec.text and "size = [2, 3]" in spec.text and "size = [6]" in spec.text
+
+
 # ------------------------------------------------------------------------------------------------ channel shuffle
 class _Shuffle(nn.Module):
     def __init__(self, g: int = 3, c: int = 6, how: str = "reshape"):
@@ -235,18 +259,18 @@ class _ChannelsLastMean(nn.Module):
         return x.permute(0, 2, 3, 1).mean(1)
 
 
-class _FlatOnly(nn.Module):
+class _GroupsSummed(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(3, 3, 1)
+        self.conv = nn.Conv2d(3, 6, 1)
 
     def forward(self, x):
-        return torch.relu(self.conv(x).flatten(2))
+        return self.conv(x).view(2, 2, 3, 4, 5).sum(1)
 
 
 @pytest.mark.parametrize("module, node, words", [
     (_ChannelsLastMean(), "mean", "per-position operations"),
-    (_FlatOnly(), "relu", "patch tokens"),
+    (_GroupsSummed(), "sum_1", "channel shuffle"),
 ])
 def test_held_views_used_otherwise_are_located_errors(module, node, words):
     with pytest.raises(FxImportError) as exc:

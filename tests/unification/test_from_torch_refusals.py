@@ -134,10 +134,10 @@ CORPUS = [
     ("transposed-convolution", nn.Sequential(nn.ConvTranspose2d(2, 2, 2)), (rand(1, 2, 3, 3),), "ConvTranspose2d"),
     ("channels-last-mean-over-rows", _Fn(lambda s, x: s.conv(x).permute(0, 2, 3, 1).mean(1),
                                          conv=nn.Conv2d(3, 3, 1)), (rand(2, 3, 4, 5),), "per-position"),
-    ("flattened-grid-not-as-tokens", _Fn(lambda s, x: s.conv(x).flatten(2).relu(), conv=nn.Conv2d(3, 3, 1)),
+    ("flattened-grid-returned", _Fn(lambda s, x: (s.conv(x).flatten(2), x), conv=nn.Conv2d(3, 3, 1)),
      (rand(2, 3, 4, 5),), "patch tokens"),
-    ("grid-in-groups-not-a-shuffle", _Fn(lambda s, x: s.conv(x).view(2, 3, 1, 4, 5).sum(1),
-                                         conv=nn.Conv2d(3, 3, 1)), (rand(2, 3, 4, 5),), "channel shuffle"),
+    ("grid-in-groups-not-a-shuffle", _Fn(lambda s, x: s.conv(x).view(2, 2, 3, 4, 5).sum(1),
+                                         conv=nn.Conv2d(3, 6, 1)), (rand(2, 3, 4, 5),), "channel shuffle"),
     ("softmin-across-items", nn.Sequential(nn.Linear(4, 3), nn.Softmin(dim=1)), (rand(2, 3, 4),), "softmin"),
     ("prelu-per-item", nn.Sequential(nn.Linear(4, 3), nn.PReLU(3)), (rand(2, 3, 4),), "num_parameters=3"),
 ]
