@@ -107,8 +107,9 @@ def convert(conv, node: fx.Node, args: tuple, kwargs: dict) -> Any:
     if node.op not in ("call_method", "call_function") or not args:
         return PASS
     x, name, out = args[0], _name(node), conv.values.get(node)
-    if name in ("expand", "expand_as") and hasattr(x, "vector"):  # a per-sample vector viewed as [B, C, 1, ...]
-        return Expanded(x, tuple(out.shape))
+    if name in ("expand", "expand_as") and (hasattr(x, "vector") or isinstance(x, Value)) and \
+            isinstance(out, torch.Tensor):  # a value (or a per-sample vector viewed as [B, C, 1, ...]) with size-1 axes
+        return x if isinstance(x, Value) and tuple(out.shape) == x.shape else Expanded(x, tuple(out.shape))
     if not isinstance(x, Value):
         return PASS
     nd = len(x.shape)
@@ -124,8 +125,8 @@ def convert(conv, node: fx.Node, args: tuple, kwargs: dict) -> Any:
                        comment=f"{ctx.where()} -> to_items: channels-last [B, *S, C] is one item per position "
                                "(row-major); per-position layers act on the items")
             return ChannelsLast(y, tuple(out.shape))
-    if name == "flatten" and tuple(out.shape) == x.shape:
-        return x  # flatten(2) of a signal
+    if name in ("flatten", "view", "reshape") and tuple(out.shape) == x.shape:
+        return x  # flatten(2) of a signal, a view to its own shape
     if name in ("flatten", "view", "reshape") and nd > 3 and \
             tuple(out.shape) == (*x.shape[:2], math.prod(x.shape[2:])):
         return FlatGrid(x)
@@ -135,8 +136,6 @@ def convert(conv, node: fx.Node, args: tuple, kwargs: dict) -> Any:
     if name in ("view", "reshape") and out.ndim == nd + 1 and out.shape[0] == x.shape[0] \
             and out.shape[1] * out.shape[2] == x.shape[1] and tuple(out.shape[3:]) == tuple(x.shape[2:]):
         return Grouped(x, int(out.shape[1]))
-    if name in ("expand", "expand_as"):
-        return Expanded(x, tuple(out.shape)) if tuple(out.shape) != x.shape else x
     if name == "getitem" and x.batched:
         return _slice_grid(conv, node, x, args[1])
     return PASS

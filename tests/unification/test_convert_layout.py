@@ -276,3 +276,60 @@ def test_held_views_used_otherwise_are_located_errors(module, node, words):
     with pytest.raises(FxImportError) as exc:
         rpn2c.from_torch(module.double(), (rand(2, 3, 4, 5),))
     assert exc.value.node == node and words in str(exc.value) and "E0390" in str(exc.value)
+
+
+# ------------------------------------------------------------------------------------------------ whole blocks
+class _ShuffleUnit(nn.Module):
+    """ShuffleNetV2's stride-1 unit: split the channels, a branch on one half, concat, channel shuffle."""
+
+    def __init__(self, c: int = 8):
+        super().__init__()
+        h = c // 2
+        self.branch = nn.Sequential(nn.Conv2d(h, h, 1), nn.BatchNorm2d(h), nn.ReLU(),
+                                    nn.Conv2d(h, h, 3, padding=1, groups=h), nn.BatchNorm2d(h),
+                                    nn.Conv2d(h, h, 1), nn.ReLU())
+
+    def forward(self, x):
+        a, b = x.chunk(2, dim=1)
+        y = torch.cat((a, self.branch(b)), dim=1)
+        n, c, h, w = y.shape
+        return y.view(n, 2, c // 2, h, w).transpose(1, 2).contiguous().view(n, c, h, w)
+
+
+class _ConvNeXtWithDropPath(nn.Module):
+    """A ConvNeXt block with its drop path: x + drop_path(block(x)) (no layer scale)."""
+
+    def __init__(self, c: int = 4):
+        super().__init__()
+        self.block, self.drop_path = _ConvNeXtBlock(c), StochasticDepth(0.25, "row")
+
+    def forward(self, x):
+        return x + self.drop_path(self.block(x) - x)
+
+
+class _FiLMExpand(nn.Module):
+    """A sequence gated by a per-sample [B, 1, F] vector expanded over the items."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate, self.lin = nn.Linear(3, 3), nn.Linear(3, 3)
+
+    def forward(self, x):
+        g = torch.sigmoid(self.gate(x.mean(1))).unsqueeze(1)
+        return self.lin(x) * g.expand(-1, x.size(1), -1)
+
+
+@pytest.mark.parametrize("make, shape", [(_ShuffleUnit, (2, 8, 3, 3)), (_ConvNeXtWithDropPath, (2, 4, 4, 4)),
+                                         (_FiLMExpand, (2, 5, 3))])
+def test_whole_blocks(make, shape):
+    torch.manual_seed(11)
+    module = make()
+    if isinstance(module, _ShuffleUnit):
+        with torch.no_grad():
+            for m in module.modules():
+                if isinstance(m, nn.BatchNorm2d):
+                    m.running_mean.normal_()
+                    m.running_var.uniform_(0.5, 2.0)
+    spec = assert_same_model(module, (rand(*shape),))
+    assert {_ShuffleUnit: "channel_shuffle(", _ConvNeXtWithDropPath: "stochastic_depth(",
+            _FiLMExpand: "mul("}[make] in spec.text
