@@ -69,7 +69,10 @@ class Geometry:
                     f"a patch of extent {d * (k - 1) + 1} does not fit an axis of length {length} "
                     f"with padding ({pb}, {pa})")
             return n
-        return f"({length}+{pb + pa - d * (k - 1) - 1})//{s}+1" if s > 1 else f"{length}{pb + pa - d * (k - 1):+d}"
+        if s > 1:
+            return f"({length}+{pb + pa - d * (k - 1) - 1})//{s}+1"
+        shift = pb + pa - d * (k - 1)
+        return length if shift == 0 else f"{length}{shift:+d}"  # a size-preserving patch keeps the symbol
 
     def out_spatial(self, spatial: tuple[Dim, ...]) -> tuple[Dim, ...]:
         if len(spatial) != self.rank:

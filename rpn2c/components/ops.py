@@ -335,6 +335,16 @@ class ConcatItems(Op):
         return _Lambda(cat if any(t.batch == 1 for t in ins) else lambda *xs: torch.cat(xs, dim=1))
 
 
+def kept(op, length, t, what: str, unit: str) -> int:
+    """How many of ``length`` entries ``op``'s ``start``/``stop`` keep (a located error for none or unknown)."""
+    if not is_known(length):
+        raise ShapeRuleError(f"{op.name} needs a known {what}, got {t}")
+    n = len(range(length)[op.hp.start:op.hp.stop])
+    if n < 1:
+        raise ShapeRuleError(f"{op.name}(start = {op.hp.start}, stop = {op.hp.stop}) keeps no {unit} of {length}")
+    return n
+
+
 class _SliceFeaturesHP(HP):
     start: int = Field(0, description="first feature kept (negative: counted from the end)")
     stop: int | None = Field(None, description="feature after the last one kept (none: the end; negative: from the end)")
@@ -356,14 +366,7 @@ class SliceFeatures(Op):
     def _length(self, t):
         if t.kind not in ("vector", "items", "grid"):
             raise ShapeRuleError(f"slice_features needs a vector, items or a grid, got {t}")
-        f = t.features
-        if not is_known(f):
-            raise ShapeRuleError(f"slice_features needs a known feature count, got {t}")
-        n = len(range(f)[self.hp.start:self.hp.stop])
-        if n < 1:
-            raise ShapeRuleError(f"slice_features(start = {self.hp.start}, stop = {self.hp.stop}) keeps no feature "
-                                 f"of {f}")
-        return n
+        return kept(self, t.features, t, "feature count", "feature")
 
     def infer(self, ins):
         t = ins[0]
