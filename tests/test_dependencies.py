@@ -25,7 +25,8 @@ import rpn2c
 
 ROOT = Path(__file__).resolve().parents[1]
 # local helper modules imported by scripts and tests next to them
-LOCAL = {"rpn2c", "tests", "benchmarks", "examples", "_common", "unification_helpers"}
+LOCAL = {"rpn2c", "tests", "benchmarks", "examples", "_common", "unification_helpers", "convert_checks",
+         "catalog_vision", "catalog_vision_layout", "catalog_text_graph"}
 # the library imports these only where a user asked for them, and names the package in its error
 OPTIONAL_LAZY = {"torch_geometric"}
 

@@ -56,6 +56,7 @@ def _hp(name: str, p: int, q: int, r: int) -> dict:
         "hypernet": {"l": 3, "d": 5},
         "random_matrix_adaption": {"r": r},
         "random_matrix_hypernet": {"r": r, "l": 3, "d": 5},
+        "loha": {"r": r},
     }.get(name, {})
 
 
@@ -129,6 +130,7 @@ def test_parameter_counts_match_catalog_table():
         ("hypernet", (("l", 17), ("d", 9))): 17,
         ("random_matrix_adaption", (("r", r),)): n + r,
         ("random_matrix_hypernet", (("r", r), ("l", 17), ("d", 9))): 17,
+        ("loha", (("r", r),)): 2 * r * (n + D),
     }
     assert {name for name, _ in expected} == set(R.RECONCILIATIONS)
     for (name, hp), l in expected.items():
