@@ -2,11 +2,13 @@
 
     model = rpn2c.compile(text)            # -> torch.nn.Module
     graph = rpn2c.check(text)              # -> IR graph with every shape inferred
+
+Importing the package is cheap: the entry points load the checker (and the component registry) on first use, and
+checking, formatting and the language server never import torch; ``compile`` imports it when it builds a module,
+``from_torch`` / ``TorchSpec`` when their front end is first used.
 """
 
-from rpn2c.api import check, check_file, compile, compile_file
 from rpn2c.check.budget import Limits
-from rpn2c.frontends import TorchSpec, from_torch
 from rpn2c.errors import (
     Diagnostic,
     SpecError,
@@ -25,3 +27,24 @@ __all__ = [
     "check", "check_file", "compile", "compile_file", "Diagnostic", "Limits", "Span", "SpecError", "SpecGraphError",
     "SpecNameError", "SpecResourceError", "SpecShapeError", "SpecSyntaxError", "SpecTypeError", "TorchSpec", "__version__", "from_torch",
 ]
+
+globals().pop("check")  # the subpackage, bound by the import above: ``rpn2c.check`` is the entry point below
+
+_LAZY = {"check": "api", "check_file": "api", "compile": "api", "compile_file": "api",  # the checker, registry
+         "TorchSpec": "frontends", "from_torch": "frontends"}  # torch
+
+
+def __getattr__(name: str):
+    """The entry points, imported on first access (``rpn2c --help`` and ``rpn2c fmt`` need none of them)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rpn2c' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"rpn2c.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

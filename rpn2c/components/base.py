@@ -3,18 +3,24 @@
 Shapes are per sample. A head sees its data as ``[N, M]`` (items x features; vectors have no item axis,
 images are turned into patches by a grid ξ). Feature specs passed to κ are ``(M,)`` for flat features or
 ``(C, *S)`` for a grid.
+
+The families' ``nn.Module`` bases (``XiModule``, ``PsiModule``) live in :mod:`rpn2c.components.impl.base` with
+every other implementation class: a component imports them inside ``build``, so defining and checking components
+never imports torch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
-
-import torch
-from torch import nn
+from typing import ClassVar, TYPE_CHECKING
 
 from rpn2c.components.registry import Component
 from rpn2c.ir.types import Dim, TensorType
+
+if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
+    import torch
+    from torch import nn
+    from rpn2c.components.impl.base import PsiModule, XiModule
 
 
 class ShapeRuleError(ValueError):
@@ -89,6 +95,8 @@ class Kappa(Component):
         return 0
 
     def build(self, feat: tuple[int, ...], reference: bool = False) -> nn.Module:
+        from rpn2c.components.impl.base import _Elementwise
+
         return _Elementwise(self) if self.elementwise else self.module(feat)
 
     def basis(self, x: torch.Tensor) -> torch.Tensor:
@@ -99,40 +107,7 @@ class Kappa(Component):
         raise NotImplementedError
 
 
-class _Elementwise(nn.Module):
-    """Applies an elementwise κ: flat [..., M] -> [..., M*d] attribute-major; grid [B, C, *S] -> [B, C*d, *S]."""
-
-    def __init__(self, kappa: Kappa):
-        super().__init__()
-        self.kappa = kappa
-        self.identity = kappa.name == "identity"
-
-    def forward(self, x: torch.Tensor, grid: bool = False) -> torch.Tensor:
-        if self.identity:
-            return x
-        if grid:  # [B, C, d, *S] -> [B, C·d, *S], contiguous (a convolution's layout)
-            stacked = getattr(self.kappa, "stacked_basis", None)
-            y = stacked(x, 2) if stacked is not None else None
-            if y is not None:  # the degrees computed straight into that layout
-                return y.flatten(1, 2)
-            return self.kappa.basis(x).movedim(-1, 2).flatten(1, 2).contiguous()  # C = 1 flattens to a view
-        return self.kappa.basis(x).flatten(-2)
-
-    def extra_repr(self) -> str:
-        return self.kappa.name
-
-
 # ------------------------------------------------------------------------------------------------- ψ
-class PsiModule(nn.Module):
-    """A built reconciliation: ``matrix()`` is ψ(w) in R^{n x D}; ``apply(z)`` is ``z @ ψ(w)ᵀ`` (factored)."""
-
-    def matrix(self) -> torch.Tensor:
-        raise NotImplementedError
-
-    def apply(self, z: torch.Tensor) -> torch.Tensor:
-        return z @ self.matrix().transpose(-1, -2)
-
-
 class Reconciliation(Component):
     @classmethod
     def example_template(cls) -> str:
@@ -181,25 +156,6 @@ class XiContext:
     context_features: Dim
     query_items: Dim | None
     aux: dict  # hyper-parameter name -> TensorType of referenced dataflow values
-
-
-class XiModule(nn.Module):
-    """A built interdependence function.
-
-    ``matrix(q, c, aux)`` is the literal matrix (reference lowering): ``[M, M']`` / ``[B, M, M']`` for the
-    attribute axis, ``[N', N]`` / ``[B, N', N]`` for the instance axis. ``apply(z, q, c, aux)`` computes the same
-    product without materialising structural matrices (default lowering). ``q`` is the main (query) input and
-    ``c`` the context input, both ``[B, N, M]``; ``z`` is the tensor being transformed.
-    """
-
-    axis: str = "instance"
-
-    def matrix(self, q, c, aux, size=None) -> torch.Tensor:
-        raise NotImplementedError
-
-    def apply(self, z, q, c, aux) -> torch.Tensor:
-        a = self.matrix(q, c, aux, z.shape[-1] if self.axis == "attribute" else z.shape[-2])
-        return z @ a if self.axis == "attribute" else a @ z
 
 
 class Interdependence(Component):
@@ -288,3 +244,14 @@ class Op(Component):
 
     def build(self, inputs: list[TensorType]) -> nn.Module:
         raise NotImplementedError
+
+
+_IMPL = ("PsiModule", "XiModule")  # the module bases, kept importable from here (importing torch on first access)
+
+
+def __getattr__(name: str):
+    if name in _IMPL:
+        from rpn2c.components.impl import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,12 +7,13 @@ Gate blocks are stacked in torch's order so weights are interchangeable with ``n
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
-
-import torch
+from typing import ClassVar, Literal, TYPE_CHECKING
 
 from rpn2c.components.base import example_model
 from rpn2c.components.registry import HP, Component, register
+
+if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
+    import torch
 
 
 class Cell(Component):
@@ -66,6 +67,8 @@ class RNN(Cell):
         return f"rnn_{self.hp.nonlinearity}"
 
     def step(self, a, r, state):
+        import torch
+
         s = a + r
         return (torch.tanh(s) if self.hp.nonlinearity == "tanh" else torch.relu(s),)
 
@@ -81,6 +84,8 @@ class GRU(Cell):
         return "gru"
 
     def step(self, a, r, state):
+        import torch
+
         (h,) = state
         a_r, a_z, a_n = a.chunk(3, dim=-1)
         r_r, r_z, r_n = r.chunk(3, dim=-1)
@@ -102,6 +107,8 @@ class LSTM(Cell):
         return "lstm"
 
     def step(self, a, r, state):
+        import torch
+
         _, c = state
         i, f, g, o = (a + r).chunk(4, dim=-1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)

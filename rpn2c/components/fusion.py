@@ -11,28 +11,12 @@ from __future__ import annotations
 from functools import partial
 from typing import ClassVar, Literal, Optional
 
-import torch
 from pydantic import Field, field_validator
-from torch import nn
 
 from rpn2c.components import psi as psi_entries
 from rpn2c.components.base import Fusion
 from rpn2c.components.registry import HP, register
 from rpn2c.functional import fusion as F
-
-
-class _FnModule(nn.Module):
-    """Applies a parameter-free functional fusion to the list of inputs."""
-
-    def __init__(self, fn, label: str, **kw):
-        super().__init__()
-        self.fn, self.label, self.kw = fn, label, kw
-
-    def forward(self, xs):
-        return self.fn(list(xs), **self.kw)
-
-    def extra_repr(self):
-        return self.label
 
 
 # ------------------------------------------------------------------------------------------------ element-wise
@@ -52,6 +36,8 @@ class _SameWidth(Fusion):
         return {}
 
     def build(self, dims):
+        from rpn2c.components.impl.fusion import _FnModule
+
         return _FnModule(type(self).fn, self.name, **self.kwargs())
 
 
@@ -135,6 +121,8 @@ class Metric(_SameWidth):
             "max", description="the element-wise statistic")
 
     def build(self, dims):
+        from rpn2c.components.impl.fusion import _FnModule
+
         return _FnModule(_METRICS[self.hp.metric], f"metric={self.hp.metric}")
 
 
@@ -170,21 +158,12 @@ class Weighted(_SameWidth):
         return len(dims) if self.hp.learnable else 0
 
     def build(self, dims):
+        import torch
+        from rpn2c.components.impl.fusion import _Weighted
+
         k = len(dims)
         w = torch.tensor(self.hp.weights if self.hp.weights is not None else [1.0 / k] * k)
         return _Weighted(w, self.hp.learnable)
-
-
-class _Weighted(nn.Module):
-    def __init__(self, weights, learnable):
-        super().__init__()
-        if learnable:
-            self.weights = nn.Parameter(weights)
-        else:
-            self.register_buffer("weights", weights, persistent=False)
-
-    def forward(self, xs):
-        return F.weighted_fusion(list(xs), self.weights)
 
 
 # ------------------------------------------------------------------------------------------------ concatenations
@@ -202,6 +181,8 @@ class Concat(Fusion):
         return sum(dims)
 
     def build(self, dims):
+        from rpn2c.components.impl.fusion import _FnModule
+
         return _FnModule(F.concat_fusion, "concat")
 
 
@@ -226,6 +207,9 @@ class _Projected(Fusion):
 
 
 def _uniform(shape, fan_in):
+    import torch
+    from torch import nn
+
     bound = 1.0 / max(fan_in, 1) ** 0.5
     return nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
 
@@ -245,19 +229,9 @@ class ConcatLinear(_Projected):
         return sum(dims) * self.width(dims) + self.bias_count(dims)
 
     def build(self, dims):
+        from rpn2c.components.impl.fusion import _ConcatLinear
+
         return _ConcatLinear(sum(dims), self.width(dims), self.hp.bias)
-
-
-class _ConcatLinear(nn.Module):
-    """Keeps nn.Linear's layout (`linear.weight` ∈ R^{n x Σ n_i}, the checkpoint names importers map onto);
-    eq (119)'s W is its transpose."""
-
-    def __init__(self, d_in, d_out, bias):
-        super().__init__()
-        self.linear = nn.Linear(d_in, d_out, bias=bias)
-
-    def forward(self, xs):
-        return F.concat_linear_fusion(list(xs), self.linear.weight.mT, self.linear.bias)
 
 
 @register
@@ -277,18 +251,9 @@ class ConcatLowRank(_Projected):
         return self.hp.r * (sum(dims) + self.width(dims)) + self.bias_count(dims)
 
     def build(self, dims):
+        from rpn2c.components.impl.fusion import _ConcatLowRank
+
         return _ConcatLowRank(sum(dims), self.width(dims), self.hp.r, self.hp.bias)
-
-
-class _ConcatLowRank(nn.Module):
-    def __init__(self, d_in, d_out, r, bias):
-        super().__init__()
-        self.P = _uniform((d_in, r), d_in)
-        self.Q = _uniform((d_out, r), r)
-        self.bias = _uniform((d_out,), d_in) if bias else None
-
-    def forward(self, xs):
-        return F.concat_lowrank_fusion(list(xs), self.P, self.Q, self.bias)
 
 
 class _Reconciled(_Projected):
@@ -309,20 +274,10 @@ class _Reconciled(_Projected):
         return self.psi().count(self.width(dims), sum(dims)) + self.bias_count(dims)
 
     def build(self, dims):
+        from rpn2c.components.impl.fusion import _ReconciledConcat
+
         n = self.width(dims)
         return _ReconciledConcat(self.psi().build(n, sum(dims)), n, self.hp.bias)
-
-
-class _ReconciledConcat(nn.Module):
-    def __init__(self, psi, n, bias):
-        super().__init__()
-        self.psi = psi
-        d_in = psi.D
-        self.bias = _uniform((n,), d_in) if bias else None
-
-    def forward(self, xs):
-        y = self.psi.apply(F.concat_fusion(list(xs)))
-        return y if self.bias is None else y + self.bias
 
 
 def _reconciled(name_, psi_cls, hp_cls, doc, aliases=()):

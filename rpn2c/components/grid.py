@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal, TYPE_CHECKING, Union
 
-import torch
 from pydantic import field_validator
 
 from rpn2c.components.base import ShapeRuleError
 from rpn2c.components.registry import HP
 from rpn2c.functional import structure
 from rpn2c.ir.types import Dim
+
+if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
+    import torch
 
 IntOrList = Union[int, list[int]]
 
@@ -67,7 +69,10 @@ class Geometry:
                     f"a patch of extent {d * (k - 1) + 1} does not fit an axis of length {length} "
                     f"with padding ({pb}, {pa})")
             return n
-        return f"({length}+{pb + pa - d * (k - 1) - 1})//{s}+1" if s > 1 else f"{length}{pb + pa - d * (k - 1):+d}"
+        if s > 1:
+            return f"({length}+{pb + pa - d * (k - 1) - 1})//{s}+1"
+        shift = pb + pa - d * (k - 1)
+        return length if shift == 0 else f"{length}{shift:+d}"  # a size-preserving patch keeps the symbol
 
     def out_spatial(self, spatial: tuple[Dim, ...]) -> tuple[Dim, ...]:
         if len(spatial) != self.rank:
@@ -76,6 +81,8 @@ class Geometry:
 
     def kernel_mask(self, device=None) -> torch.Tensor:
         """Boolean kernel box marking the taps (all True for a cuboid)."""
+        import torch
+
         mask = torch.zeros(self.kernel, dtype=torch.bool, device=device)
         for t in self.tap_positions():
             mask[t] = True
@@ -83,6 +90,8 @@ class Geometry:
 
     def offsets(self, device=None) -> torch.Tensor:
         """LongTensor [p, rank]: dilated tap offsets from the window start, in conv weight flatten order."""
+        import torch
+
         taps = torch.tensor(self.tap_positions(), dtype=torch.long, device=device).reshape(-1, self.rank)
         return taps * torch.tensor(self.dilation, dtype=torch.long, device=device)
 

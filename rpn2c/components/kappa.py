@@ -22,13 +22,10 @@ from __future__ import annotations
 import ast as pyast
 import difflib
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Optional, Union
+from typing import Any, ClassVar, Literal, Optional, TYPE_CHECKING, Union
 
-import torch
 from pydantic import Field, field_validator, model_validator
-from torch import nn
 
 from rpn2c.components.base import Kappa, ShapeRuleError
 from rpn2c.components.grid import CentredPatchHP, Geometry, IntOrList, PatchHP, _per_axis
@@ -36,29 +33,13 @@ from rpn2c.components.registry import HP, REGISTRY
 from rpn2c.functional import compression as FC
 from rpn2c.functional import structure
 
-__all__ = ["CallModule", "FunctionalKappa", "Part", "parse_part", "MetricHP", "METRIC_NAMES", "metric_kwargs"]
+if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
+    import torch
+
+__all__ = ["FunctionalKappa", "Part", "parse_part", "MetricHP", "METRIC_NAMES", "metric_kwargs"]
 
 
 # ------------------------------------------------------------------------------------------------ functional κ
-class CallModule(nn.Module):
-    """``forward(x) = fn(x, **kwargs)`` on the last axis; tensor keyword arguments are (non-persistent) buffers,
-    so they follow ``.to(device/dtype)`` without a per-forward copy."""
-
-    def __init__(self, fn: Callable[..., torch.Tensor], kwargs: dict[str, Any], label: str = ""):
-        super().__init__()
-        self.fn, self.label = fn, label or getattr(fn, "__name__", "κ")
-        self._plain = {k: v for k, v in kwargs.items() if not isinstance(v, torch.Tensor)}
-        self._tensors = [k for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
-        for k in self._tensors:
-            self.register_buffer(k, kwargs[k], persistent=False)
-
-    def forward(self, x, grid=False):
-        return self.fn(x, **self._plain, **{k: getattr(self, k) for k in self._tensors})
-
-    def extra_repr(self):
-        return self.label
-
-
 class FunctionalKappa(Kappa):
     """An entry whose maths is ``table[name]`` of a functional table (``spec`` overrides the key for entries
     with a hyper-parameter that picks the function, such as ``rbf(kind = ...)``).
@@ -96,6 +77,8 @@ class FunctionalKappa(Kappa):
         return self.spec.fn(x, **self.kw, axis=axis) if self.spec.stacks_degrees else None
 
     def value_at_zero(self):
+        import torch
+
         if not self.elementwise:
             return None
         return self.basis(torch.zeros(1, dtype=torch.float64))[0]
@@ -104,6 +87,8 @@ class FunctionalKappa(Kappa):
         return self.spec.dim(m, **self.kw)
 
     def module(self, feat):
+        from rpn2c.components.impl.kappa import CallModule
+
         return CallModule(self.spec.fn, self.kw, self.name)
 
 
@@ -267,12 +252,12 @@ class CentredCuboidHP(_PackingHP, CentredPatchHP):
         return Geometry(geo.kernel, stride, geo.dilation, geo.pad_before, geo.pad_after, "zeros", None)
 
 
-def _offsets_geometry(offsets: torch.Tensor, before: tuple[int, ...], after: tuple[int, ...],
+def _offsets_geometry(offsets: list[tuple[int, ...]], before: tuple[int, ...], after: tuple[int, ...],
                       stride: tuple[int, ...], packing: str | None = None) -> Geometry:
     """A centred patch given by centre-relative offsets as a masked kernel box (taps = offset + before); a
     hexagonal packing offsets every other row of centres (:func:`structure.packing_row_shift`)."""
     rank = len(before)
-    taps = tuple(tuple(int(v) + b for v, b in zip(row, before)) for row in offsets.tolist())  # build time only
+    taps = tuple(tuple(v + b for v, b in zip(row, before)) for row in offsets)
     kernel = tuple(b + a + 1 for b, a in zip(before, after))
     return Geometry(kernel, stride, (1,) * rank, before, after, "zeros", taps,
                     structure.packing_row_shift(packing, stride))
@@ -294,7 +279,7 @@ class CylinderHP(_PackingHP):
             raise ShapeRuleError(f"a cylinder patch needs a 2-D or 3-D grid, got {rank}-D")
         if rank == 2 and (pd or pa):
             raise ShapeRuleError("a cylinder on a 2-D grid is a disc: it has no depth range")
-        offsets = structure.cylinder_offsets(r, pd, pa, ndim=rank)
+        offsets = structure.cylinder_rows(r, pd, pa, ndim=rank)
         before = (r, r, pd)[:rank]
         after = (r, r, pa)[:rank]
         if self.packing is not None:
@@ -316,7 +301,7 @@ class SphereHP(_PackingHP):
             raise ShapeRuleError(f"a sphere patch needs a 3-D grid, got {rank}-D")
         r = self.radius
         stride = self._packed_stride("sphere", r) if self.packing is not None else _per_axis(self.stride, 3, "stride")
-        return _offsets_geometry(structure.sphere_offsets(r), (r,) * 3, (r,) * 3, stride, self.packing)
+        return _offsets_geometry(structure.sphere_rows(r), (r,) * 3, (r,) * 3, stride, self.packing)
 
 
 PatchShapeHP = Union[ConvPatchHP, CentredCuboidHP, CylinderHP, SphereHP]
@@ -352,19 +337,6 @@ def parts_hp(families: tuple[str, ...]) -> type[HP]:
     return PartsHP
 
 
-class _Chain(nn.Module):
-    def __init__(self, mods, concat: bool):
-        super().__init__()
-        self.parts, self.concat = nn.ModuleList(mods), concat
-
-    def forward(self, x, grid=False):
-        if self.concat:
-            return torch.cat([m(x) for m in self.parts], dim=-1)
-        for m in self.parts:
-            x = m(x)
-        return x
-
-
 class Composite(Kappa):
     """Base of ``extended`` (concatenation) and ``nested`` (composition) κ over registry entries."""
 
@@ -388,6 +360,8 @@ class Composite(Kappa):
         return sum(ks) if self.concat else math.prod(ks)
 
     def basis(self, x):
+        import torch
+
         if self.concat:
             return torch.cat([k.basis(x) for k in self.components], dim=-1)
         first, *rest = self.components
@@ -397,6 +371,8 @@ class Composite(Kappa):
         return y
 
     def value_at_zero(self):
+        import torch
+
         return self.basis(torch.zeros(1, dtype=torch.float64))[0] if self.elementwise else None
 
     def _feats(self, m: int) -> list[int]:
@@ -417,6 +393,8 @@ class Composite(Kappa):
         return sum(k.count((feat[0] if self.concat else w,)) for k, w in zip(self.components, widths))
 
     def build(self, feat, reference=False):
+        from rpn2c.components.impl.kappa import _Chain
+
         if self.elementwise:
             return super().build(feat, reference)
         if len(feat) != 1:

@@ -15,18 +15,9 @@ import math
 from typing import ClassVar, Literal, Optional
 
 from pydantic import AliasChoices, Field, model_validator
-from torch import nn
 
 from rpn2c.components.base import Kappa, ShapeRuleError, head_example
-from rpn2c.components.kappa import (
-    METRIC_NAMES,
-    CallModule,
-    Composite,
-    FunctionalKappa,
-    MetricHP,
-    metric_kwargs,
-    parts_hp,
-)
+from rpn2c.components.kappa import METRIC_NAMES, Composite, FunctionalKappa, MetricHP, metric_kwargs, parts_hp
 from rpn2c.components.kappa_expansion import Linear as _LinearExpansion
 from rpn2c.components.registry import HP, register
 from rpn2c.functional import compression as FC
@@ -97,6 +88,8 @@ class _Metric(Kappa):
         return 1
 
     def module(self, feat):
+        from rpn2c.components.impl.kappa import CallModule
+
         kw = metric_kwargs(self.hp) if hasattr(self.hp, "metric") else {}
         return CallModule(FC.metric_compression, {"metric": self.metric, **kw}, f"{self.metric}")
 
@@ -141,12 +134,9 @@ class Flatten(Kappa):
         return (math.prod(feat),)
 
     def build(self, feat, reference=False):
+        from rpn2c.components.impl.kappa_compression import _FlattenModule
+
         return _FlattenModule()
-
-
-class _FlattenModule(nn.Module):
-    def forward(self, x, grid=False):
-        return x.flatten(1) if grid else x
 
 
 # ------------------------------------------------------------------------------------------------ feature selection

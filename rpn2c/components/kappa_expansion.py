@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal, Optional
 
-import torch
 from pydantic import Field, field_validator, model_validator
 
 from rpn2c.components.base import ShapeRuleError
@@ -77,6 +76,8 @@ class Linear(_Expansion):
 
     def kwargs(self):
         if self.hp.C is not None:
+            import torch
+
             return {"C": torch.tensor(self.hp.C, dtype=torch.float64)}
         return {"c": self.hp.c}
 
@@ -365,7 +366,11 @@ class _Rbf(_Expansion):
     def kwargs(self):
         hp = self.hp
         sigma = 1.0 / hp.epsilon if hp.epsilon is not None else hp.sigma
-        centres = None if hp.centres is None else torch.tensor(hp.centres, dtype=torch.float64)
+        centres = None
+        if hp.centres is not None:  # given centres are a tensor argument (only then is torch imported here)
+            import torch
+
+            centres = torch.tensor(hp.centres, dtype=torch.float64)
         return {"num_centres": hp.num_centres, "grid_range": (hp.low, hp.high), "sigma": sigma, "centres": centres}
 
 

@@ -7,41 +7,10 @@ tables come from :mod:`rpn2c.functional.structure`. The tinyBIG class names are 
 
 from __future__ import annotations
 
-import torch.nn.functional as F
-from torch import nn
-
 from rpn2c.components.base import GRID_VOLUME, Kappa, ShapeRuleError, compress_example
 from rpn2c.components.grid import Geometry, PatchHP
-from rpn2c.components.kappa import CentredCuboidHP, CylinderHP, SphereHP, literal_patches, pad_pairs
+from rpn2c.components.kappa import CentredCuboidHP, CylinderHP, SphereHP
 from rpn2c.components.registry import register
-from rpn2c.functional import structure
-
-
-class PatchGatherModule(nn.Module):
-    """Grid [B, C, *S] -> patches as channels [B, C·p, *S'] (channel-major, tap fastest); out-of-grid taps read 0."""
-
-    def __init__(self, geo: Geometry, spatial: tuple[int, ...], reference: bool):
-        super().__init__()
-        self.geo, self.spatial, self.reference = geo, spatial, reference
-        self.out_spatial = geo.out_spatial(spatial)
-        self.register_buffer("index", geo.patch_index(spatial), persistent=False)
-        self.unfold = (not reference and geo.rank == 2 and geo.taps is None and geo.padding_mode == "zeros")
-
-    def forward(self, x, grid=True):
-        b, c = x.shape[:2]
-        p = self.geo.patch_size
-        if self.unfold:
-            y = F.unfold(F.pad(x, pad_pairs(self.geo)), self.geo.kernel, dilation=self.geo.dilation,
-                         stride=self.geo.stride)
-            return y.reshape(b, c * p, *self.out_spatial)
-        if self.reference:
-            t = literal_patches(x, self.geo, self.spatial)
-        else:
-            t = structure.gather_patches(x.flatten(2), self.index, dim=-1, fill=0.0)  # [B, C, P, p]
-        return t.transpose(-1, -2).reshape(b, c * p, *self.out_spatial)
-
-    def extra_repr(self):
-        return f"kernel={self.geo.kernel}, stride={self.geo.stride}, p={self.geo.patch_size}"
 
 
 class _PatchExpansion(Kappa):
@@ -61,6 +30,8 @@ class _PatchExpansion(Kappa):
         return (feat[0] * geo.patch_size, *geo.out_spatial(tuple(feat[1:])))
 
     def build(self, feat, reference=False):
+        from rpn2c.components.impl.kappa_patches import PatchGatherModule
+
         return PatchGatherModule(self.geometry(len(feat) - 1), tuple(feat[1:]), reference)
 
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch
 from pydantic import Field
-from torch import nn
 
 from rpn2c.components.base import Op, ShapeRuleError, binary_example, example_model
-from rpn2c.components.registry import HP, register
+from rpn2c.components.registry import HP, Lazy, register
 from rpn2c.ir.types import TensorType, broadcast_dim, grid, is_known, items, numel, vector
 
 
@@ -29,16 +27,9 @@ class FlattenOp(Op):
         return vector(t.batch, numel(t.shape[1:]))
 
     def build(self, ins):
+        from rpn2c.components.impl.ops import _Lambda
+
         return _Lambda(lambda x: x.flatten(1))
-
-
-class _Lambda(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
 
 
 def _wide(ins):
@@ -108,30 +99,17 @@ def _lifts(ins):
     return tuple(lift if t.kind == "vector" else None for t in ins)
 
 
-class _Elementwise(nn.Module):
-    """``fn`` folded over the operands after each per-sample vector is lifted onto the grid/items axes."""
-
-    def __init__(self, fn, lifts):
-        super().__init__()
-        self.fn, self.lifts = fn, lifts
-
-    def forward(self, *xs):
-        xs = [x if lift is None else x[lift] for x, lift in zip(xs, self.lifts)]
-        out = xs[0]
-        for x in xs[1:]:
-            out = self.fn(out, x)
-        return out
-
-
 class _ElementwiseOp(Op):
     """An elementwise op folding ``fn`` over its operands, typed by :func:`_elementwise_type` (broadcasting)."""
 
-    fn = None  # the torch function, a staticmethod of each op
+    fn = None  # the torch function, ``Lazy(path)`` in each op
 
     def infer(self, ins):
         return _elementwise_type(ins, self.name)
 
     def build(self, ins):
+        from rpn2c.components.impl.ops import _Elementwise
+
         return _Elementwise(self.fn, _lifts(ins))
 
 
@@ -147,7 +125,7 @@ class Add(_ElementwiseOp):
 
     name, family = "add", "op"
     arity = (2, 64)
-    fn = staticmethod(torch.add)
+    fn = Lazy("torch.add")
     example = example_model("input x: sequence[B, 4, 3]", "input v: vector[B, 3]", "y = add(x, v)", "return y")
 
 
@@ -164,7 +142,7 @@ class Multiply(_ElementwiseOp):
 
     name, family = "mul", "op"
     arity = (2, 64)
-    fn = staticmethod(torch.mul)
+    fn = Lazy("torch.mul")
     example = example_model("input x: image[B, 2, 3, 3]", "input g: vector[B, 2]", "y = mul(x, g)", "return y")
 
 
@@ -174,7 +152,7 @@ class Subtract(_ElementwiseOp):
 
     name, family = "sub", "op"
     arity = (2, 2)
-    fn = staticmethod(torch.sub)
+    fn = Lazy("torch.sub")
     example = example_model("input x: signal[B, 2, 5]", "input v: vector[B, 2]", "y = sub(v, x)", "return y")
 
 
@@ -205,6 +183,9 @@ class ConcatOp(Op):
         return first.with_shape(shape)
 
     def build(self, ins):
+        import torch
+        from rpn2c.components.impl.ops import _Lambda
+
         dim = 1 if ins[0].kind == "grid" else -1
         return _Lambda(lambda *xs: torch.cat(xs, dim=dim))
 
@@ -229,6 +210,8 @@ class ToItems(Op):
         return items(t.batch, numel(t.spatial), t.features, role="sequence")
 
     def build(self, ins):
+        from rpn2c.components.impl.ops import _Lambda
+
         return _Lambda(lambda x: x.flatten(2).transpose(1, 2))
 
 
@@ -245,6 +228,8 @@ class TimeMajor(Op):
         return TensorType("items", t.shape, True, None, "time_major", True)
 
     def build(self, ins):
+        from rpn2c.components.impl.ops import _Lambda
+
         return _Lambda(lambda x: x)
 
 
@@ -267,6 +252,8 @@ class PoolItems(Op):
         return vector(t.batch, t.features)
 
     def build(self, ins):
+        from rpn2c.components.impl.ops import _Lambda
+
         how, is_grid = self.hp.how, ins[0].kind == "grid"
 
         def pool(x):
@@ -296,6 +283,8 @@ class ToSignal(Op):
         return grid(t.batch, t.features, (t.items,))
 
     def build(self, ins):
+        from rpn2c.components.impl.ops import _Lambda
+
         return _Lambda(lambda x: x.transpose(1, 2))
 
 
@@ -335,11 +324,25 @@ class ConcatItems(Op):
         return first.with_shape((batch, total, first.features))
 
     def build(self, ins):
+        import torch
+
+        from rpn2c.components.impl.ops import _Lambda
+
         def cat(*xs):
             batch = max(x.shape[0] for x in xs)
             return torch.cat([x.expand(batch, -1, -1) if x.shape[0] != batch else x for x in xs], dim=1)
 
         return _Lambda(cat if any(t.batch == 1 for t in ins) else lambda *xs: torch.cat(xs, dim=1))
+
+
+def kept(op, length, t, what: str, unit: str) -> int:
+    """How many of ``length`` entries ``op``'s ``start``/``stop`` keep (a located error for none or unknown)."""
+    if not is_known(length):
+        raise ShapeRuleError(f"{op.name} needs a known {what}, got {t}")
+    n = len(range(length)[op.hp.start:op.hp.stop])
+    if n < 1:
+        raise ShapeRuleError(f"{op.name}(start = {op.hp.start}, stop = {op.hp.stop}) keeps no {unit} of {length}")
+    return n
 
 
 class _SliceFeaturesHP(HP):
@@ -363,14 +366,7 @@ class SliceFeatures(Op):
     def _length(self, t):
         if t.kind not in ("vector", "items", "grid"):
             raise ShapeRuleError(f"slice_features needs a vector, items or a grid, got {t}")
-        f = t.features
-        if not is_known(f):
-            raise ShapeRuleError(f"slice_features needs a known feature count, got {t}")
-        n = len(range(f)[self.hp.start:self.hp.stop])
-        if n < 1:
-            raise ShapeRuleError(f"slice_features(start = {self.hp.start}, stop = {self.hp.stop}) keeps no feature "
-                                 f"of {f}")
-        return n
+        return kept(self, t.features, t, "feature count", "feature")
 
     def infer(self, ins):
         t = ins[0]
@@ -380,6 +376,8 @@ class SliceFeatures(Op):
         return t.with_shape(shape)
 
     def build(self, ins):
+        from rpn2c.components.impl.ops import _Lambda
+
         start, stop = self.hp.start, self.hp.stop
         if ins[0].kind == "grid":
             return _Lambda(lambda x: x[:, start:stop])

@@ -8,14 +8,15 @@ to π's output as the toolkit's `activation_functions`: π(x) = σ(π₀(x)).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, TYPE_CHECKING
 
-import torch
 from pydantic import Field, field_validator
-from torch import nn
 
 from rpn2c.components.base import Remainder, head_example
 from rpn2c.components.registry import HP, REGISTRY, register
+
+if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
+    from torch import nn
 
 
 def _activation_error(name: str | None) -> str | None:
@@ -58,6 +59,8 @@ class _Activated(Remainder):
         return None
 
     def build(self, m, n):
+        from torch import nn
+
         core = self.module(m, n)
         act = _activation(self.hp.activation)
         return core if act is None else nn.Sequential(core, act)
@@ -76,24 +79,6 @@ class Zero(Remainder):
         return None
 
 
-class _ConstantModule(nn.Module):
-    """c·1_n for every sample (and item, and grid cell) of x; c a fixed float or a learnable scalar parameter."""
-
-    def __init__(self, n: int, c: float, learnable: bool):
-        super().__init__()
-        self.n = n
-        if learnable:
-            self.c = nn.Parameter(torch.tensor(float(c)))
-        else:
-            self.register_buffer("c", torch.tensor(float(c)), persistent=False)
-
-    def forward(self, x):
-        return (x.new_ones(()) * self.c).expand(*x.shape[:-1], self.n)
-
-    def extra_repr(self):
-        return f"n={self.n}"
-
-
 @register
 class Constant(_Activated):
     """Constant remainder π(x) = c·1_n (any m, n); `learnable = true` makes c one learnable scalar (l = 1)."""
@@ -109,6 +94,8 @@ class Constant(_Activated):
         return 1 if self.hp.learnable else 0
 
     def module(self, m, n):
+        from rpn2c.components.impl.pi import _ConstantModule
+
         return _ConstantModule(n, self.hp.c, self.hp.learnable)
 
 
@@ -119,6 +106,8 @@ class One(_Activated):
     name = "one"
 
     def module(self, m, n):
+        from rpn2c.components.impl.pi import _ConstantModule
+
         return _ConstantModule(n, 1.0, False)
 
 
@@ -136,6 +125,8 @@ class IdentityPi(_Activated):
         return None if m == n else f"the identity remainder needs input features m = output features n, got {m} and {n}"
 
     def module(self, m, n):
+        from torch import nn
+
         return nn.Identity()
 
 
@@ -153,17 +144,9 @@ class Linear(_Activated):
         return n * m + (n if self.hp.bias else 0)
 
     def module(self, m, n):
+        from torch import nn
+
         return nn.Linear(m, n, bias=self.hp.bias)
-
-
-class _ExpansionRemainder(nn.Module):
-    def __init__(self, kappa: nn.Module, d: int, n: int, bias: bool):
-        super().__init__()
-        self.kappa = kappa
-        self.linear = nn.Linear(d, n, bias=bias)
-
-    def forward(self, x):
-        return self.linear(self.kappa(x))
 
 
 @register
@@ -203,6 +186,8 @@ class ExpansionRemainder(_Activated):
         return n * kappa.features_out((m,))[0] + (n if self.hp.bias else 0) + kappa.count((m,))
 
     def module(self, m, n):
+        from rpn2c.components.impl.pi import _ExpansionRemainder
+
         kappa = self._kappa()
         return _ExpansionRemainder(kappa.build((m,)), kappa.features_out((m,))[0], n, self.hp.bias)
 

@@ -6,21 +6,20 @@ import functools
 import math
 from typing import Annotated, Literal
 
-import torch
 from pydantic import Field, create_model, model_validator
-from torch import nn
-from torch.nn import functional as F
 
 from rpn2c.components.base import Processing
-from rpn2c.components.registry import HP, register
+from rpn2c.components.registry import HP, Lazy, register
 from rpn2c.ir.types import TensorType, is_known
 
 
 class _Activation(Processing):
     family = "processing"
-    fn = staticmethod(torch.relu)
+    fn = Lazy("torch.relu")
 
     def build(self, t):
+        from rpn2c.components.impl.processing import Apply
+
         return Apply(self.function(), self.name)
 
     def function(self):
@@ -29,24 +28,10 @@ class _Activation(Processing):
         return functools.partial(type(self).fn, **kwargs) if kwargs else type(self).fn
 
 
-class Apply(nn.Module):
-    """An activation as a module: ``forward(x) = fn(x)`` (the lowering may call ``fn`` directly)."""
-
-    def __init__(self, fn, label):
-        super().__init__()
-        self.fn, self.label = fn, label
-
-    def forward(self, x):
-        return self.fn(x)
-
-    def extra_repr(self):
-        return self.label
-
-
 def _act(name_, fn_, doc, hp=None, call=""):
-    """Register the activation ``name_`` = ``fn_(x, **hp)``; ``hp``: its hyper-parameter schema (keyword
-    arguments of ``fn_``), ``call``: how its example writes it."""
-    body = {"__doc__": doc, "name": name_, "fn": staticmethod(fn_), "example_call": call}
+    """Register the activation ``name_`` = ``fn_(x, **hp)`` (``fn_``: the function's import path); ``hp``: its
+    hyper-parameter schema (keyword arguments of ``fn_``), ``call``: how its example writes it."""
+    body = {"__doc__": doc, "name": name_, "fn": Lazy(fn_), "example_call": call}
     if hp is not None:
         body["HP"] = hp
     cls = type(name_.title().replace("_", ""), (_Activation,), body)
@@ -75,42 +60,44 @@ class _Bounds(HP):
         return self
 
 
-_act("relu", torch.relu, "ReLU max(0, x).")
-_act("tanh", torch.tanh, "Hyperbolic tangent.")
-_act("sigmoid", torch.sigmoid, "Logistic sigmoid 1/(1+e^{−x}).")
-_act("gelu", F.gelu, "GELU x·Φ(x) (approximate = \"none\": the exact erf form, torch's default; \"tanh\": "
+_F = "torch.nn.functional."  # the import path of most activations
+_act("relu", "torch.relu", "ReLU max(0, x).")
+_act("tanh", "torch.tanh", "Hyperbolic tangent.")
+_act("sigmoid", "torch.sigmoid", "Logistic sigmoid 1/(1+e^{−x}).")
+_act("gelu", _F + "gelu", "GELU x·Φ(x) (approximate = \"none\": the exact erf form, torch's default; \"tanh\": "
      "0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).",
      _hp("gelu", approximate=(Literal["none", "tanh"], Field("none", json_schema_extra=_LATER, description="the erf form or the tanh one"))),
      'gelu(approximate = "tanh")')
-_act("silu", F.silu, "SiLU x·σ(x).")
-_act("elu", F.elu, "ELU x for x > 0, alpha·(e^x − 1) otherwise.",
+_act("silu", _F + "silu", "SiLU x·σ(x).")
+_act("elu", _F + "elu", "ELU x for x > 0, alpha·(e^x − 1) otherwise.",
      _hp("elu", alpha=(_Real, Field(1.0, json_schema_extra=_LATER, description="the negative saturation value −alpha"))),
      "elu(alpha = 0.5)")
-_act("leaky_relu", F.leaky_relu, "Leaky ReLU x for x ≥ 0, negative_slope·x otherwise (default slope 0.01).",
+_act("leaky_relu", _F + "leaky_relu", "Leaky ReLU x for x ≥ 0, negative_slope·x otherwise (default slope 0.01).",
      _hp("leaky_relu", negative_slope=(_Real, Field(0.01, json_schema_extra=_LATER, description="the slope for x < 0"))),
      "leaky_relu(negative_slope = 0.2)")
-_act("softplus", F.softplus, "Softplus log(1 + e^{beta·x})/beta, x itself where beta·x > threshold.",
+_act("softplus", _F + "softplus", "Softplus log(1 + e^{beta·x})/beta, x itself where beta·x > threshold.",
      _hp("softplus", beta=(_Real, Field(1.0, gt=0, json_schema_extra=_LATER, description="the sharpness")),
          threshold=(_Real, Field(20.0, json_schema_extra=_LATER, description="beta·x above which the result is x (numerical stability)"))),
      "softplus(beta = 2.0)")
-_act("relu6", F.relu6, "ReLU6 min(max(0, x), 6).")
-_act("hardtanh", F.hardtanh, "Hard tanh min(max(x, min_val), max_val).",
+_act("relu6", _F + "relu6", "ReLU6 min(max(0, x), 6).")
+_act("hardtanh", _F + "hardtanh", "Hard tanh min(max(x, min_val), max_val).",
      _Bounds, "hardtanh(min_val = -2.0, max_val = 2.0)")
-_act("hardsigmoid", F.hardsigmoid, "Hard sigmoid min(max(0, x/6 + 1/2), 1).")
-_act("hardswish", F.hardswish, "Hard swish x·min(max(0, x + 3), 6)/6.")
-_act("selu", F.selu, "SELU scale·(max(0, x) + min(0, alpha·(e^x − 1))), alpha ≈ 1.6733, scale ≈ 1.0507.")
-_act("celu", F.celu, "CELU max(0, x) + min(0, alpha·(e^{x/alpha} − 1)).",
+_act("hardsigmoid", _F + "hardsigmoid", "Hard sigmoid min(max(0, x/6 + 1/2), 1).")
+_act("hardswish", _F + "hardswish", "Hard swish x·min(max(0, x + 3), 6)/6.")
+_act("selu", _F + "selu", "SELU scale·(max(0, x) + min(0, alpha·(e^x − 1))), alpha ≈ 1.6733, scale ≈ 1.0507.")
+_act("celu", _F + "celu", "CELU max(0, x) + min(0, alpha·(e^{x/alpha} − 1)).",
      _hp("celu", alpha=(_Real, Field(1.0, gt=0, description="the negative saturation value −alpha"))),
      "celu(alpha = 0.5)")
-_act("mish", F.mish, "Mish x·tanh(softplus(x)).")
-_act("softsign", F.softsign, "Softsign x/(1 + |x|).")
-_act("tanhshrink", F.tanhshrink, "Tanh shrink x − tanh(x).")
-_act("log_sigmoid", F.logsigmoid, "Log-sigmoid log(1/(1 + e^{−x})).")
+_act("mish", _F + "mish", "Mish x·tanh(softplus(x)).")
+_act("softsign", _F + "softsign", "Softsign x/(1 + |x|).")
+_act("tanhshrink", _F + "tanhshrink", "Tanh shrink x − tanh(x).")
+_act("log_sigmoid", _F + "logsigmoid", "Log-sigmoid log(1/(1 + e^{−x})).")
 _SHRINK = _hp("shrink", lambd=(_Width, Field(0.5, description="the half-width of the zeroed band")))
-_act("hardshrink", F.hardshrink, "Hard shrink x where |x| > lambd, 0 otherwise.", _SHRINK, "hardshrink(lambd = 0.3)")
-_act("softshrink", F.softshrink, "Soft shrink x − lambd for x > lambd, x + lambd for x < −lambd, 0 otherwise.",
+_act("hardshrink", _F + "hardshrink", "Hard shrink x where |x| > lambd, 0 otherwise.", _SHRINK,
+     "hardshrink(lambd = 0.3)")
+_act("softshrink", _F + "softshrink", "Soft shrink x − lambd for x > lambd, x + lambd for x < −lambd, 0 otherwise.",
      _SHRINK, "softshrink(lambd = 0.3)")
-_act("threshold", F.threshold, "Threshold x where x > threshold, value otherwise.",
+_act("threshold", _F + "threshold", "Threshold x where x > threshold, value otherwise.",
      _hp("threshold", threshold=(_Real, Field(..., description="values at or below it are replaced")),
          value=(_Real, Field(..., description="the replacement"))), "threshold(threshold = 0.1, value = -1.0)")
 
@@ -134,6 +121,8 @@ class Rrelu(Processing):
             return self
 
     def build(self, t):
+        from torch import nn
+
         return nn.RReLU(self.hp.lower, self.hp.upper)
 
 
@@ -157,20 +146,9 @@ class Prelu(Processing):
         return self.hp.num_parameters
 
     def build(self, t):
+        from rpn2c.components.impl.processing import _PReLU
+
         return _PReLU(self.hp.num_parameters, self.hp.init, items=t.kind != "grid")
-
-
-class _PReLU(nn.Module):
-    def __init__(self, n, init, items):
-        super().__init__()
-        self.weight = nn.Parameter(torch.full((n,), float(init)))
-        self.items = items
-
-    def forward(self, x):
-        # torch's prelu slopes axis 1; a sequence's (or a vector's) features are its last axis
-        if self.items and x.dim() > 2 and self.weight.numel() > 1:
-            return F.prelu(x.movedim(-1, 1), self.weight).movedim(1, -1)
-        return F.prelu(x, self.weight)
 
 
 def _feature_dim(t: TensorType) -> int:
@@ -184,6 +162,8 @@ class Softmax(Processing):
     name, family = "softmax", "processing"
 
     def build(self, t):
+        from rpn2c.components.impl.processing import _Softmax
+
         return _Softmax(_feature_dim(t))
 
 
@@ -194,16 +174,9 @@ class LogSoftmax(Processing):
     name, family = "log_softmax", "processing"
 
     def build(self, t):
+        from rpn2c.components.impl.processing import _Softmax
+
         return _Softmax(_feature_dim(t), log=True)
-
-
-class _Softmax(nn.Module):
-    def __init__(self, dim, log=False):
-        super().__init__()
-        self.dim, self.log = dim, log
-
-    def forward(self, x):
-        return torch.log_softmax(x, self.dim) if self.log else torch.softmax(x, self.dim)
 
 
 @register
@@ -216,6 +189,8 @@ class Dropout(Processing):
         p: float = Field(0.5, ge=0.0, lt=1.0)
 
     def build(self, t):
+        from torch import nn
+
         return nn.Dropout(self.hp.p)
 
 
@@ -245,6 +220,8 @@ class LayerNorm(Processing):
         return 2 * math.prod(self.shape(t)) if self.hp.affine else 0
 
     def build(self, t):
+        from torch import nn
+
         return nn.LayerNorm(self.shape(t), eps=self.hp.eps, elementwise_affine=self.hp.affine)
 
 
@@ -268,19 +245,12 @@ class BatchNorm(Processing):
         return 2 * t.features if self.hp.affine else 0
 
     def build(self, t):
+        from rpn2c.components.impl.processing import _BatchNorm
+        from torch import nn
+
         dims = len(t.spatial) if t.kind == "grid" else 1
         cls = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}[max(dims, 1)]
         return _BatchNorm(cls(t.features, eps=self.hp.eps, momentum=self.hp.momentum, affine=self.hp.affine),
                           items=t.kind == "items")
 
 
-class _BatchNorm(nn.Module):
-    def __init__(self, bn, items):
-        super().__init__()
-        self.bn, self.items = bn, items
-
-    def forward(self, x):
-        # contiguous: torch 2.13's CPU batch_norm backward is wrong for a size-1 batch axis with an odd stride
-        if self.items:  # [B, N, F] -> normalise F over B and N
-            return self.bn(x.transpose(1, 2).contiguous()).transpose(1, 2)
-        return self.bn(x.contiguous())

@@ -13,68 +13,32 @@ A learnable bias is the head's ``bias`` setting, not part of ψ (the toolkit's `
 from __future__ import annotations
 
 import math
-from typing import Annotated, ClassVar, Literal, Optional, Union
+from typing import Annotated, ClassVar, Literal, Optional, TYPE_CHECKING, Union
 
-import torch
 from pydantic import Field, field_validator
-from torch import nn
 
-from rpn2c.components.base import PsiModule, Reconciliation
+from rpn2c.components.base import Reconciliation
 from rpn2c.components.registry import HP, register
 from rpn2c.functional import reconciliation as R
+
+if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
+    import torch
 
 Std = Union[Annotated[float, Field(gt=0)], Literal["fan_in"]]  # a std is > 0 (checked, not found at build)
 
 
 def _uniform(shape, fan_in: int) -> torch.Tensor:
     """U(-1/sqrt(fan_in), 1/sqrt(fan_in)), the nn.Linear initialisation."""
+    import torch
+
     bound = 1.0 / math.sqrt(max(int(fan_in), 1))
     return torch.empty(shape).uniform_(-bound, bound)
 
 
 def _generator(seed: int) -> torch.Generator:
+    import torch
+
     return torch.Generator(device="cpu").manual_seed(int(seed))
-
-
-class _Psi(PsiModule):
-    """A functional reconciliation family bound to (n, D, hp): learnable tensors are parameters, frozen ones buffers.
-
-    ``names`` maps functional tensor names to attribute names (``W`` is stored as ``weight``, as in ``nn.Linear``).
-    """
-
-    def __init__(self, family: str, n: int, D: int, hp: dict, params: dict[str, torch.Tensor],
-                 buffers: dict[str, torch.Tensor] | None = None, names: dict[str, str] | None = None):
-        super().__init__()
-        self.family, self.n, self.D, self.hp = family, n, D, dict(hp)
-        self.spec = R.RECONCILIATIONS[family]
-        names = names or {}
-        self._attrs: dict[str, str] = {}
-        for key, value in params.items():
-            attr = names.get(key, key)
-            self.register_parameter(attr, nn.Parameter(value))
-            self._attrs[key] = attr
-        for key, value in (buffers or {}).items():
-            attr = names.get(key, key)
-            self.register_buffer(attr, value)  # persistent: saved and restored with the model
-            self._attrs[key] = attr
-        # a parameter-free ψ still follows .to(dtype/device): an empty non-persistent buffer carries both
-        self.register_buffer("anchor", torch.zeros(0), persistent=False)
-
-    def tensors(self) -> dict[str, torch.Tensor]:
-        return {key: getattr(self, attr) for key, attr in self._attrs.items()}
-
-    def matrix(self) -> torch.Tensor:
-        if not self.spec.learnable:
-            return self.spec.fabricate(self.tensors(), self.n, self.D, **self.hp, dtype=self.anchor.dtype,
-                                       device=self.anchor.device)
-        return self.spec.fabricate(self.tensors(), self.n, self.D, **self.hp)
-
-    def apply(self, z: torch.Tensor) -> torch.Tensor:
-        return self.spec.apply(z, self.tensors(), self.n, self.D, **self.hp)
-
-    def extra_repr(self) -> str:
-        hp = ", ".join(f"{k}={v}" for k, v in self.hp.items())
-        return f"{self.family}: {self.n} x {self.D}" + (f", {hp}" if hp else "")
 
 
 class _Functional(Reconciliation):
@@ -109,6 +73,8 @@ class _Functional(Reconciliation):
 
     def frozen(self, n: int, D: int) -> dict[str, torch.Tensor]:
         """The frozen tensors, drawn from ``seed`` (float64 on the CPU, then the default dtype)."""
+        import torch
+
         if self.spec.make_buffers is None:
             return {}
         bufs = self.spec.make_buffers(n, D, **self.fhp(), generator=_generator(self.hp.seed),
@@ -116,6 +82,8 @@ class _Functional(Reconciliation):
         return {k: v.to(torch.get_default_dtype()) for k, v in bufs.items()}
 
     def build(self, n, D):
+        from rpn2c.components.impl.psi import _Psi
+
         fhp = self.fhp()
         shapes = self.spec.param_shapes(n, D, **fhp)
         return _Psi(self.functional, n, D, fhp, self.init(shapes, n, D), self.frozen(n, D), self.names)
@@ -229,6 +197,8 @@ class Masking(_Functional):
         return super().check(n, D)
 
     def frozen(self, n, D):
+        import torch
+
         if self.hp.mask is not None:
             return {"mask": torch.tensor(self.hp.mask, dtype=torch.get_default_dtype())}
         return super().frozen(n, D)
@@ -392,6 +362,8 @@ class RandomMatrixAdaption(_Functional):
         _std = field_validator("std")(_positive_std)
 
     def init(self, shapes, n, D):
+        import torch
+
         scale = 1.0 if self.hp.std != "fan_in" else math.sqrt(self.hp.r * D)  # undo a fan-in scaled A Bᵀ
         return {"lambda1": torch.full((n,), scale / math.sqrt(3 * D)),
                 "lambda2": torch.full((self.hp.r,), 1.0 / math.sqrt(self.hp.r))}
@@ -418,6 +390,8 @@ class Hypernet(_Functional):
     HP = _HypernetHP
 
     def init(self, shapes, n, D):
+        import torch
+
         return {"w": torch.randn(shapes["w"])}
 
 
@@ -442,4 +416,6 @@ class RandomMatrixHypernet(_Functional):
         _std = field_validator("std")(_positive_std)
 
     def init(self, shapes, n, D):
+        import torch
+
         return {"w": torch.randn(shapes["w"])}

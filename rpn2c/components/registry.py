@@ -20,6 +20,7 @@ Names are looked up only in this table: a spec can never import or execute anyth
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -132,6 +133,21 @@ class Entry:
 def _type_name(annotation) -> str:
     text = getattr(annotation, "__name__", None) or str(annotation)
     return text.replace("typing.", "").replace("rpn2c.components.registry.", "")
+
+
+class Lazy:
+    """A function named by its import path, imported when first read through its class or an instance:
+    ``fn = Lazy("torch.nn.functional.gelu")`` acts as ``fn = staticmethod(F.gelu)``, and defining (or checking) the
+    component imports nothing (torch is imported when a model is built)."""
+
+    def __init__(self, path: str):
+        self.path, self._value = path, None
+
+    def __get__(self, obj, owner=None):
+        if self._value is None:
+            module, _, name = self.path.rpartition(".")
+            self._value = getattr(importlib.import_module(module), name)
+        return self._value
 
 
 REGISTRY: dict[str, dict[str, Entry]] = {f: {} for f in FAMILIES}

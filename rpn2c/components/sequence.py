@@ -7,16 +7,16 @@ reader). In RPN 2 terms an embedding is a head with κ = one-hot expansion (``e_
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, TYPE_CHECKING
 
-import torch
-import torch.nn.functional as F
 from pydantic import Field
-from torch import nn
 
 from rpn2c.components.base import Op, ShapeRuleError, example_model
 from rpn2c.components.registry import HP, register
 from rpn2c.ir.types import Dim, TensorType, is_known, items, vector
+
+if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
+    import torch
 
 _TOKENS = "input x: tokens[B, 6]"
 _SEQUENCE = "input x: sequence[B, 6, 4]"
@@ -51,6 +51,8 @@ def token_bound(graph, nid: str) -> int | None:
 
 def random_tokens(graph, nid: str, shape, generator=None) -> torch.Tensor:
     """Random valid ids for the tokens input ``nid``: uniform below :func:`token_bound` (int64)."""
+    import torch
+
     return torch.randint(0, token_bound(graph, nid) or 1, tuple(shape), generator=generator)
 
 
@@ -62,26 +64,10 @@ class _EmbeddingHP(HP):
                                                       "(negative counts from V, as nn.Embedding)")
 
 
-class _EmbeddingModule(nn.Module):
-    def __init__(self, vocab: int, dim: int, padding_idx: int | None):
-        super().__init__()
-        self.vocab, self.padding_idx = vocab, padding_idx
-        self.weight = nn.Parameter(torch.randn(vocab, dim))  # nn.Embedding's N(0, 1)
-        if padding_idx is not None:
-            with torch.no_grad():
-                self.weight[padding_idx].zero_()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not torch.compiler.is_compiling():
-            check_token_ids(x, self.vocab)
-        return F.embedding(x, self.weight, self.padding_idx)
-
-    def extra_repr(self) -> str:
-        return f"vocab={self.vocab}, dim={self.weight.shape[1]}, padding_idx={self.padding_idx}"
-
-
 def check_token_ids(x: torch.Tensor, vocab: int) -> None:
     """Raise a clear error unless ``x`` holds integer ids in ``[0, vocab)`` (the first offender is named)."""
+    import torch
+
     if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
         raise TypeError(f"embedding(vocab = {vocab}) reads integer token ids, got a {x.dtype} tensor")
     bad = (x < 0) | (x >= vocab)
@@ -117,13 +103,20 @@ class Embedding(Op):
         return self.hp.vocab * self.hp.dim
 
     def build(self, ins):
+        from rpn2c.components.impl.sequence import _EmbeddingModule
+
         pad = self.hp.padding_idx
         return _EmbeddingModule(self.hp.vocab, self.hp.dim, pad % self.hp.vocab if pad is not None else None)
 
 
 # ------------------------------------------------------------------------------------------------ positions
-def sinusoid_table(n: int, d: int, base: float = 10000.0, dtype=torch.float64) -> torch.Tensor:
-    """The Transformer paper's table ``[n, d]``: ``P[t, 2i] = sin(t / base^{2i/d})``, ``P[t, 2i+1] = cos(...)``."""
+def sinusoid_table(n: int, d: int, base: float = 10000.0, dtype=None) -> torch.Tensor:
+    """The Transformer paper's table ``[n, d]``: ``P[t, 2i] = sin(t / base^{2i/d})``, ``P[t, 2i+1] = cos(...)``
+    (float64 unless ``dtype`` is given)."""
+    import torch
+
+    dtype = torch.float64 if dtype is None else dtype
+
     pos = torch.arange(n, dtype=torch.float64)[:, None]
     inv = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     table = torch.zeros(n, d, dtype=torch.float64)
@@ -134,21 +127,6 @@ def sinusoid_table(n: int, d: int, base: float = 10000.0, dtype=torch.float64) -
 
 class _SinusoidalHP(HP):
     base: float = Field(10000.0, gt=1.0, description="wavelength base (the paper's 10000)")
-
-
-class _SinusoidalModule(nn.Module):
-    """``x + P[:T]``; P is a float64 buffer (not saved: it is a function of T and d) of ``cached`` rows, computed
-    afresh for longer sequences."""
-
-    def __init__(self, cached: int, d: int, base: float):
-        super().__init__()
-        self.base = base
-        self.register_buffer("table", sinusoid_table(cached, d, base), persistent=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n, d = x.shape[-2], x.shape[-1]
-        table = self.table[:n] if n <= self.table.shape[0] else sinusoid_table(n, d, self.base).to(x.device)
-        return x + table.to(x.dtype)
 
 
 @register
@@ -166,24 +144,14 @@ class SinusoidalPosition(Op):
         return _sequence(ins[0], "sinusoidal_position")
 
     def build(self, ins):
+        from rpn2c.components.impl.sequence import _SinusoidalModule
+
         t = ins[0]
         return _SinusoidalModule(t.items if is_known(t.items) else 512, t.features, self.hp.base)
 
 
 class _LearnedHP(HP):
     max_len: int = Field(ge=1, description="the most items a sequence may have")
-
-
-class _LearnedModule(nn.Module):
-    def __init__(self, max_len: int, d: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn(max_len, d) * 0.02)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n = x.shape[-2]
-        if n > self.weight.shape[0]:
-            raise ValueError(f"learned_position(max_len = {self.weight.shape[0]}) got a sequence of {n} items")
-        return x + self.weight[:n]
 
 
 @register
@@ -205,16 +173,9 @@ class LearnedPosition(Op):
         return self.hp.max_len * ins[0].features
 
     def build(self, ins):
+        from rpn2c.components.impl.sequence import _LearnedModule
+
         return _LearnedModule(self.hp.max_len, ins[0].features)
-
-
-class _PrependModule(nn.Module):
-    def __init__(self, d: int):
-        super().__init__()
-        self.token = nn.Parameter(torch.randn(d) * 0.02)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.token.to(x.dtype).expand(x.shape[0], 1, -1), x], dim=1)
 
 
 @register
@@ -233,22 +194,12 @@ class PrependToken(Op):
         return ins[0].features
 
     def build(self, ins):
+        from rpn2c.components.impl.sequence import _PrependModule
+
         return _PrependModule(ins[0].features)
 
 
 # ------------------------------------------------------------------------------------------------ readouts
-class _Pick(nn.Module):
-    def __init__(self, index: int):
-        super().__init__()
-        self.index = index
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x[:, self.index]
-
-    def extra_repr(self) -> str:
-        return f"index={self.index}"
-
-
 def _items_only(t: TensorType, what: str) -> TensorType:
     if t.kind != "items":
         raise ShapeRuleError(f"{what} reads the item axis of a sequence [B, T, d], got {t}", arg=0)
@@ -265,6 +216,8 @@ class _ReadItem(Op):
         return vector(t.batch, t.features)
 
     def build(self, ins):
+        from rpn2c.components.impl.sequence import _Pick
+
         return _Pick(self.index)
 
 
@@ -312,21 +265,6 @@ def slice_length(n: Dim, start: int, stop: int | None) -> tuple[Dim, int]:
     return length, need
 
 
-class _SliceModule(nn.Module):
-    def __init__(self, start: int, stop: int | None, need: int):
-        super().__init__()
-        self.start, self.stop, self.need = start, stop, need
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[1] < self.need:
-            raise ValueError(f"slice(start = {self.start}, stop = {self.stop}) needs at least {self.need} items, "
-                             f"got a sequence of {x.shape[1]}")
-        return x[:, self.start:self.stop]
-
-    def extra_repr(self) -> str:
-        return f"start={self.start}, stop={self.stop}"
-
-
 @register
 class Slice(Op):
     """slice(x, start = s, stop = e): sequence [B, T, d] -> [B, T', d], y = x[:, s:e] (strict bounds)."""
@@ -342,6 +280,8 @@ class Slice(Op):
         return t.with_shape((t.batch, length, t.features))
 
     def build(self, ins):
+        from rpn2c.components.impl.sequence import _SliceModule
+
         _, need = slice_length(ins[0].items, self.hp.start, self.hp.stop)
         return _SliceModule(self.hp.start, self.hp.stop, need)
 

@@ -6,15 +6,17 @@ Instance matrices are stored with row = output item (``Y = A @ Z``); attribute m
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, TYPE_CHECKING
 
-import torch
 from pydantic import Field, model_validator
 
-from rpn2c.components.base import Interdependence, ShapeRuleError, XiModule
+from rpn2c.components.base import Interdependence, ShapeRuleError
 from rpn2c.components.grid import CentredPatchHP, Geometry, PatchHP
 from rpn2c.components.registry import HP, register
 from rpn2c.functional import kernels, structure
+
+if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
+    import torch
 
 
 @register
@@ -25,20 +27,9 @@ class NoneXi(Interdependence):
     aliases = ("none", "eye")
 
     def build(self, ctx):
+        from rpn2c.components.impl.xi import _IdentityXi
+
         return _IdentityXi(ctx.axis)
-
-
-class _IdentityXi(XiModule):
-    def __init__(self, axis):
-        super().__init__()
-        self.axis = axis
-
-    def matrix(self, q, c, aux, size=None):
-        n = size if size is not None else c.shape[-2 if self.axis == "instance" else -1]
-        return torch.eye(n, dtype=q.dtype, device=q.device)
-
-    def apply(self, z, q, c, aux):
-        return z
 
 
 # ------------------------------------------------------------------------------------------------ grid
@@ -156,70 +147,27 @@ class Chain(Interdependence):
     HP = _ChainHP
 
     def build(self, ctx):
+        from rpn2c.components.impl.xi import _ChainXi
+
         return _ChainXi(self.hp, ctx.axis)
 
 
-class _ChainXi(XiModule):
-    def __init__(self, hp, axis):
-        super().__init__()
-        self.hp, self.axis = hp, axis
-
-    def _forward_op(self, z):
-        """M @ z along dim -2 for the forward (or bidirectional) chain, by shifts / scans / DST."""
-        hp = self.hp
-        bi = hp.direction == "bidirectional"
-        s = hp.self_scaling if hp.self_loop else 0.0
-        mode = hp.effective_mode
-        if mode in ("power", "accumulate"):
-            return structure.chain_apply(z, -2, hp.hops, mode=mode, bidirectional=bi, self_loop=hp.self_loop,
-                                         self_scaling=hp.self_scaling, include_identity=hp.include_identity)
-        if mode == "inverse_approx":
-            return structure.chain_apply(z, -2, mode="inverse", bidirectional=bi)
-        if mode == "inverse":
-            return structure.chain_inverse_apply(z, -2, alpha=hp.alpha, bidirectional=bi, self_scaling=s)
-        return structure.chain_exp_apply(z, -2, alpha=hp.alpha, bidirectional=bi, self_scaling=s)
-
-    def _op(self, z, transpose=False):
-        """M @ z (or Mᵀ @ z): backward = J·M_forward·J and M_forwardᵀ = J·M_forward·J (J reverses the items)."""
-        backward = self.hp.direction == "backward"
-        if transpose and self.hp.direction != "bidirectional":
-            backward = not backward
-        return self._forward_op(z.flip(-2)).flip(-2) if backward else self._forward_op(z)
-
-    def _on_items(self, z):
-        """Normalised M @ z along dim -2 without building M (degrees = M applied to ones; zero degree -> 0)."""
-        norm = self.hp.norm
-        if norm == "none":
-            return self._op(z)
-        ones = torch.ones(z.shape[-2], 1, dtype=z.dtype, device=z.device)
-        if norm == "row":
-            return self._op(z) * _chain_inv(self._op(ones))
-        if norm == "column":
-            return self._op(z * _chain_inv(self._op(ones, transpose=True)))
-        d = _chain_inv_sqrt(self._op(ones))
-        return d * self._op(z * d)
-
-    def matrix(self, q, c, aux, size=None):
-        n = size if size is not None else (c.shape[-2] if self.axis == "instance" else c.shape[-1])
-        a = _chain_dense(n, self.hp, q.dtype, q.device)
-        return a if self.axis == "instance" else a.T
-
-    def apply(self, z, q, c, aux):
-        if self.axis == "instance":
-            return self._on_items(z)
-        return self._on_items(z.transpose(-1, -2)).transpose(-1, -2)
-
-
 def _chain_inv(d):
+    import torch
+
     return torch.where(d != 0, 1.0 / torch.where(d != 0, d, torch.ones_like(d)), torch.zeros_like(d))
 
 
 def _chain_inv_sqrt(d):
+    import torch
+
     return torch.where(d > 0, torch.where(d > 0, d, torch.ones_like(d)).rsqrt(), torch.zeros_like(d))
 
 
 def _chain_dense(n, hp, dtype, device):
     """The literal chain matrix (row = output item), as the paper writes it (reference lowering)."""
+    import torch
+
     bi = hp.direction == "bidirectional"
     mode = hp.effective_mode
     if mode in ("power", "accumulate"):

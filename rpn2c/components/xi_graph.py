@@ -6,15 +6,12 @@ on the graph's cached SpMM operator; the reference lowering builds the literal m
 
 from __future__ import annotations
 
-import functools
 from typing import Literal, Optional
 
-import torch
 from pydantic import Field
 
-from rpn2c.components.base import Interdependence, XiModule, graph_example
+from rpn2c.components.base import Interdependence, graph_example
 from rpn2c.components.registry import HP, ValueRef, register
-from rpn2c.functional import structure
 
 
 class _GraphHP(HP):
@@ -47,81 +44,8 @@ class Graph(Interdependence):
     graph_operator = True  # propagation can run as one SpMM on the built adjacency (rule graph_spmm)
 
     def build(self, ctx):
+        from rpn2c.components.impl.xi_graph import _GraphXi
+
         return _GraphXi(self.hp, ctx.axis)
 
 
-class _GraphXi(XiModule):
-    def __init__(self, hp, axis="instance"):
-        super().__init__()
-        self.hp, self.axis = hp, axis
-
-    def edge_list(self, aux, n, dtype, device):
-        """(src, dst, w) with self-loops and normalisation applied: A[dst, src] = w. O(E).
-
-        Shared within one forward by every ξ the optimiser found identical (``shared_xi``: same settings, same
-        edge inputs), also under ``torch.compile``: the lowering passes ``aux["_share"] = (memo, key)``, the
-        forward's memo and the key of the merged ξ. Across calls, the one graph cache (``graph_cache``) serves it
-        while the same edge (and weight) tensors come back unmodified — a fixed training graph is normalised
-        once; weights that need gradients and compiled graphs compute it in place.
-        """
-        shared = aux.get("_share")
-        if shared is not None:
-            memo, share = shared
-            key = (share, n if isinstance(n, int) else str(n), dtype, device)  # str: a symbolic size
-            if key not in memo:
-                memo[key] = self._edge_list(aux, n, dtype, device)
-            return memo[key]
-        return self._edge_list(aux, n, dtype, device)
-
-    def _edge_list(self, aux, n, dtype, device):
-        hp = self.hp
-        return structure.normalized_edges(aux["edges"], aux.get("weight"), n, dtype, device, hp.self_loops, hp.norm,
-                                          hp.directed)
-
-    def support(self, aux, n, dtype, device):
-        """The edge list of the literal matrix when it is the 1-hop adjacency (hybrid's sparse path), else None."""
-        if self.hp.hops != 1 or self.hp.mode != "power":
-            return None
-        return self.edge_list(aux, n, dtype, device)
-
-    def _adjacency(self, aux, n, dtype, device):
-        hp = self.hp
-        return structure.graph_adjacency(aux["edges"], n, aux.get("weight"), directed=hp.directed,
-                                         self_loops=hp.self_loops, normalization=hp.norm, device=device,
-                                         dtype=dtype)
-
-    def _from_adjacency(self, a):
-        """The literal matrix, given the normalised 1-hop adjacency (multi-hop power or accumulation)."""
-        return structure.multihop_graph(a, self.hp.hops, self.hp.mode == "accumulate", self.hp.include_identity)
-
-    def _propagate(self, zz, src, dst, w, n, operator=None):
-        """``_from_adjacency(A) @ zz`` on the edge list or its SpMM operator (never a dense multi-hop matrix)."""
-        hp = self.hp
-        return structure.multihop_propagate(zz, src, dst, w, n, hp.hops, hp.mode == "accumulate",
-                                            hp.include_identity, dim=-2, operator=operator)
-
-    def matrix(self, q, c, aux, size=None):
-        n = size if size is not None else (c.shape[-2] if self.axis == "instance" else c.shape[-1])
-        m = self._from_adjacency(self._adjacency(aux, n, q.dtype, q.device))
-        return m if self.axis == "instance" else m.T
-
-    def operator(self, aux, n, dtype):
-        """``x ↦ A @ x`` on the graph's cached operator (kernel op ``spmm``: one SpMM or GEMM per hop, built once
-        per edge tensor, also under ``torch.compile``); ``None`` where its declared fallback ``gather_scatter``
-        runs: edge weights that need gradients, or dtypes without a sparse kernel."""
-        weight = aux.get("weight")
-        if dtype not in (torch.float32, torch.float64) or (weight is not None and weight.requires_grad):
-            return None
-        hp = self.hp
-        return functools.partial(structure.graph_mm, aux["edges"], weight, n=n, self_loops=hp.self_loops,
-                                 norm=hp.norm, directed=hp.directed)
-
-    def apply(self, z, q, c, aux, kernel: str | None = None):
-        zz = z if self.axis == "instance" else z.transpose(-1, -2)
-        n = zz.shape[-2]
-        op = self.operator(aux, n, zz.dtype) if kernel == "spmm" else None
-        if op is not None:
-            y = self._propagate(zz, None, None, None, n, operator=op)
-        else:
-            y = self._propagate(zz, *self.edge_list(aux, n, zz.dtype, zz.device), n)
-        return y if self.axis == "instance" else y.transpose(-1, -2)

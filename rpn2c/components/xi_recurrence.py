@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch
 from pydantic import Field
-from torch import nn
 
-from rpn2c.components.base import Interdependence, XiModule
+from rpn2c.components.base import Interdependence
 from rpn2c.components.registry import HP, register
-from rpn2c.functional.scan import linear_scan, recurrence_matrix
 
 
 class _RecurrenceHP(HP):
@@ -44,26 +41,8 @@ class RecurrenceChain(Interdependence):
         return 1 if self.hp.learnable else 0
 
     def build(self, ctx):
+        from rpn2c.components.impl.xi_recurrence import _RecurrenceXi
+
         return _RecurrenceXi(self.hp)
 
 
-class _RecurrenceXi(XiModule):
-    def __init__(self, hp):
-        super().__init__()
-        self.reverse, self.fixed = hp.direction == "backward", float(hp.decay)
-        if hp.learnable:
-            self.decay = nn.Parameter(torch.tensor(self.fixed))
-
-    def _lam(self, like):
-        if hasattr(self, "decay"):
-            return self.decay.to(like.dtype)
-        return torch.tensor(self.fixed, dtype=like.dtype, device=like.device)
-
-    def matrix(self, q, c, aux, size=None):
-        n = size if size is not None else c.shape[-2]
-        return recurrence_matrix(self._lam(q), n, reverse=self.reverse)
-
-    def apply(self, z, q, c, aux):
-        if self.reverse:
-            return linear_scan(z.flip(-2), self._lam(z)).flip(-2)
-        return linear_scan(z, self._lam(z))

@@ -11,14 +11,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal, Optional, Union
 
-import torch
 from pydantic import Field, field_validator, model_validator
 
-from rpn2c.components.base import GRID_VOLUME, Interdependence, ShapeRuleError, XiModule, graph_example, head_example
+from rpn2c.components.base import GRID_VOLUME, Interdependence, ShapeRuleError, graph_example, head_example
 from rpn2c.components.grid import Geometry, IntOrList, PatchHP, _per_axis
 from rpn2c.components.registry import HP, ValueRef, register
 from rpn2c.components.xi import Chain, GridXi, _ChainHP
-from rpn2c.components.xi_graph import Graph, _GraphHP, _GraphXi
+from rpn2c.components.xi_graph import Graph, _GraphHP
 from rpn2c.functional import structure
 from rpn2c.ir.types import is_known
 
@@ -64,6 +63,8 @@ class Constant(Interdependence):
         return self.hp.out if self.hp.out is not None else ctx.size
 
     def build(self, ctx):
+        from rpn2c.components.impl.xi_structural import _ConstantXi
+
         return _ConstantXi(self._value(), self.hp.out, getattr(self.hp, "matrix", None), ctx.axis)
 
 
@@ -93,37 +94,6 @@ class One(Constant):
 
     def _value(self):
         return 1.0
-
-
-class _ConstantXi(XiModule):
-    def __init__(self, c, out, matrix, axis):
-        super().__init__()
-        self.c, self.out, self.axis = c, out, axis
-        if matrix is not None:
-            self.register_buffer("a", torch.tensor(matrix, dtype=torch.get_default_dtype()))
-        else:
-            self.a = None
-
-    def _n_out(self, n):
-        return self.out if self.out is not None else n
-
-    def matrix(self, q, c, aux, size=None):
-        if self.a is not None:
-            a = self.a.to(q.dtype)
-            return a if self.axis == "attribute" else a.T
-        n = size if size is not None else (c.shape[-2] if self.axis == "instance" else c.shape[-1])
-        shape = (n, self._n_out(n)) if self.axis == "attribute" else (self._n_out(n), n)
-        return torch.full(shape, self.c, dtype=q.dtype, device=q.device)
-
-    def apply(self, z, q, c, aux):
-        if self.a is not None:
-            a = self.a.to(z.dtype)
-            return z @ a if self.axis == "attribute" else a.T @ z
-        dim = -1 if self.axis == "attribute" else -2
-        shape = list(z.shape)
-        shape[dim] = self._n_out(z.shape[dim])
-        # c = 0 included: 0·Σz is zero but stays attached to z (a fresh zeros tensor would cut the gradient path)
-        return (self.c * z.sum(dim=dim, keepdim=True)).expand(shape)
 
 
 # ------------------------------------------------------------------------------------------------ patches
@@ -194,9 +164,9 @@ class _PatchBase(GridXi):
         return replace(conv.geometry(rank, taps), row_shift=shift)
 
 
-def _taps(offsets: torch.Tensor, before: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+def _taps(offsets: list[tuple[int, ...]], before: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     """Centre-relative offsets -> kernel-box coordinates (lexicographic, = conv weight flatten order)."""
-    return tuple(tuple(int(v) + b for v, b in zip(row, before)) for row in offsets.tolist())
+    return tuple(tuple(v + b for v, b in zip(row, before)) for row in offsets)
 
 
 class _CylinderFields(HP):
@@ -241,7 +211,7 @@ class CylinderPatch(_PatchBase):
             before, after = (r, r, pd), (r, r, pa)
         else:
             raise ShapeRuleError(f"a cylinder patch needs a 2-D or 3-D grid, got {rank}-D")
-        offsets = structure.cylinder_offsets(r, pd, pa, ndim=rank)
+        offsets = structure.cylinder_rows(r, pd, pa, ndim=rank)
         return before, after, _taps(offsets, before)
 
     def packing_params(self, rank):
@@ -277,7 +247,7 @@ class SpherePatch(_PatchBase):
             raise ShapeRuleError(f"a sphere patch needs a 3-D grid, got {rank}-D (use cylinder_patch on 2-D)")
         r = self.hp.radius
         before = (r, r, r)
-        return before, before, _taps(structure.sphere_offsets(r), before)
+        return before, before, _taps(structure.sphere_rows(r), before)
 
     def packing_params(self, rank):
         return self.hp.radius
@@ -455,17 +425,8 @@ class PageRank(Interdependence):
         return self.hp.method != "solve"
 
     def build(self, ctx):
+        from rpn2c.components.impl.xi_structural import _PageRankXi
+
         return _PageRankXi(self.hp, ctx.axis)
 
 
-class _PageRankXi(_GraphXi):
-    def support(self, aux, n, dtype, device):
-        return None
-
-    def _from_adjacency(self, a):
-        return structure.pagerank_matrix(a, self.hp.alpha)
-
-    def _propagate(self, zz, src, dst, w, n, operator=None):
-        hp = self.hp
-        return structure.pagerank_propagate(zz, src, dst, w, n, hp.alpha, hp.iters, hp.tol, dim=-2,
-                                            method=hp.method, operator=operator)

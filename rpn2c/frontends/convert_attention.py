@@ -24,6 +24,15 @@ def _mask_input(ctx: Context, v, dims: str, what: str) -> Value | None:
     return ctx.declare(v, "mask", f"{polarity}[{dims}]")
 
 
+def _symbol(v: Value, default: str) -> str:
+    """The item-count symbol of a sequence value (its input's), ``default`` when it has none."""
+    if v.items_from is not None:
+        sym = v.items_from[0].item_dims.get(v.items_from[1])
+        if isinstance(sym, str):
+            return sym
+    return default
+
+
 def _attention(ctx: Context, mha: nn.MultiheadAttention, local: str, name: str, q: Value, key: Value | None,
                value: Value | None, kpm, attn_mask, causal: bool, extra: list[str], comment: list[str],
                pre: list[str] = (), post: list[str] = (), need_weights: bool = False) -> tuple[Value, str]:
@@ -39,7 +48,8 @@ def _attention(ctx: Context, mha: nn.MultiheadAttention, local: str, name: str, 
     if key is not None:
         ctx.sequence(key, mha.kdim, "S", bf, "key")
         ctx.sequence(value, mha.vdim, "S", bf, "value")
-    s_sym = "S" if key is not None else "T"
+    t_sym = _symbol(q, "T")
+    s_sym = _symbol(key, "S") if key is not None else t_sym
     kpm_v = _mask_input(ctx, kpm, f"B, {s_sym}", "key_padding_mask")
     am_v = None
     if attn_mask is not None:
@@ -48,9 +58,9 @@ def _attention(ctx: Context, mha: nn.MultiheadAttention, local: str, name: str, 
                 ctx.fail(f"attn_mask of shape {list(attn_mask.shape)} with num_heads={h}",
                          "a 3-D mask holds one mask per (sample, head); heads = H copies share one mask per sample "
                          "(a 3-D mask works with num_heads=1, a 2-D mask with any)")
-            am_v = _mask_input(ctx, attn_mask, f"B, T, {s_sym}", "attn_mask")
+            am_v = _mask_input(ctx, attn_mask, f"B, {t_sym}, {s_sym}", "attn_mask")
         else:
-            am_v = _mask_input(ctx, attn_mask, f"T, {s_sym}", "attn_mask")
+            am_v = _mask_input(ctx, attn_mask, f"{t_sym}, {s_sym}", "attn_mask")
     if causal and am_v is not None:
         # torch reads is_causal as a hint about attn_mask (F.multi_head_attention_forward): with no key padding
         # mask and no weights returned it runs SDPA's own causal mask and ignores attn_mask's values; otherwise
@@ -136,6 +146,45 @@ def _ffn_activation(m: nn.TransformerEncoderLayer, ctx: Context) -> str:
     ctx.fail(f"activation={getattr(act, '__name__', type(act).__name__)}", "only relu and gelu (exact)")
 
 
+def link_norm(ctx: Context, head: str, norm: str, norm_first: bool) -> None:
+    """Link LayerNorm ``norm`` to the head's first pre-processing (pre-norm) or post-processing (post-norm)."""
+    slot = "pre" if norm_first else "post"
+    ctx.param(f"{head}.{slot}.0.weight", f"{norm}.weight")
+    ctx.param(f"{head}.{slot}.0.bias", f"{norm}.bias")
+
+
+def feed_forward(ctx: Context, m: nn.Module, attn: Value, base: str, act: str, norm: str) -> Value:
+    """The feed-forward sub-block of a transformer layer ``m`` on ``attn``: linear1 + act and linear2 as two
+    perceptron heads, then the residual add; LayerNorm ``norm`` as the first head's pre-processing (pre-norm,
+    ``x + FF(norm(x))``) or after the add (post-norm, ``norm(x + FF(x))``)."""
+    e, dff = m.linear1.in_features, m.linear1.out_features
+    eps = lit(float(ctx.module.get_submodule(norm).eps))
+    shape = attn.shape
+    ff1 = ctx.head(attn, [f"out = {dff}"], name=f"{base}_ff", post=[act],
+                   pre=[f"layer_norm(eps = {eps})"] if m.norm_first else [],
+                   comment=[f"  feed-forward linear1 ({e} -> {dff}) + {act}: a perceptron head (ξ none, κ identity, "
+                            "ψ identity, tied bias, π zero)"
+                            + (f"; pre = [layer_norm] is {norm}" if m.norm_first else "")],
+                   out_shape=(*shape[:-1], dff))
+    ff2 = ctx.head(ff1, [f"out = {e}"], name=f"{base}_ff2", out_shape=shape,
+                   comment=[f"  feed-forward linear2 ({dff} -> {e}): a perceptron head"])
+    ctx.param(f"{ff1.name}.psi.weight", "linear1.weight")
+    ctx.param(f"{ff1.name}.bias", "linear1.bias")
+    ctx.param(f"{ff2.name}.psi.weight", "linear2.weight")
+    ctx.param(f"{ff2.name}.bias", "linear2.bias")
+    if m.norm_first:
+        ctx.param(f"{ff1.name}.pre.0.weight", f"{norm}.weight")
+        ctx.param(f"{ff1.name}.pre.0.bias", f"{norm}.bias")
+        return ctx.op("add", [attn, ff2], name=base, shape=shape,
+                      comment=f"  the residual (a remainder π = identity): x + FF({norm}(x))")
+    s = ctx.op("add", [attn, ff2], name=f"{base}_res", shape=shape,
+               comment="  the residual (a remainder π = identity)")
+    y = ctx.op("layer_norm", [s], f"eps = {eps}", name=base, shape=shape, comment=f"  {norm} (post-norm)")
+    ctx.param(f"{base}.weight", f"{norm}.weight")
+    ctx.param(f"{base}.bias", f"{norm}.bias")
+    return y
+
+
 def transformer_encoder_layer(m: nn.TransformerEncoderLayer, ctx: Context) -> Value:
     """nn.TransformerEncoderLayer (post- or pre-norm): an attention head with the identity remainder (residual)
     and LayerNorm as output (post-norm) or input (pre-norm) processing, then two perceptron heads and a residual add."""
@@ -149,7 +198,7 @@ def transformer_encoder_layer(m: nn.TransformerEncoderLayer, ctx: Context) -> Va
     e, dff = mha.embed_dim, m.linear1.out_features
     causal = bool(ctx.get("is_causal", False))
     base = ctx.name("enc")
-    eps1, eps2 = lit(float(m.norm1.eps)), lit(float(m.norm2.eps))
+    eps1 = lit(float(m.norm1.eps))
     where = (f"{ctx.where()}(d_model={e}, nhead={mha.num_heads}, dim_feedforward={dff}, "
              f"norm_first={m.norm_first}, activation={act})")
     drop = [] if m.dropout.p == 0 and mha.dropout == 0 else ["  dropout is identity in eval mode (not represented)"]
@@ -165,34 +214,8 @@ def transformer_encoder_layer(m: nn.TransformerEncoderLayer, ctx: Context) -> Va
     attn, attn_name = _attention(ctx, mha, "self_attn.", f"{base}_attn", x, None, None,
                                  ctx.get("src_key_padding_mask"), ctx.get("src_mask"), causal, extra, comment,
                                  pre, post)
-    if m.norm_first:
-        ctx.param(f"{attn_name}.pre.0.weight", "norm1.weight")
-        ctx.param(f"{attn_name}.pre.0.bias", "norm1.bias")
-    else:
-        ctx.param(f"{attn_name}.post.0.weight", "norm1.weight")
-        ctx.param(f"{attn_name}.post.0.bias", "norm1.bias")
-    shape = attn.shape
-    ff1 = ctx.head(attn, [f"out = {dff}"], name=f"{base}_ff", post=[act],
-                   pre=[f"layer_norm(eps = {eps2})"] if m.norm_first else [],
-                   comment=[f"  feed-forward linear1 ({e} -> {dff}) + {act}: a perceptron head (ξ none, κ identity, "
-                            "ψ identity, tied bias, π zero)"
-                            + ("; pre = [layer_norm] is norm2" if m.norm_first else "")],
-                   out_shape=(*shape[:-1], dff))
-    ff2 = ctx.head(ff1, [f"out = {e}"], name=f"{base}_ff2", out_shape=shape,
-                   comment=[f"  feed-forward linear2 ({dff} -> {e}): a perceptron head"])
-    ctx.param(f"{ff1.name}.psi.weight", "linear1.weight")
-    ctx.param(f"{ff1.name}.bias", "linear1.bias")
-    ctx.param(f"{ff2.name}.psi.weight", "linear2.weight")
-    ctx.param(f"{ff2.name}.bias", "linear2.bias")
-    if m.norm_first:
-        ctx.param(f"{ff1.name}.pre.0.weight", "norm2.weight")
-        ctx.param(f"{ff1.name}.pre.0.bias", "norm2.bias")
-        y = ctx.op("add", [attn, ff2], name=base, shape=shape, comment="  the second residual: x + FF(norm2(x))")
-    else:
-        s = ctx.op("add", [attn, ff2], name=f"{base}_res", shape=shape, comment="  the second residual")
-        y = ctx.op("layer_norm", [s], f"eps = {eps2}", name=base, shape=shape, comment="  norm2 (post-norm)")
-        ctx.param(f"{base}.weight", "norm2.weight")
-        ctx.param(f"{base}.bias", "norm2.bias")
+    link_norm(ctx, attn_name, "norm1", m.norm_first)
+    y = feed_forward(ctx, m, attn, base, act, "norm2")
     y.items_from = x.items_from
     return y
 

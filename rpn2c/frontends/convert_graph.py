@@ -14,7 +14,8 @@ aggregation, and the linear remainder π = lin_r on the root node (root_weight=T
 with lin_rel, lin_root and the edge weights as A's entries.
 
 GINConv = a head with a hybrid instance ξ = graph (the sum over the edges into each node) + (1 + eps)·identity (sum
-fusion, fixed weights), κ identity, ψ eye (no parameters), no bias; then its ``nn`` converted on the aggregated
+fusion, fixed weights), κ identity, ψ eye (no parameters), no bias; with train_eps=True the graph ξ alone and the
+learned self term as the remainder π = scaled_identity, (1 + eps)·x; then its ``nn`` converted on the aggregated
 features by the converters of its modules.
 """
 
@@ -237,12 +238,13 @@ def _neighbour_root_head(m, ctx: Context, title: str, rel: str, root: str | None
 
 
 def sage_conv(m, ctx: Context) -> Value:
-    """torch_geometric.nn.SAGEConv(x, edge_index): lin_l(aggr_{j->i} x_j) + lin_r(x_i)."""
+    """torch_geometric.nn.SAGEConv(x, edge_index): lin_l(aggr_{j->i} x_j) + lin_r(x_i), then l2_normalize
+    processing with normalize=True."""
+    y = _neighbour_root_head(m, ctx, "SAGE (GraphSAGE)", "lin_l", "lin_r" if m.root_weight else None,
+                             project="lin" if m.project else None)
     if m.normalize:
-        ctx.fail("normalize=True", "there is no L2-normalisation processing to put after the head; convert with "
-                                   "normalize=False")
-    return _neighbour_root_head(m, ctx, "SAGE (GraphSAGE)", "lin_l", "lin_r" if m.root_weight else None,
-                                project="lin" if m.project else None)
+        y, _ = ctx.process(y, "l2_normalize", comment="normalize=True: each node's output divided by its L2 norm")
+    return y
 
 
 def graph_conv(m, ctx: Context) -> Value:
@@ -252,9 +254,6 @@ def graph_conv(m, ctx: Context) -> Value:
 
 def gin_conv(m, ctx: Context) -> Value:
     """torch_geometric.nn.GINConv(x, edge_index): nn((1 + eps)·x_i + Σ_{j->i} x_j)."""
-    if isinstance(m.eps, torch.nn.Parameter):
-        ctx.fail("train_eps=True", "a learned eps has no place in the graph ξ (the hybrid's weights are fixed); "
-                                   "convert with train_eps=False")
     aggr = m.aggr if isinstance(m.aggr, str) else type(m.aggr).__name__
     if aggr not in ("add", "sum") or getattr(m, "flow", "source_to_target") != "source_to_target":
         ctx.fail(f"aggr={aggr!r}, flow={m.flow!r}", "only sum aggregation from source to target")
@@ -265,22 +264,41 @@ def gin_conv(m, ctx: Context) -> Value:
         ctx.fail(f"x={type(x).__name__}", "expected a node feature tensor (not a bipartite pair)")
     f = x.shape[-1]
     x, ei = _node_inputs(ctx, f)
-    self_weight = 1.0 + float(m.eps)
-    xi = (f'hybrid(parts = ["graph", "identity"], fusion = "sum", weights = [1.0, {self_weight!r}], '
-          f'edges = {ei.name}, norm = "none", self_loops = false)')
     name = ctx.name("gin")
-    comment = [f"{ctx.where()}(eps={float(m.eps)!r}): the GIN aggregation (1 + eps)·x_i + Σ_(j->i) x_j as a head:",
-               f"  ξ_instance = A + {self_weight!r}·I, A[target, source] = 1 per edge (summed, no normalisation),",
-               "  κ identity, ψ eye (no parameters), no bias, π zero; the module's nn follows on its output"]
-    agg = ctx.head(x, [f"xi_instance = {xi}", f"out = {f}", "psi = eye", "bias = false"], comment=comment,
-                   name=name, uses=[ei], out_shape=x.shape)
+    if isinstance(m.eps, torch.nn.Parameter):  # train_eps=True: the self term is a learned remainder
+        settings = [f'xi_instance = graph(edges = {ei.name}, norm = "none", self_loops = false)', f"out = {f}",
+                    "psi = eye", "bias = false", "pi = scaled_identity(offset = 1.0)"]
+        comment = [f"{ctx.where()}(train_eps=True): the GIN aggregation (1 + eps)·x_i + Σ_(j->i) x_j as a head:",
+                   "  ξ_instance = graph, A[target, source] = 1 per edge (summed, no normalisation), κ identity,",
+                   "  ψ eye (no parameters), no bias, π = scaled_identity (1 + eps)·x with eps the learned scalar;",
+                   "  the module's nn follows on its output"]
+    else:
+        self_weight = 1.0 + float(m.eps)
+        xi = (f'hybrid(parts = ["graph", "identity"], fusion = "sum", weights = [1.0, {self_weight!r}], '
+              f'edges = {ei.name}, norm = "none", self_loops = false)')
+        settings = [f"xi_instance = {xi}", f"out = {f}", "psi = eye", "bias = false"]
+        comment = [f"{ctx.where()}(eps={float(m.eps)!r}): the GIN aggregation (1 + eps)·x_i + Σ_(j->i) x_j as a "
+                   f"head:", f"  ξ_instance = A + {self_weight!r}·I, A[target, source] = 1 per edge (summed, no "
+                   "normalisation),", "  κ identity, ψ eye (no parameters), no bias, π zero; the module's nn "
+                   "follows on its output"]
+    agg = ctx.head(x, settings, comment=comment, name=name, uses=[ei], out_shape=x.shape)
+    if isinstance(m.eps, torch.nn.Parameter):
+        ctx.param(f"{name}.pi.eps", "eps", shape=())
     path = f"{ctx.path}.nn" if ctx.path else "nn"
     return convert_module(ctx.builder, m.nn, path, [agg], {}, f"{name}_nn")
 
 
-def register_all() -> None:
-    from torch_geometric.nn import GATConv, GCNConv, GINConv, GraphConv, SAGEConv
+def gatv2_conv(m, ctx: Context) -> Value:
+    """torch_geometric.nn.GATv2Conv: refused with what is missing."""
+    ctx.fail(None, "GATv2 scores an edge by aᵀ LeakyReLU(W_s x_j + W_t x_i) (the nonlinearity inside, two "
+                   "projections); the graph_attention ξ scores LeakyReLU(a_srcᵀ W x_j + a_dstᵀ W x_i) (GAT, one "
+                   "shared W), so a GATv2 score form in graph_attention would make it convertible; GATConv converts")
 
+
+def register_all() -> None:
+    from torch_geometric.nn import GATConv, GATv2Conv, GCNConv, GINConv, GraphConv, SAGEConv
+
+    register_converter(GATv2Conv, gatv2_conv)
     register_converter(GCNConv, gcn_conv)
     register_converter(GATConv, gat_conv)
     register_converter(SAGEConv, sage_conv)

@@ -228,14 +228,10 @@ def prelu(m: nn.PReLU, ctx: Context) -> Value:
     return y
 
 
-def softmax(m, ctx: Context) -> Value:
-    """nn.Softmax/LogSoftmax over the feature axis = softmax/log_softmax processing."""
-    x = ctx.arg(0)
-    fn = "softmax" if isinstance(m, nn.Softmax) else "log_softmax"
-    if m.dim is None:
-        ctx.fail("dim=None", "give the dimension explicitly")
+def _on_features(ctx: Context, x: Value, dim: int, what: str) -> Value:
+    """``x`` typed so that torch's axis ``dim`` is its feature axis (the channels of a grid), else a located error."""
     nd = len(x.shape)
-    d = m.dim % nd
+    d = dim % nd
     if x.kind is None:
         if nd == 2 and d == 1 or nd == 3 and d == 2:
             ctx.features_input(x)
@@ -243,10 +239,39 @@ def softmax(m, ctx: Context) -> Value:
             ctx.grid_input(x, nd - 2)
     feature_axis = {"vector": 1, "items": nd - 1, "grid": 1}.get(x.kind)
     if d != feature_axis:
-        ctx.fail(f"dim={m.dim}", f"{fn} processing normalises the feature axis ({feature_axis} of a {x.kind} value "
-                                 f"{list(x.shape)})")
-    y, _ = ctx.process(x, fn, comment="over the feature axis")
+        ctx.fail(f"dim={dim}", f"{what} acts on the feature axis ({feature_axis} of a {x.kind} value "
+                               f"{list(x.shape)})")
+    return x
+
+
+_SOFTMAX = {nn.Softmax: "softmax", nn.LogSoftmax: "log_softmax", nn.Softmin: "softmin"}
+
+
+def softmax(m, ctx: Context) -> Value:
+    """nn.Softmax/LogSoftmax/Softmin over the feature axis = softmax/log_softmax/softmin processing (softmin(x) =
+    softmax(−x))."""
+    x = ctx.arg(0)
+    fn = _SOFTMAX[next(c for c in type(m).__mro__ if c in _SOFTMAX)]
+    if m.dim is None:
+        ctx.fail("dim=None", "give the dimension explicitly")
+    y, _ = ctx.process(_on_features(ctx, x, m.dim, f"{fn} processing"), fn, comment="over the feature axis")
     return y
+
+
+def glu(m: nn.GLU, ctx: Context) -> Value:
+    """nn.GLU(dim) = a ⊙ σ(b) for the halves a, b of the feature axis: two slice_features, sigmoid, and mul (a gate
+    is a Hadamard product)."""
+    x = _on_features(ctx, ctx.arg(0), m.dim, "GLU")
+    if x.features % 2:
+        ctx.fail(f"dim={m.dim}", f"GLU halves the feature axis; {x.features} features is odd")
+    h = x.features // 2
+    shape = ctx.output_shape
+    a = ctx.op("slice_features", [x], f"start = 0, stop = {h}", prefix="glu_a", shape=shape,
+               comment=f"{ctx.where()}(dim={m.dim}): a ⊙ σ(b), a = features [0:{h}]")
+    b = ctx.op("slice_features", [x], f"start = {h}", prefix="glu_b", shape=shape,
+               comment=f"  b = features [{h}:{2 * h}]")
+    g = ctx.op("sigmoid", [b], prefix="glu_gate", shape=shape, comment="  the gate σ(b)")
+    return ctx.op("mul", [a, g], prefix="glu", shape=shape, comment="  the gate is a Hadamard product")
 
 
 def dropout(m: nn.Dropout, ctx: Context) -> Value:
@@ -382,6 +407,8 @@ def register_all() -> None:
     register_converter(nn.PReLU, prelu)
     register_converter(nn.Softmax, softmax)
     register_converter(nn.LogSoftmax, softmax)
+    register_converter(nn.Softmin, softmax)
+    register_converter(nn.GLU, glu)
     register_converter(nn.Dropout, dropout)
     register_converter(nn.LayerNorm, layer_norm)
     for cls in (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d):

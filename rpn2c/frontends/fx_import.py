@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpn2c.errors import Diagnostic, Span, SpecTypeError
+from rpn2c.frontends import fx_layout
 from rpn2c.frontends.torch_import import (
     ERROR_CODE, RESERVED, Context, RecordedCall, SpecBuilder, TorchImportError, Value, class_name, convert_module,
     find_converter, library_of, lit,
@@ -279,6 +280,8 @@ _AS_MODULE: dict[Any, tuple[tuple[str, ...], Callable[[dict], nn.Module]]] = {
     torch.softmax: (("dim",), lambda o: nn.Softmax(o["dim"])),
     F.log_softmax: (("dim",), lambda o: nn.LogSoftmax(o.get("dim"))),
     torch.log_softmax: (("dim",), lambda o: nn.LogSoftmax(o["dim"])),
+    F.softmin: (("dim",), lambda o: nn.Softmin(o.get("dim"))),
+    F.glu: (("dim",), lambda o: nn.GLU(o.get("dim", -1))),
     torch.flatten: (("start_dim", "end_dim"), lambda o: nn.Flatten(o.get("start_dim", 0), o.get("end_dim", -1))),
     F.layer_norm: (("normalized_shape", "weight", "bias", "eps"),  # with weights: self.weight is a get_attr node
                    lambda o: nn.LayerNorm(o["normalized_shape"], o.get("eps", 1e-5), elementwise_affine=False)),
@@ -355,6 +358,8 @@ class _GraphConverter:
         if isinstance(x, _Lifted):
             self.fail(node, f"the {what} is a per-sample vector viewed as {list(x.shape)}: only add, mul and sub "
                             "broadcast it")
+        if isinstance(x, fx_layout.WRAPPERS):
+            self.fail(node, f"the {what}: {fx_layout.held_message(x)}")
         if not _is_value(x):
             self.fail(node, f"the {what} is a constant ({type(x).__name__}), not a value computed from the inputs: "
                             "a spec has no constant tensors or scalars (use a module, e.g. nn.Linear)")
@@ -406,6 +411,16 @@ class _GraphConverter:
                             "with converters may own weights")
         args, kwargs = self.load(node.args), self.load(node.kwargs)
         self.check_in_place(node)
+        done = fx_layout.convert(self, node, args, kwargs)  # permutes, views, expands, stochastic depth
+        return done if done is not fx_layout.PASS else self.dispatch(node, args, kwargs)
+
+    def convert_with(self, node: fx.Node, replace: dict) -> Any:
+        """``node`` converted with the held layout views in ``replace`` read as the given values."""
+        args, kwargs = fx.node.map_aggregate((self.load(node.args), self.load(node.kwargs)),
+                                             lambda a: replace.get(a, a) if isinstance(a, fx_layout.WRAPPERS) else a)
+        return self.dispatch(node, args, kwargs)
+
+    def dispatch(self, node: fx.Node, args: tuple, kwargs: dict) -> Any:
         if node.op == "call_module":
             return self.call_module(node, args, kwargs)
         if not any(_is_traced(a) for a in _flat((args, kwargs))):

@@ -24,10 +24,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
+    import torch
+    from torch import Tensor
+
 
 __all__ = [
     "EXPANSIONS",
@@ -147,6 +149,8 @@ def _three_term(x: Tensor, d: int, p0: Tensor | float, p1: Tensor,
     A constant P_0 is a Python number (no tensor of ones). ``axis``: the degrees stacked at that axis instead,
     unflattened (a grid [B, C, *S] with ``axis=2`` gives [B, C, d, *S], a convolution's channel layout, without a
     copy)."""
+    import torch
+
     d = _check_degree(d)
     outs = [p1]
     prev2, prev1 = p0, p1
@@ -162,6 +166,8 @@ def _three_term(x: Tensor, d: int, p0: Tensor | float, p1: Tensor,
 @functools.lru_cache(maxsize=128)
 def _combination_index_cached(m: int, r: int, with_replacement: bool, device: torch.device) -> Tensor:
     # itertools, not torch.combinations: a constant under torch.compile (torch's has a data-dependent length)
+    import torch
+
     tuples = (itertools.combinations_with_replacement if with_replacement else itertools.combinations)(range(m), r)
     return torch.tensor(list(tuples), dtype=torch.long, device=device).reshape(-1, r)
 
@@ -169,6 +175,8 @@ def _combination_index_cached(m: int, r: int, with_replacement: bool, device: to
 def combination_index(m: int, r: int, *, with_replacement: bool = False,
                       device: torch.device | str | None = None) -> Tensor:
     """All r-subsets (or multisets) of range(m) in lexicographic order, shape [C, r] (long)."""
+    import torch
+
     if r < 1 or (not with_replacement and r > m):
         raise ValueError(f"cannot take {r}-combinations of {m} attributes")
     return _combination_index_cached(int(m), int(r), bool(with_replacement), torch.device(device or "cpu"))
@@ -194,6 +202,8 @@ def reciprocal(x: Tensor, *, eps: float = 1e-6) -> Tensor:
     Same convention as the toolkit but without writing into ``x``. kappa(0) = 1/eps (1e6 by default); the
     gradient is 0 inside the clamped band.
     """
+    import torch
+
     if eps <= 0:
         raise ValueError("eps must be > 0")
     safe = torch.where(x >= 0, x.clamp(min=eps), x.clamp(max=-eps))
@@ -229,6 +239,8 @@ def taylor(x: Tensor, *, d: int = 2, symmetric: bool = False) -> Tensor:
 
     ``symmetric=True`` keeps each monomial once (i1 <= i2 <= ... <= ik, lexicographic): D = Σ_k C(m+k-1, k).
     """
+    import torch
+
     d = _check_degree(d)
     m = x.shape[-1]
     outs = [x]
@@ -253,6 +265,8 @@ def taylor_reconcile(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, d
     intermediate is ``n·m^{d−1}`` per row instead of κ's ``D = Σ_k m^k``: the same multiply-adds for the product,
     less memory whenever ``n < m``.
     """
+    import torch
+
     d = _check_degree(d)
     m, n = x.shape[-1], weight.shape[0]
     if weight.shape[-1] != _dim_taylor(m, d):
@@ -284,6 +298,8 @@ def fourier(x: Tensor, *, P: float = 10.0, N: int = 5) -> Tensor:
     Layout: attribute-major, then harmonic n, then (cos, sin). The toolkit concatenates block-major
     ``[cos_1(x), sin_1(x), cos_2(x), ...]`` (each block m wide): use ``attribute_to_block(y, 2N)``.
     """
+    import torch
+
     N = _check_degree(N, "N")
     if P == 0:
         raise ValueError("P must be nonzero")
@@ -297,11 +313,11 @@ def fourier(x: Tensor, *, P: float = 10.0, N: int = 5) -> Tensor:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-_TRIG_FUNCS: Mapping[str, tuple[tuple[str, Callable[[Tensor], Tensor]], ...]] = MappingProxyType({
-    "hyperbolic": (("sinh", torch.sinh), ("cosh", torch.cosh), ("tanh", torch.tanh)),
-    "trigonometric": (("sin", torch.sin), ("cos", torch.cos), ("tan", torch.tan)),
-    "arc_hyperbolic": (("asinh", torch.asinh), ("acosh", torch.acosh), ("atanh", torch.atanh)),
-    "arc_trigonometric": (("asin", torch.asin), ("acos", torch.acos), ("atan", torch.atan)),
+_TRIG_FUNCS: Mapping[str, tuple[str, ...]] = MappingProxyType({  # each name is the torch function's
+    "hyperbolic": ("sinh", "cosh", "tanh"),
+    "trigonometric": ("sin", "cos", "tan"),
+    "arc_hyperbolic": ("asinh", "acosh", "atanh"),
+    "arc_trigonometric": ("asin", "acos", "atan"),
 })
 # the toolkit's domain squash of the arc families: s = sigmoid(x), then an affine map per function
 _SQUASH = {"asinh": (1.0, 0.0), "acosh": (1.0, 1.01), "atanh": (0.99, 0.0),
@@ -313,7 +329,9 @@ def _trig_family(family: str, x: Tensor, functions: Sequence[str] | None, squash
 
     Only the requested functions are evaluated, so an unused one outside its domain cannot poison the gradient.
     """
-    table = dict(_TRIG_FUNCS[family])
+    import torch
+
+    table = {n: getattr(torch, n) for n in _TRIG_FUNCS[family]}
     names = tuple(table) if functions is None else tuple(functions)
     if not names or len(set(names)) != len(names) or any(n not in table for n in names):
         raise ValueError(f"functions must be distinct names from {tuple(table)}, got {functions!r}")
@@ -363,6 +381,8 @@ def _dim_trig(m: int, functions: Sequence[str] | None = None, **_: Any) -> int:
 
 
 def _centres(x: Tensor, num_centres: int, grid_range: Sequence[float], centres: Tensor | None) -> Tensor:
+    import torch
+
     if centres is not None:
         return centres.to(dtype=x.dtype, device=x.device).reshape(-1)
     num_centres = _check_degree(num_centres, "num_centres")
@@ -376,6 +396,8 @@ def gaussian_rbf(x: Tensor, *, num_centres: int = 10, grid_range: Sequence[float
 
     The toolkit's ``epsilon`` is 1/sigma. ``centres`` overrides the linspace grid.
     """
+    import torch
+
     if sigma <= 0:
         raise ValueError("sigma must be > 0")
     c = _centres(x, num_centres, grid_range, centres)
@@ -385,6 +407,8 @@ def gaussian_rbf(x: Tensor, *, num_centres: int = 10, grid_range: Sequence[float
 def inverse_quadratic_rbf(x: Tensor, *, num_centres: int = 10, grid_range: Sequence[float] = (-1.0, 1.0),
                           sigma: float = 1.0, centres: Tensor | None = None) -> Tensor:
     """Per attribute 1/(1 + ((x - c_j)/sigma)^2), c = linspace(lo, hi, num_centres); D = m*num_centres."""
+    import torch
+
     if sigma <= 0:
         raise ValueError("sigma must be > 0")
     c = _centres(x, num_centres, grid_range, centres)
@@ -407,6 +431,8 @@ def _lp_normal(x: Tensor, loc: float = 0.0, scale: float = 1.0) -> Tensor:
 
 
 def _lp_cauchy(x: Tensor, loc: float = 0.0, scale: float = 1.0) -> Tensor:
+    import torch
+
     return -math.log(math.pi * scale) - torch.log1p(((x - loc) / scale) ** 2)
 
 
@@ -415,11 +441,15 @@ def _lp_laplace(x: Tensor, loc: float = 0.0, scale: float = 1.0) -> Tensor:
 
 
 def _lp_chi2(x: Tensor, df: float = 1.0) -> Tensor:
+    import torch
+
     k2 = 0.5 * df
     return (k2 - 1.0) * torch.log(x) - 0.5 * x - k2 * math.log(2.0) - math.lgamma(k2)
 
 
 def _lp_gamma(x: Tensor, concentration: float = 1.0, rate: float = 1.0) -> Tensor:
+    import torch
+
     a = concentration
     return a * math.log(rate) + (a - 1.0) * torch.log(x) - rate * x - math.lgamma(a)
 
@@ -429,6 +459,8 @@ def _lp_exponential(x: Tensor, rate: float = 1.0) -> Tensor:
 
 
 def _lp_uniform(x: Tensor, low: float = 0.0, high: float = 1.0) -> Tensor:
+    import torch
+
     inside = (x >= low) & (x <= high)
     return torch.where(inside, torch.full_like(x, -math.log(high - low)), torch.full_like(x, -math.inf))
 
@@ -458,6 +490,8 @@ PROB_FAMILIES: Mapping[str, tuple[tuple[float, ...], ...]] = MappingProxyType({
 
 def positive_squash(x: Tensor) -> Tensor:
     """0.99*sigmoid(x) + 0.001 in (0.001, 0.991): the toolkit's map onto a positive support."""
+    import torch
+
     return 0.99 * torch.sigmoid(x) + 0.001
 
 
@@ -477,6 +511,8 @@ def probabilistic(x: Tensor, *, dist: str = "normal", params: Sequence[Sequence[
 
     Positive-support laws (chi2, gamma, exponential) evaluate at 0.99*sigmoid(x)+0.001 when ``squash`` (toolkit).
     """
+    import torch
+
     if params is None:
         if dist not in PROB_FAMILIES:
             raise ValueError(f"no default parameter family for {dist!r}")
@@ -500,6 +536,8 @@ _HYBRID = (("normal", (0.0, 1.0)), ("cauchy", (0.0, 1.0)), ("chi2", (1.0,)), ("g
 
 def hybrid_probabilistic(x: Tensor, *, squash: bool = True) -> Tensor:
     """Per attribute log-pdfs [N(0,1), Cauchy(0,1), chi2(1), Gamma(0.5,1), Laplace(0,1), Exp(1)], D = 6m."""
+    import torch
+
     return _flat(torch.stack([log_pdf(x, dist, p, squash=squash) for dist, p in _HYBRID], dim=-1))
 
 
@@ -510,6 +548,8 @@ def hybrid_probabilistic(x: Tensor, *, squash: bool = True) -> Tensor:
 
 def combinatorial(x: Tensor, *, d: int = 2, with_replacement: bool = False) -> Tensor:
     """Concatenate every r-combination tuple of attributes, r = 1..d (lexicographic), D = Σ_r r·C(m, r)."""
+    import torch
+
     d = _check_degree(d)
     m = x.shape[-1]
     outs = [x[..., combination_index(m, r, with_replacement=with_replacement, device=x.device)].flatten(-2)
@@ -544,6 +584,8 @@ def combinatorial_normal(x: Tensor, *, d: int = 1, with_replacement: bool = Fals
 
     Σ_r = scale²((1-rho)I + rho·11ᵀ); the toolkit's combinatorial_normal_expansion is loc=0, scale=1, rho=0.
     """
+    import torch
+
     d = _check_degree(d)
     m = x.shape[-1]
     outs = []
@@ -570,6 +612,8 @@ def bspline(x: Tensor, *, grid_size: int = 5, order: int = 3, grid_range: Sequen
     B_{j,0} = [g_j <= x < g_{j+1}],  B_{j,p} = ((x - g_j) B_{j,p-1} + (g_{j+p+1} - x) B_{j+1,p-1}) / (p h).
     D = m(G + k). Sums to 1 on [lo, hi); 0 outside [g_0, g_{G+2k}).
     """
+    import torch
+
     G = _check_degree(grid_size, "grid_size")
     if isinstance(order, bool) or int(order) != order or order < 0:
         raise ValueError(f"order must be an integer >= 0, got {order!r}")
@@ -665,6 +709,8 @@ def reverse_bessel(x: Tensor, *, d: int = 2, axis: int | None = None) -> Tensor:
 
 def fibonacci(x: Tensor, *, d: int = 2, axis: int | None = None) -> Tensor:
     """Fibonacci polynomials: F_0 = 0, F_1 = 1, F_n = x F_{n-1} + F_{n-2}."""
+    import torch
+
     return _three_term(x, d, 0.0, torch.ones_like(x), lambda n, x, a, b: x * a + b, axis=axis)
 
 
@@ -684,6 +730,8 @@ def _dim_poly(m: int, d: int = 2, **_: Any) -> int:
 
 def haar(tau: Tensor) -> Tensor:
     """Haar mother (eq 152): 1 on [0, 1/2), -1 on [1/2, 1), 0 elsewhere."""
+    import torch
+
     one = torch.ones_like(tau)
     return torch.where((tau >= 0) & (tau < 0.5), one, torch.where((tau >= 0.5) & (tau < 1), -one, 0.0 * one))
 
@@ -695,6 +743,8 @@ def beta_mother(tau: Tensor, *, alpha: float = 1.0, beta: float = 1.0, domain: s
     only when some τ leaves [0, 1], which makes one entry depend on the others). ``domain="support"``: u = τ on
     [0, 1] and 0 outside (the density's own support).
     """
+    import torch
+
     if alpha < 1 or beta < 1:
         raise ValueError("beta wavelet needs alpha, beta >= 1")
     log_b = math.lgamma(alpha) + math.lgamma(beta) - math.lgamma(alpha + beta)
@@ -712,6 +762,8 @@ def beta_mother(tau: Tensor, *, alpha: float = 1.0, beta: float = 1.0, domain: s
 def ricker(tau: Tensor, *, sigma: float = 1.0) -> Tensor:
     """Ricker (Mexican hat, eq 154 with the normalisation typo fixed):
     2/(sqrt(3σ) π^{1/4}) · (1 - (τ/σ)²) · exp(-τ²/(2σ²))."""
+    import torch
+
     if sigma <= 0:
         raise ValueError("sigma must be > 0")
     c = 2.0 / (math.sqrt(3.0 * sigma) * math.pi ** 0.25)
@@ -721,6 +773,8 @@ def ricker(tau: Tensor, *, sigma: float = 1.0) -> Tensor:
 
 def shannon(tau: Tensor) -> Tensor:
     """Shannon (eq 155): (sin 2πτ - sin πτ)/(πτ) = 2 sinc(2τ) - sinc(τ) (normalized sinc); value 1 at τ = 0."""
+    import torch
+
     return 2.0 * torch.sinc(2.0 * tau) - torch.sinc(tau)
 
 
@@ -733,6 +787,8 @@ def meyer(tau: Tensor) -> Tensor:
     """Meyer (eq 157): (sin(2πτ/3) + (4/3)τ cos(4πτ/3)) / (πτ - (16π/9)τ³), with the removable singularities
     filled in: 2/3 + 4/(3π) at τ = 0 and 2/(3π) at |τ| = 3/4 (first-order Taylor inside a band of width
     eps^{1/3} around ±3/4, where numerator and denominator cancel). Even function."""
+    import torch
+
     fi = torch.finfo(tau.dtype)
     a = tau.abs()
     near0 = a < math.sqrt(fi.eps)
@@ -747,6 +803,8 @@ def meyer(tau: Tensor) -> Tensor:
 
 def dog(tau: Tensor, *, sigma_1: float = 1.0, sigma_2: float = 2.0) -> Tensor:
     """Difference of Gaussians (eq 156): N(τ | 0, σ1) - N(τ | 0, σ2) (densities)."""
+    import torch
+
     if sigma_1 <= 0 or sigma_2 <= 0:
         raise ValueError("sigma_1, sigma_2 must be > 0")
     return torch.exp(_lp_normal(tau, 0.0, sigma_1)) - torch.exp(_lp_normal(tau, 0.0, sigma_2))
@@ -772,6 +830,8 @@ def wavelet(x: Tensor, *, mother: str = "ricker", a: float = 2.0, b: float = 1.0
     kappa1^{⊗d} (eq 161, D = D1^d, index p*D1 + q for d = 2); ``order2="concat"`` gives the toolkit's
     [kappa1, kappa1^{⊗2}, ..., kappa1^{⊗d}] (D = Σ_k D1^k).
     """
+    import torch
+
     if mother not in WAVELETS:
         raise ValueError(f"unknown mother wavelet {mother!r}; known: {sorted(WAVELETS)}")
     fn, own = WAVELETS[mother]
@@ -831,6 +891,8 @@ def _resolve(name: str, registry: Mapping[str, TransformSpec] | None) -> Transfo
 
 def extended(x: Tensor, *, parts: Sequence[Part], registry: Mapping[str, TransformSpec] | None = None) -> Tensor:
     """kappa(x) = [kappa_1(x), ..., kappa_K(x)] (concatenation), D = Σ D_i."""
+    import torch
+
     if not parts:
         raise ValueError("extended needs at least one part")
     return torch.cat([_resolve(n, registry).fn(x, **dict(hp)) for n, hp in parts], dim=-1)

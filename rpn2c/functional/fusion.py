@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
 
-import torch
+if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
+    from torch import Tensor
 
-Tensor = torch.Tensor
-Inputs = Tensor | Sequence[Tensor]
+Inputs = Union["Tensor", Sequence["Tensor"]]
 
 __all__ = [
     "FUSIONS",
@@ -44,7 +45,9 @@ __all__ = [
 
 def stack_inputs(xs: Inputs) -> Tensor:
     """``[k, ...]`` from a sequence of same-shaped tensors (or a tensor already stacked on axis 0)."""
-    if isinstance(xs, Tensor):
+    import torch
+
+    if isinstance(xs, torch.Tensor):
         if xs.dim() < 1 or xs.shape[0] < 1:
             raise ValueError(f"stacked fusion input needs a non-empty leading axis, got {tuple(xs.shape)}")
         return xs
@@ -76,6 +79,8 @@ def weighted_fusion(xs: Inputs, weights: Tensor | Sequence[float]) -> Tensor:
     ``weights`` has shape ``[k]`` (one scalar per input) or ``[k, *s]`` with ``s`` a suffix of the input shape
     (per-feature weights, broadcast over the leading axes).
     """
+    import torch
+
     X = stack_inputs(xs)
     w = torch.as_tensor(weights, dtype=X.dtype, device=X.device)
     if w.dim() == 0 or w.shape[0] != X.shape[0]:
@@ -127,6 +132,8 @@ def pnorm_fusion(xs: Inputs, *, p: float = 2.0) -> Tensor:
 
     ``p = 1`` / ``p = 2`` are the toolkit's ``l1_norm`` / ``l2_norm`` fusions.
     """
+    import torch
+
     if not (p > 0):
         raise ValueError(f"p-norm fusion needs p > 0, got {p}")
     return torch.linalg.vector_norm(stack_inputs(xs), ord=p, dim=0)
@@ -138,7 +145,9 @@ def pnorm_fusion(xs: Inputs, *, p: float = 2.0) -> Tensor:
 
 def concat_fusion(xs: Inputs) -> Tensor:
     """``A_1 ⊔ … ⊔ A_k``: concatenation along the last (feature) axis; ``[..., Σ n_i]``."""
-    if isinstance(xs, Tensor):
+    import torch
+
+    if isinstance(xs, torch.Tensor):
         X = stack_inputs(xs)
         if X.dim() < 2:
             raise ValueError(f"stacked concat input needs shape [k, ..., n], got {tuple(X.shape)}")

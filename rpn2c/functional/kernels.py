@@ -31,11 +31,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-import torch.nn.functional as F
+if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
+    from torch import Tensor
 
-Tensor = torch.Tensor
 
 __all__ = [
     "KERNELS",
@@ -87,6 +87,8 @@ def _other(X: Tensor, Y: Tensor | None) -> Tensor:
 
 def _fill_diagonal(A: Tensor, value: float) -> Tensor:
     """Out-of-place ``A[..., i, i] = value`` (autograd-safe, no host sync)."""
+    import torch
+
     eye = torch.eye(A.shape[-2], A.shape[-1], dtype=torch.bool, device=A.device)
     return torch.where(eye, torch.as_tensor(value, dtype=A.dtype, device=A.device), A)
 
@@ -125,10 +127,14 @@ def sq_euclidean_distance(X: Tensor, Y: Tensor | None = None, weights: Tensor | 
 
 def _nonneg(weights: Tensor | float) -> bool:
     # Only python scalars are inspected (no host sync on tensors); tensor weights are left unclamped.
-    return not isinstance(weights, Tensor) and weights >= 0
+    import torch
+
+    return not isinstance(weights, torch.Tensor) and weights >= 0
 
 
 def _as_col_weights(weights: Tensor | float, X: Tensor) -> Tensor:
+    import torch
+
     a = torch.as_tensor(weights, dtype=X.dtype, device=X.device)
     if a.dim() == 0:
         return a
@@ -139,6 +145,8 @@ def _as_col_weights(weights: Tensor | float, X: Tensor) -> Tensor:
 
 def minkowski_distance(X: Tensor, Y: Tensor | None = None, *, p: float = 2.0) -> Tensor:
     """``d(i, j) = ‖X[:, i] − Y[:, j]‖_p`` for ``p ≥ 1`` or ``p = inf`` (``torch.cdist``, exact mode)."""
+    import torch
+
     Yo = _other(X, Y)
     p = float(p)
     if not (p >= 1.0):
@@ -152,6 +160,8 @@ def canberra_distance(X: Tensor, Y: Tensor | None = None) -> Tensor:
 
     Broadcast form: uses ``O(b·m_x·m_y)`` memory.
     """
+    import torch
+
     Yo = _other(X, Y)
     x = X.unsqueeze(-1)  # [..., b, m_x, 1]
     y = Yo.unsqueeze(-2)  # [..., b, 1, m_y]
@@ -180,11 +190,15 @@ def polynomial_kernel(X: Tensor, Y: Tensor | None = None, *, c: float = 0.0, d: 
 
 def hyperbolic_tangent_kernel(X: Tensor, Y: Tensor | None = None, *, alpha: float = 1.0, c: float = 0.0) -> Tensor:
     """Eq (45): ``k(x, y) = tanh(α <x, y> + c)``."""
+    import torch
+
     return torch.tanh(alpha * gram(X, Y) + c)
 
 
 def exponential_kernel(X: Tensor, Y: Tensor | None = None, *, gamma: float = 1.0, norm: str | int = 1) -> Tensor:
     """Eq (46): ``k(x, y) = exp(−γ ‖x − y‖₁)`` (paper, ``norm=1``); ``norm="2sq"``: ``exp(−γ ‖x − y‖₂²)`` (toolkit)."""
+    import torch
+
     if norm in (1, "1", "l1"):
         dist = minkowski_distance(X, Y, p=1.0)
     elif norm in ("2sq", "l2sq"):
@@ -200,6 +214,8 @@ def cosine_similarity_kernel(X: Tensor, Y: Tensor | None = None, *, eps: float =
     Each column is divided by ``max(‖x‖₂, eps)`` (``F.normalize``), so a zero column gives 0 against every column,
     itself included; every other diagonal entry is 1.
     """
+    import torch.nn.functional as F
+
     Yo = _other(X, Y)
     Xn = F.normalize(X, p=2.0, dim=-2, eps=eps)
     Yn = Xn if Y is None else F.normalize(Yo, p=2.0, dim=-2, eps=eps)
@@ -214,6 +230,8 @@ def minkowski_kernel(X: Tensor, Y: Tensor | None = None, *, p: float = 2.0, form
 
     ``p ≥ 1`` real or ``float("inf")`` (Chebyshev).
     """
+    import torch
+
     dist = minkowski_distance(X, Y, p=p)
     if form == "paper":
         return 1.0 - dist
@@ -239,6 +257,8 @@ def chebyshev_kernel(X: Tensor, Y: Tensor | None = None, *, form: str = "paper")
 
 def gaussian_rbf_kernel(X: Tensor, Y: Tensor | None = None, *, sigma: float = 1.0) -> Tensor:
     """Eq (49): ``k(x, y) = exp(−‖x − y‖₂² / (2σ²))`` (diagonal exactly 1)."""
+    import torch
+
     if sigma <= 0:
         raise ValueError(f"sigma must be > 0, got {sigma}")
     return torch.exp(-sq_euclidean_distance(X, Y) / (2.0 * sigma * sigma))
@@ -246,6 +266,8 @@ def gaussian_rbf_kernel(X: Tensor, Y: Tensor | None = None, *, sigma: float = 1.
 
 def laplacian_kernel(X: Tensor, Y: Tensor | None = None, *, sigma: float = 1.0) -> Tensor:
     """Eq (50): ``k(x, y) = exp(−‖x − y‖₁ / σ)``."""
+    import torch
+
     if sigma <= 0:
         raise ValueError(f"sigma must be > 0, got {sigma}")
     return torch.exp(-minkowski_distance(X, Y, p=1.0) / sigma)
@@ -253,11 +275,15 @@ def laplacian_kernel(X: Tensor, Y: Tensor | None = None, *, sigma: float = 1.0) 
 
 def anisotropic_rbf_kernel(X: Tensor, Y: Tensor | None = None, *, a: Tensor | float = 1.0) -> Tensor:
     """Eq (51): ``k(x, y) = exp(−(x − y) diag(a) (x − y)ᵀ)``, ``a`` a scalar or a ``[b]`` vector of per-entry scales."""
+    import torch
+
     return torch.exp(-sq_euclidean_distance(X, Y, weights=a))
 
 
 def canberra_kernel(X: Tensor, Y: Tensor | None = None) -> Tensor:
     """Toolkit-only Canberra kernel: ``k(x, y) = exp(−Σ_k |x_k − y_k| / (|x_k| + |y_k|))`` (``0/0 = 0``)."""
+    import torch
+
     return torch.exp(-canberra_distance(X, Y))
 
 
@@ -291,6 +317,8 @@ def hybrid_kernel(
 
 def _kl_log_dist(X: Tensor, normalize: str, eps: float) -> tuple[Tensor, Tensor]:
     """Columns of X as distributions over the b entries: (P, log P)."""
+    import torch
+
     if normalize == "softmax":
         logp = torch.log_softmax(X, dim=-2)
         return logp.exp(), logp
@@ -328,6 +356,8 @@ def _standardize(X: Tensor, rtol: float | None) -> Tensor:
     A column counts as constant when ``‖X'‖ ≤ rtol · ‖X‖`` (default ``rtol = 100·eps(dtype)``; this catches the
     round-off left by centering a constant column).
     """
+    import torch
+
     if rtol is None:
         rtol = 100.0 * torch.finfo(X.dtype).eps
     Xc = X - X.mean(dim=-2, keepdim=True)
@@ -370,6 +400,8 @@ def rv_coefficient(X: Tensor, Y: Tensor, *, ddof: int = 1) -> Tensor:
     ``RV = tr(Σxy Σyx) / sqrt(tr(Σx²) tr(Σy²)) = ‖Σxy‖_F² / (‖Σx‖_F ‖Σy‖_F)`` (Σ symmetric). Reduces to ρ² for
     ``p = q = 1``; 0 when either group has zero variance.
     """
+    import torch
+
     Sxy = covariance(X, Y, ddof=ddof)
     Sx = covariance(X, ddof=ddof)
     Sy = covariance(Y, ddof=ddof)
@@ -394,6 +426,8 @@ def gaussian_mutual_information_kernel(
     (≈ 6.91 for the default). ``diagonal=v`` instead writes ``v`` on the diagonal of the single-argument form
     (``diagonal=0.0`` is the toolkit's choice). Zero-variance columns give 0.
     """
+    import torch
+
     if not (0.0 < eps <= 1.0):
         raise ValueError(f"eps must be in (0, 1], got {eps}")
     rho = _correlation(X, Y, rtol)
@@ -410,12 +444,16 @@ def gaussian_mutual_information_kernel(
 
 def _safe_pow(d: Tensor, exponent: float) -> Tensor:
     """``d^exponent`` where ``d > 0``, else 0 (zero/negative degree -> zero inverse, gradient-safe)."""
+    import torch
+
     pos = d > 0
     safe = torch.where(pos, d, torch.ones_like(d))
     return torch.where(pos, safe.pow(exponent), torch.zeros_like(d))
 
 
 def _safe_inv(d: Tensor) -> Tensor:
+    import torch
+
     nz = d != 0
     safe = torch.where(nz, d, torch.ones_like(d))
     return torch.where(nz, 1.0 / safe, torch.zeros_like(d))
@@ -458,6 +496,8 @@ def softmax_normalize(A: Tensor, mode: str = "row", *, scale: float = 1.0, mask_
     ``mask_zeros``: entries of ``A`` that are exactly 0 are excluded (probability 0) and the softmax runs over the
     remaining entries; a row/column whose entries are all 0 yields all zeros (never NaN).
     """
+    import torch
+
     if mode == "row":
         dim = -1
     elif mode == "column":
@@ -481,6 +521,8 @@ def mean_std_normalize(A: Tensor, mode: str = "row", *, eps: float = 1e-8, unbia
     ``std`` is the population std by default (the result then has unit population variance up to ``eps``);
     ``unbiased=True`` uses ddof 1 as the toolkit does. Leading batch axes are normalized independently.
     """
+    import torch
+
     if mode == "row":
         dims: tuple[int, ...] = (-1,)
     elif mode == "column":

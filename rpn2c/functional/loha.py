@@ -6,7 +6,10 @@ A Hadamard product of two rank-r matrices has rank up to r² from l = 2r(n + D) 
 
 from __future__ import annotations
 
-from torch import Tensor
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 Shapes = dict[str, tuple[int, ...]]
 

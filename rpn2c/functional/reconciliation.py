@@ -26,11 +26,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-import torch.nn.functional as F
+if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
+    import torch
+    from torch import Tensor
 
-Tensor = torch.Tensor
+
 Shapes = dict[str, tuple[int, ...]]
 
 __all__ = [
@@ -108,6 +110,8 @@ def num_params(shapes: Shapes) -> int:
 
 def unflatten(w: Tensor, shapes: Shapes) -> dict[str, Tensor]:
     """Split a flat ``w ∈ R^l`` (last axis) into the named tensors of ``shapes``, in order (views, no copy)."""
+    import torch
+
     sizes = [math.prod(s) for s in shapes.values()]
     if w.shape[-1] != sum(sizes):
         raise ValueError(f"w has length {w.shape[-1]}, expected l={sum(sizes)} for {shapes}")
@@ -117,10 +121,14 @@ def unflatten(w: Tensor, shapes: Shapes) -> dict[str, Tensor]:
 
 def flatten(params: Mapping[str, Tensor], shapes: Shapes) -> Tensor:
     """Inverse of :func:`unflatten`."""
+    import torch
+
     return torch.cat([params[k].reshape(-1) for k in shapes], dim=-1)
 
 
 def _random(shape: tuple[int, ...], std: float | str, fan_in: int, generator, dtype, device) -> Tensor:
+    import torch
+
     if std == "fan_in":
         scale = 1.0 / math.sqrt(fan_in)
     elif isinstance(std, (int, float)) and std > 0:
@@ -148,6 +156,8 @@ def constant_param_shapes(n: int, D: int, *, c: float = 1.0) -> Shapes:
 def constant_fabricate(params: Mapping[str, Tensor], n: int, D: int, *, c: float = 1.0,
                        dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Tensor:
     """``ψ = c · 1_{n×D}``."""
+    import torch
+
     return torch.full((n, D), float(c), dtype=dtype, device=device)
 
 
@@ -181,11 +191,15 @@ def _no_params(n: int, D: int) -> Shapes:
 
 def constant_eye_fabricate(params, n, D, *, dtype=None, device=None) -> Tensor:
     """``ψ = I_{n×D}`` (``torch.eye(n, D)``)."""
+    import torch
+
     return torch.eye(n, D, dtype=dtype, device=device)
 
 
 def constant_eye_apply(x: Tensor, params, n: int, D: int) -> Tensor:
     """``x I_{n×D}ᵀ``: the first ``min(n, D)`` entries of ``x``, zero-padded to ``n``."""
+    import torch.nn.functional as F
+
     _check_x(x, D)
     k = min(n, D)
     return F.pad(x[..., :k], (0, n - k))
@@ -205,6 +219,8 @@ def identity_fabricate(params, n, D) -> Tensor:
 
 
 def identity_apply(x, params, n, D) -> Tensor:
+    import torch.nn.functional as F
+
     _check_x(x, D)
     return F.linear(x, params["W"])
 
@@ -219,6 +235,8 @@ def masking_buffers(n: int, D: int, *, p: float = 0.5, generator: torch.Generato
 
     Returned in ``dtype`` (0/1 values) for a cheap ``W ⊙ M``. For a resampled mask call this again per step.
     """
+    import torch
+
     if not (0.0 <= p <= 1.0):
         raise ValueError(f"masking p must be in [0, 1], got {p}")
     gdev = generator.device if generator is not None else device
@@ -232,6 +250,8 @@ def masking_fabricate(params, n, D, *, p: float = 0.5) -> Tensor:
 
 
 def masking_apply(x, params, n, D, *, p: float = 0.5) -> Tensor:
+    import torch.nn.functional as F
+
     _check_x(x, D)
     return F.linear(x, params["W"] * params["mask"])
 
@@ -251,6 +271,8 @@ def duplicated_padding_param_shapes(n: int, D: int, *, p: int = 2, q: int | None
 
 def duplicated_padding_fabricate(params, n, D, *, p: int = 2, q: int | None = None) -> Tensor:
     """``ψ = 1_{p×q} ⊗ W``, ``W ∈ R^{(n/p)×(D/q)}`` (``q`` defaults to ``p``)."""
+    import torch
+
     p, q, _, _ = _dup_grid(n, D, p, q)
     W = params["W"]
     return torch.kron(W.new_ones(p, q), W)
@@ -258,6 +280,8 @@ def duplicated_padding_fabricate(params, n, D, *, p: int = 2, q: int | None = No
 
 def duplicated_padding_apply(x, params, n, D, *, p: int = 2, q: int | None = None) -> Tensor:
     """Sum the ``q`` blocks of ``x``, multiply by ``Wᵀ``, repeat the result ``p`` times."""
+    import torch.nn.functional as F
+
     _check_x(x, D)
     p, q, s, t = _dup_grid(n, D, p, q)
     y = F.linear(x.unflatten(-1, (q, t)).sum(dim=-2), params["W"])  # [..., s]
@@ -271,6 +295,8 @@ def duplicated_diagonal_padding_param_shapes(n: int, D: int, *, p: int = 2, q: i
 
 def duplicated_diagonal_padding_fabricate(params, n, D, *, p: int = 2, q: int | None = None) -> Tensor:
     """``ψ = I_{p×q} ⊗ W`` (``torch.eye(p, q)``): ``blockdiag(W, …, W)`` with ``min(p, q)`` copies (``q`` defaults to p)."""
+    import torch
+
     p, q, _, _ = _dup_grid(n, D, p, q)
     W = params["W"]
     return torch.kron(torch.eye(p, q, dtype=W.dtype, device=W.device), W)
@@ -278,6 +304,8 @@ def duplicated_diagonal_padding_fabricate(params, n, D, *, p: int = 2, q: int | 
 
 def duplicated_diagonal_padding_apply(x, params, n, D, *, p: int = 2, q: int | None = None) -> Tensor:
     """Block ``k`` of ``x`` times ``Wᵀ`` gives output block ``k`` (``k < min(p, q)``); other output blocks are 0."""
+    import torch.nn.functional as F
+
     _check_x(x, D)
     p, q, _, t = _dup_grid(n, D, p, q)
     k = min(p, q)
@@ -318,6 +346,8 @@ def hm_param_shapes(n: int, D: int, *, p: int | None = None, q: int | None = Non
 
 def hm_fabricate(params, n, D, *, p: int | None = None, q: int | None = None) -> Tensor:
     """Hypercomplex multiplication: ``ψ = A ⊗ B`` (``torch.kron``), ``A ∈ R^{p×q}``, ``B ∈ R^{(n/p)×(D/q)}``."""
+    import torch
+
     _blocks(n, D, p, q)
     return torch.kron(params["A"], params["B"])
 
@@ -338,6 +368,8 @@ def lphm_param_shapes(n: int, D: int, *, r: int = 2, p: int | None = None, q: in
 
 def lphm_fabricate(params, n, D, *, r: int = 2, p: int | None = None, q: int | None = None) -> Tensor:
     """Low-rank parameterized HM: ``ψ = A ⊗ (S T)``, ``S ∈ R^{s×r}``, ``T ∈ R^{r×t}``; ``l = pq + r(s + t)``."""
+    import torch
+
     _blocks(n, D, p, q)
     return torch.kron(params["A"], params["S"] @ params["T"])
 
@@ -358,6 +390,8 @@ def dual_lphm_param_shapes(n: int, D: int, *, r: int = 2, p: int | None = None, 
 
 def dual_lphm_fabricate(params, n, D, *, r: int = 2, p: int | None = None, q: int | None = None) -> Tensor:
     """Dual LPHM: ``ψ = (P Q) ⊗ (S T)``, ``P ∈ R^{p×r}``, ``Q ∈ R^{r×q}``; ``l = r(p + q + s + t)``."""
+    import torch
+
     _blocks(n, D, p, q)
     return torch.kron(params["P"] @ params["Q"], params["S"] @ params["T"])
 
@@ -391,11 +425,15 @@ def hypernet_buffers(n: int, D: int, *, l: int = 64, d: int = 128, std: float | 
 
 def hypernet_fabricate(params, n, D, *, l: int = 64, d: int = 128, std: float | str = 1.0) -> Tensor:
     """Eq (165)-(166): ``ψ(w) = reshape(σ(w H1) H2) ∈ R^{n×D}`` (σ = sigmoid, no biases)."""
+    import torch
+
     return (torch.sigmoid(params["w"] @ params["H1"]) @ params["H2"]).reshape(n, D)
 
 
 def hypernet_apply(x, params, n, D, *, l: int = 64, d: int = 128, std: float | str = 1.0) -> Tensor:
     """Materializes ψ: it is batch-independent, and contracting ``x`` with ``H2`` first would cost ``b·d·nD``."""
+    import torch.nn.functional as F
+
     _check_x(x, D)
     return F.linear(x, hypernet_fabricate(params, n, D))
 
@@ -416,6 +454,8 @@ def random_matrix_adaption_buffers(n: int, D: int, *, r: int = 2, std: float | s
 
 def random_matrix_adaption_fabricate(params, n, D, *, r: int = 2, std: float | str = 1.0) -> Tensor:
     """VeRA, eq (164): ``ψ = Λ1 A Λ2 Bᵀ``, ``Λ1 = diag(λ1 ∈ R^n)``, ``Λ2 = diag(λ2 ∈ R^r)``; ``l = n + r``."""
+    import torch
+
     L1 = torch.diag_embed(params["lambda1"])
     L2 = torch.diag_embed(params["lambda2"])
     return L1 @ params["A"] @ L2 @ params["B"].mT
@@ -448,6 +488,8 @@ def random_matrix_hypernet_buffers(n: int, D: int, *, r: int = 2, l: int = 64, d
 def random_matrix_hypernet_fabricate(params, n, D, *, r: int = 2, l: int = 64, d: int = 128,
                                      std: float | str = 1.0) -> Tensor:
     """Eq (167): ``ψ(w) = reshape((σ((w P) Qᵀ) S) Tᵀ) ∈ R^{n×D}``; never forms ``H1 = P Qᵀ`` or ``H2 = S Tᵀ``."""
+    import torch
+
     h = torch.sigmoid((params["w"] @ params["P"]) @ params["Q"].mT)  # [d]
     return ((h @ params["S"]) @ params["T"].mT).reshape(n, D)
 
@@ -455,6 +497,8 @@ def random_matrix_hypernet_fabricate(params, n, D, *, r: int = 2, l: int = 64, d
 def random_matrix_hypernet_apply(x, params, n, D, *, r: int = 2, l: int = 64, d: int = 128,
                                  std: float | str = 1.0) -> Tensor:
     """Materializes ψ = reshape(T u) (``nD·r``), then one GEMM: cheaper than contracting ``x`` with ``T`` per row."""
+    import torch.nn.functional as F
+
     _check_x(x, D)
     return F.linear(x, random_matrix_hypernet_fabricate(params, n, D, r=r, l=l, d=d))
 

@@ -8,13 +8,12 @@ own (``lower/oracle.py``).
 
 from __future__ import annotations
 
-
 import torch
 from torch import nn
 
 from rpn2c.ir.trace import HeadTrace
 from rpn2c.components.base import XiContext
-from rpn2c.components.processing import Apply
+from rpn2c.components.impl.processing import Apply
 from rpn2c.ir.layout import attention_layout
 from rpn2c.lower.attention import PackedHeads
 from rpn2c.lower.program import layer_program, run_program

@@ -15,7 +15,7 @@ from torch.testing import assert_close
 
 import rpn2c
 from rpn2c.lower.build import CompiledModel
-from rpn2c.components import xi_attention as xi_mod
+from rpn2c.components.impl import xi_attention as xi_mod
 from rpn2c.functional import structure as S
 from tests.test_lowering_equivalence import assert_equivalent
 

@@ -13,8 +13,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from rpn2c.components import REGISTRY
 from rpn2c.components.base import XiContext
 from rpn2c.components.registry import ValueRef
-from rpn2c.components.xi_attention import _BilinearXi
-from rpn2c.components.xi_graph import _GraphXi
+from rpn2c.components.impl.xi_attention import _BilinearXi
+from rpn2c.components.impl.xi_graph import _GraphXi
 from rpn2c.functional import structure
 from rpn2c.functional.structure import bilinear
 from tests.test_lowering_equivalence import _bool_mask, _compile_pair, _rand, assert_equivalent

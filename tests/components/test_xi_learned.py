@@ -281,7 +281,7 @@ def test_hybrid_edge_masks_are_the_bilinear_parts_masks(modes, causal, window):
     ``structure.additive_mask`` of the part's settings (index band and literal band alike)."""
     from types import SimpleNamespace
 
-    from rpn2c.components.xi_attention import _BilinearXi
+    from rpn2c.components.impl.xi_attention import _BilinearXi
     from rpn2c.functional import structure
 
     entry = REGISTRY["interdependence"]["low_rank_bilinear"]
@@ -307,7 +307,7 @@ def test_bilinear_entries_are_the_entries_of_its_matrix(softmax, full):
     """``_BilinearXi.entries`` (what a hybrid gathers at its edges) equals the literal masked matrix at (dst, src)."""
     from types import SimpleNamespace
 
-    from rpn2c.components.xi_attention import _BilinearXi
+    from rpn2c.components.impl.xi_attention import _BilinearXi
 
     name = "bilinear" if full else "low_rank_bilinear"
     hp = REGISTRY["interdependence"][name].schema(**({} if full else {"rank": 2}), softmax=softmax, causal=True,

@@ -437,7 +437,7 @@ def test_graph_spmm_falls_back_to_gather_scatter_for_weights_that_need_gradients
 # ------------------------------------------------------------------------------------------------ the oracle
 def _kernels_forbidden(monkeypatch):
     """Every default-lowering form of ξ and ψ raises: only the literal matrices may run."""
-    from rpn2c.components.base import PsiModule, XiModule
+    from rpn2c.components.impl.base import PsiModule, XiModule
 
     def forbidden(*_a, **_k):
         raise AssertionError("the reference lowering ran a default kernel")

@@ -49,7 +49,7 @@ CASES = [
     ("transpose-conv", _seq(nn.ConvTranspose2d(1, 1, 2)), (rand(1, 1, 3, 3),), {}, "0", "ConvTranspose2d",
      "no RPN 2 converter"),
     ("prelu-items", _seq(nn.Linear(3, 4), nn.PReLU(4)), (rand(2, 4, 3),), {}, "1", "PReLU", "num_parameters=4"),
-    ("glu", _seq(nn.GLU()), (rand(1, 4),), {}, "0", "GLU", "converter"),
+    ("glu-across-items", _seq(nn.Linear(3, 4), nn.GLU(dim=1)), (rand(1, 4, 3),), {}, "1", "GLU", "dim=1"),
     ("softmax-items-axis", _seq(nn.Linear(3, 3), nn.Softmax(dim=1)), (rand(2, 4, 3),), {}, "1", "Softmax", "dim=1"),
     ("softmax-no-dim", _seq(nn.Softmax()), (rand(2, 3),), {}, "0", "Softmax", "dim=None"),
     ("custom-forward-constant", _seq(nn.Linear(3, 3), _Custom()), (rand(1, 3),), {}, "1", "_Custom",
@@ -72,8 +72,8 @@ CASES = [
      "TransformerEncoderLayer", "bias=False"),
     ("encoder-activation", nn.TransformerEncoderLayer(4, 2, 8, activation=torch.tanh, batch_first=True),
      (rand(1, 3, 4),), {}, "", "TransformerEncoderLayer", "activation=tanh"),
-    ("nested-path", _seq(nn.Linear(3, 3), _seq(nn.ReLU(), nn.Softmin(1))), (rand(1, 3),), {}, "1.1", "Softmin",
-     "converter"),
+    ("nested-path", _seq(nn.Linear(3, 3), _seq(nn.ReLU(), nn.Softmin(0))), (rand(1, 3),), {}, "1.1", "Softmin",
+     "dim=0"),
 ]
 if GCNConv is not None:
     _edges = torch.tensor([[0, 1], [1, 2]])

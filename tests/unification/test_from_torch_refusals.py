@@ -16,9 +16,9 @@ from rpn2c.frontends.fx_import import FxImportError
 from rpn2c.frontends.torch_import import TorchImportError
 
 try:
-    from torch_geometric.nn import ChebConv
+    from torch_geometric.nn import ChebConv, GATv2Conv, SAGEConv
 except ImportError:  # pragma: no cover - torch_geometric is optional
-    ChebConv = None
+    ChebConv = GATv2Conv = SAGEConv = None
 
 
 class _Fn(nn.Module):
@@ -132,13 +132,21 @@ CORPUS = [
      "in place"),
     ("star-args", _Star(), (rand(2, 4),), "*args"),
     ("transposed-convolution", nn.Sequential(nn.ConvTranspose2d(2, 2, 2)), (rand(1, 2, 3, 3),), "ConvTranspose2d"),
-    ("glu", _Fn(lambda s, x: s.glu(s.fc(x)), glu=nn.GLU()), (rand(2, 4),), "GLU"),
+    ("channels-last-mean-over-rows", _Fn(lambda s, x: s.conv(x).permute(0, 2, 3, 1).mean(1),
+                                         conv=nn.Conv2d(3, 3, 1)), (rand(2, 3, 4, 5),), "per-position"),
+    ("flattened-grid-returned", _Fn(lambda s, x: (s.conv(x).flatten(2), x), conv=nn.Conv2d(3, 3, 1)),
+     (rand(2, 3, 4, 5),), "patch tokens"),
+    ("grid-in-groups-not-a-shuffle", _Fn(lambda s, x: s.conv(x).view(2, 2, 3, 4, 5).sum(1),
+                                         conv=nn.Conv2d(3, 6, 1)), (rand(2, 3, 4, 5),), "channel shuffle"),
+    ("softmin-across-items", nn.Sequential(nn.Linear(4, 3), nn.Softmin(dim=1)), (rand(2, 3, 4),), "softmin"),
     ("prelu-per-item", nn.Sequential(nn.Linear(4, 3), nn.PReLU(3)), (rand(2, 3, 4),), "num_parameters=3"),
 ]
 if ChebConv is not None:
     CORPUS += [
         ("pyg-layer-without-converter", _Graph(), (rand(4, 4), EDGES), "ChebConv"),
         ("pyg-layer-without-converter-alone", ChebConv(4, 4, 2), (rand(4, 4), EDGES), "ChebConv"),
+        ("gatv2-score-form", GATv2Conv(4, 2), (rand(4, 4), EDGES), "GATv2"),
+        ("sage-max-aggregation", SAGEConv(4, 2, aggr="max"), (rand(4, 4), EDGES), "aggr='max'"),
     ]
 
 

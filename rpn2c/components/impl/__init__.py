@@ -1,1 +1,1 @@
-"""The ``nn.Module`` implementations of components, imported when a component is built (not when it is checked)."""
+"""The torch implementations (``nn.Module`` classes) of the components, imported only when a model is built."""

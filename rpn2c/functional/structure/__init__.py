@@ -40,7 +40,9 @@ from rpn2c.functional.structure._common import (  # noqa: F401
 from rpn2c.functional.structure.patches import (  # noqa: F401
     cuboid_offsets,
     cylinder_offsets,
+    cylinder_rows,
     sphere_offsets,
+    sphere_rows,
     kernel_mask,
     PACKING_TABLE,
     packing_row_shift,
@@ -53,44 +55,28 @@ from rpn2c.functional.structure.patches import (  # noqa: F401
     padding_matrix,
     aggregation_matrix,
 )
-from rpn2c.functional.structure.chain import (  # noqa: F401
-    chain_matrix,
-    chain_edges,
-    multihop_chain,
-    chain_inverse_approx,
-    chain_exponential,
-    shift,
-    chain_apply,
-    chain_spectral_apply,
-    chain_inverse_apply,
-    chain_exp_apply,
-)
-from rpn2c.functional.structure.graph import (  # noqa: F401
-    coalesce_edges,
-    graph_norm_weights,
-    graph_adjacency,
-    graph_propagate,
-    multihop_graph,
-    multihop_propagate,
-    pagerank_matrix,
-    pagerank_iterations,
-    pagerank_propagate,
-    attention_edges,
-    edge_softmax,
-    edge_aggregate,
-    DENSE_MAX,
-    DENSE_RATIO,
-)
-from rpn2c.functional.structure.band import band_blocked, band_matrix, band_outside  # noqa: F401
-from rpn2c.functional.structure.masks import additive_mask, mask_term  # noqa: F401
-from rpn2c.functional.structure.bilinear import bilinear_entries, row_logsumexp  # noqa: F401
-from rpn2c.functional.structure.graph_cache import clear_graph_cache, graph_mm, normalized_edges  # noqa: F401
+
+# the builders below need torch at import (custom operators among them): each module is imported on first use
+_LAZY = {name: module for module, names in {
+    "chain": ("chain_matrix", "chain_edges", "multihop_chain", "chain_inverse_approx", "chain_exponential", "shift",
+              "chain_apply", "chain_spectral_apply", "chain_inverse_apply", "chain_exp_apply"),
+    "graph": ("coalesce_edges", "graph_norm_weights", "graph_adjacency", "graph_propagate", "multihop_graph",
+              "multihop_propagate", "pagerank_matrix", "pagerank_iterations", "pagerank_propagate", "attention_edges",
+              "edge_softmax", "edge_aggregate", "DENSE_MAX", "DENSE_RATIO"),
+    "band": ("band_blocked", "band_matrix", "band_outside"),
+    "masks": ("additive_mask", "mask_term"),
+    "bilinear": ("bilinear_entries", "row_logsumexp"),
+    "graph_cache": ("clear_graph_cache", "graph_mm", "normalized_edges"),
+}.items() for name in names}
+
 
 __all__ = [
     # grid patches
     "cuboid_offsets",
     "cylinder_offsets",
+    "cylinder_rows",
     "sphere_offsets",
+    "sphere_rows",
     "kernel_mask",
     "PACKING_TABLE",
     "packing_row_shift",
@@ -102,40 +88,22 @@ __all__ = [
     "gather_patches",
     "padding_matrix",
     "aggregation_matrix",
-    # chain
-    "chain_matrix",
-    "chain_edges",
-    "multihop_chain",
-    "chain_inverse_approx",
-    "chain_exponential",
-    "shift",
-    "chain_apply",
-    "chain_spectral_apply",
-    "chain_inverse_apply",
-    "chain_exp_apply",
-    # graph
-    "coalesce_edges",
-    "graph_norm_weights",
-    "graph_adjacency",
-    "graph_mm",
-    "clear_graph_cache",
-    "normalized_edges",
-    "graph_propagate",
-    "multihop_graph",
-    "multihop_propagate",
-    "pagerank_matrix",
-    "pagerank_iterations",
-    "pagerank_propagate",
-    "attention_edges",
-    "edge_softmax",
-    "edge_aggregate",
-    # local windows
-    "band_matrix",
-    "band_blocked",
-    "band_outside",
-    # attention masks and bilinear entries
-    "additive_mask",
-    "mask_term",
-    "row_logsumexp",
-    "bilinear_entries",
 ]
+__all__ += list(_LAZY)
+
+
+def __getattr__(name: str):
+    """A builder of the chain, graph, band, masks, bilinear or graph-cache module, imported on first access (they
+    import torch, and the checker reads only the patch shapes above)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

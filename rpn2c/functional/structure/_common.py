@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, TYPE_CHECKING
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
+    import torch
+    from torch import Tensor
+
 
 PaddingMode = Literal["zeros", "circular", "reflect", "replicate"]
 SparseFormat = bool | Literal["coo", "csr"]
@@ -31,11 +33,15 @@ def _tuple(v: IntOrTuple | None, ndim: int, default: int, name: str) -> tuple[in
 
 
 def _dtype(dtype: torch.dtype | None) -> torch.dtype:
+    import torch
+
     return torch.get_default_dtype() if dtype is None else dtype
 
 
 def _to_sparse(indices: Tensor, values: Tensor, size: tuple[int, int], sparse: SparseFormat) -> Tensor:
     """COO (duplicates summed, coalesced) or CSR tensor from (row, col) indices."""
+    import torch
+
     coo = torch.sparse_coo_tensor(indices, values, size, check_invariants=True).coalesce()
     if sparse is True or sparse == "coo":
         return coo

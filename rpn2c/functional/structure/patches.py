@@ -4,14 +4,16 @@ and the literal padding / aggregation matrices.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
-from typing import Literal
-
-import torch
-from torch import Tensor
+from typing import Literal, TYPE_CHECKING
 
 from rpn2c.functional.structure._common import _dtype, _to_sparse, _tuple, IntOrTuple, PaddingMode, SparseFormat
+
+if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
+    import torch
+    from torch import Tensor
 
 MAX_PATCH_BOX = 2**20  # kernel-box positions of one patch (a 1023×1023 window; the paper's largest is 9×9)
 
@@ -37,6 +39,16 @@ def cuboid_offsets(
 
     For a conv kernel (offsets relative to the window start) call ``cuboid_offsets(0, k - 1, d)``.
     """
+    import torch
+
+    b, a, d = _box(before, after, dilation)
+    axes = [torch.arange(-b[i], a[i] + 1, device=device) * d[i] for i in range(len(b))]
+    grids = torch.meshgrid(*axes, indexing="ij")
+    return torch.stack([g.reshape(-1) for g in grids], dim=-1)
+
+
+def _box(before: IntOrTuple, after: IntOrTuple | None, dilation: IntOrTuple | None):
+    """The validated ``(before, after, dilation)`` tuples of a cuboid (see :func:`cuboid_offsets`)."""
     if isinstance(before, int) and after is not None and not isinstance(after, int):
         ndim = len(after)
     elif isinstance(before, int):
@@ -52,9 +64,15 @@ def cuboid_offsets(
     if box > MAX_PATCH_BOX:  # checked before anything is enumerated: a hostile radius must not exhaust memory
         raise ValueError(f"a patch whose kernel box has {box:,} positions is larger than the {MAX_PATCH_BOX:,} "
                          "allowed")
-    axes = [torch.arange(-b[i], a[i] + 1, device=device) * d[i] for i in range(ndim)]
-    grids = torch.meshgrid(*axes, indexing="ij")
-    return torch.stack([g.reshape(-1) for g in grids], dim=-1)
+    return b, a, d
+
+
+def _rows(before: tuple[int, ...], after: tuple[int, ...], dilation: IntOrTuple | None, keep) -> list[tuple[int, ...]]:
+    """The lexicographic offsets of the box ``[-before, after]`` that ``keep`` accepts (undilated), then dilated."""
+    b, a, _ = _box(before, after, None)
+    d = _tuple(dilation, len(b), 1, "dilation")
+    box = itertools.product(*(range(-lo, hi + 1) for lo, hi in zip(b, a)))
+    return [tuple(v * s for v, s in zip(row, d)) for row in box if keep(row)]
 
 
 def cylinder_offsets(
@@ -72,19 +90,26 @@ def cylinder_offsets(
     only) or 3 (disc x depth range); by default 3 iff a depth bound is non-zero. Offsets are lexicographic and
     scaled by ``dilation`` after the disc test. Sizes for r = 1, 2, 3, 4 (no depth): 5, 13, 29, 49.
     """
+    import torch
+
+    return torch.tensor(cylinder_rows(radius, depth_before, depth_after, ndim=ndim, dilation=dilation),
+                        dtype=torch.long, device=device)
+
+
+def cylinder_rows(radius: int, depth_before: int = 0, depth_after: int = 0, *, ndim: int | None = None,
+                  dilation: IntOrTuple | None = None) -> list[tuple[int, ...]]:
+    """:func:`cylinder_offsets` as a list of rows (no tensor: the components' shape rules read it)."""
     if ndim is None:
         ndim = 3 if (depth_before or depth_after) else 2
     if ndim == 2:
         if depth_before or depth_after:
             raise ValueError("a 2-D cylinder (disc) has no depth range")
-        base = cuboid_offsets((radius, radius), (radius, radius), device=device)
+        before, after = (radius, radius), (radius, radius)
     elif ndim == 3:
-        base = cuboid_offsets((radius, radius, depth_before), (radius, radius, depth_after), device=device)
+        before, after = (radius, radius, depth_before), (radius, radius, depth_after)
     else:
         raise ValueError(f"cylinder patches are 2-D or 3-D, got ndim={ndim}")
-    keep = base[:, 0] ** 2 + base[:, 1] ** 2 <= radius**2
-    d = torch.tensor(_tuple(dilation, ndim, 1, "dilation"), device=base.device)
-    return base[keep] * d
+    return _rows(before, after, dilation, lambda row: row[0] ** 2 + row[1] ** 2 <= radius**2)
 
 
 def sphere_offsets(
@@ -97,10 +122,14 @@ def sphere_offsets(
 
     Sizes for r = 1, 2, 3, 4: 7, 33, 123, 257.
     """
-    base = cuboid_offsets((radius,) * 3, (radius,) * 3, device=device)
-    keep = (base**2).sum(-1) <= radius**2
-    d = torch.tensor(_tuple(dilation, 3, 1, "dilation"), device=base.device)
-    return base[keep] * d
+    import torch
+
+    return torch.tensor(sphere_rows(radius, dilation=dilation), dtype=torch.long, device=device)
+
+
+def sphere_rows(radius: int, *, dilation: IntOrTuple | None = None) -> list[tuple[int, ...]]:
+    """:func:`sphere_offsets` as a list of rows (no tensor: the components' shape rules read it)."""
+    return _rows((radius,) * 3, (radius,) * 3, dilation, lambda row: sum(v * v for v in row) <= radius**2)
 
 
 def kernel_mask(
@@ -115,6 +144,8 @@ def kernel_mask(
     (undilated) offset per axis (a build-time host read). Because the shape builders list offsets
     lexicographically, ``kernel[kernel_mask(...)] = w`` places the patch weights ``w[p]`` in offset order.
     """
+    import torch
+
     ndim = offsets.shape[-1]
     b = _tuple(before, ndim, 0, "before")
     d = _tuple(dilation, ndim, 1, "dilation")
@@ -266,6 +297,8 @@ def centre_counts(extent: Sequence[int], stride: IntOrTuple = 1) -> tuple[int, .
 
 def _map_axis(u: Tensor, L: int, mode: str) -> tuple[Tensor, Tensor | None]:
     """Map coordinates along an axis of length L to in-grid ones; returns (coord, valid or None)."""
+    import torch
+
     if mode == "zeros":
         return u, (u >= 0) & (u < L)
     if mode == "circular":
@@ -303,6 +336,8 @@ def patch_index(
     repeating the edge and ``"replicate"`` clamps, exactly as ``torch.nn.functional.pad`` wherever that is
     defined (reflect is extended periodically, period ``2(L-1)``, beyond ``F.pad``'s ``pad < L`` limit).
     """
+    import torch
+
     ndim = len(extent)
     if offsets.dim() != 2 or offsets.shape[1] != ndim:
         raise ValueError(f"offsets must be [p, {ndim}], got {tuple(offsets.shape)}")
@@ -333,6 +368,8 @@ def gather_patches(x: Tensor, index: Tensor, dim: int = -1, fill: float = 0.0) -
     ``index`` is a :func:`patch_index` table; entries ``-1`` read ``fill``. Axis ``dim`` of ``x`` (size N) is
     replaced by two axes ``(P, p)``.
     """
+    import torch
+
     d = dim % x.dim()
     n = x.shape[d]
     pad_shape = list(x.shape)
@@ -362,6 +399,8 @@ def padding_matrix(
     ``"zeros"`` mode), so ``x_row @ M`` is im2col (patch-major, then tap). Arguments as :func:`patch_index`.
     ``sparse=True``/``"coo"`` returns a coalesced COO tensor, ``"csr"`` a CSR tensor.
     """
+    import torch
+
     dev = offsets.device if device is None else torch.device(device)
     idx = patch_index(extent, offsets.to(dev), stride, pad_before, out_counts, mode, row_shift).reshape(-1)
     n, cols = math.prod([int(L) for L in extent]), idx.numel()
@@ -395,6 +434,8 @@ def aggregation_matrix(
     ``"zeros"`` mode; in the other modes a source hit by several taps counts several times). With packing this
     keeps only the ``P = p_count`` centre columns (catalog §3.3, the paper's eq 73, not the toolkit's ``m``).
     """
+    import torch
+
     dev = offsets.device if device is None else torch.device(device)
     idx = patch_index(extent, offsets.to(dev), stride, pad_before, out_counts, mode, row_shift)
     n, (P, p) = math.prod([int(L) for L in extent]), idx.shape

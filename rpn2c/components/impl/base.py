@@ -1,0 +1,60 @@
+"""The ``nn.Module`` implementations of :mod:`rpn2c.components.base` (imported when a model is built)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from rpn2c.components.base import Kappa
+
+
+class _Elementwise(nn.Module):
+    """Applies an elementwise κ: flat [..., M] -> [..., M*d] attribute-major; grid [B, C, *S] -> [B, C*d, *S]."""
+
+    def __init__(self, kappa: Kappa):
+        super().__init__()
+        self.kappa = kappa
+        self.identity = kappa.name == "identity"
+
+    def forward(self, x: torch.Tensor, grid: bool = False) -> torch.Tensor:
+        if self.identity:
+            return x
+        if grid:  # [B, C, d, *S] -> [B, C·d, *S], contiguous (a convolution's layout)
+            stacked = getattr(self.kappa, "stacked_basis", None)
+            y = stacked(x, 2) if stacked is not None else None
+            if y is not None:  # the degrees computed straight into that layout
+                return y.flatten(1, 2)
+            return self.kappa.basis(x).movedim(-1, 2).flatten(1, 2).contiguous()  # C = 1 flattens to a view
+        return self.kappa.basis(x).flatten(-2)
+
+    def extra_repr(self) -> str:
+        return self.kappa.name
+
+
+class PsiModule(nn.Module):
+    """A built reconciliation: ``matrix()`` is ψ(w) in R^{n x D}; ``apply(z)`` is ``z @ ψ(w)ᵀ`` (factored)."""
+
+    def matrix(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def apply(self, z: torch.Tensor) -> torch.Tensor:
+        return z @ self.matrix().transpose(-1, -2)
+
+
+class XiModule(nn.Module):
+    """A built interdependence function.
+
+    ``matrix(q, c, aux)`` is the literal matrix (reference lowering): ``[M, M']`` / ``[B, M, M']`` for the
+    attribute axis, ``[N', N]`` / ``[B, N', N]`` for the instance axis. ``apply(z, q, c, aux)`` computes the same
+    product without materialising structural matrices (default lowering). ``q`` is the main (query) input and
+    ``c`` the context input, both ``[B, N, M]``; ``z`` is the tensor being transformed.
+    """
+
+    axis: str = "instance"
+
+    def matrix(self, q, c, aux, size=None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def apply(self, z, q, c, aux) -> torch.Tensor:
+        a = self.matrix(q, c, aux, z.shape[-1] if self.axis == "attribute" else z.shape[-2])
+        return z @ a if self.axis == "attribute" else a @ z

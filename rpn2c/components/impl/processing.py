@@ -1,0 +1,55 @@
+"""The ``nn.Module`` implementations of :mod:`rpn2c.components.processing` (imported when a model is built)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class Apply(nn.Module):
+    """An activation as a module: ``forward(x) = fn(x)`` (the lowering may call ``fn`` directly)."""
+
+    def __init__(self, fn, label):
+        super().__init__()
+        self.fn, self.label = fn, label
+
+    def forward(self, x):
+        return self.fn(x)
+
+    def extra_repr(self):
+        return self.label
+
+
+class _PReLU(nn.Module):
+    def __init__(self, n, init, items):
+        super().__init__()
+        self.weight = nn.Parameter(torch.full((n,), float(init)))
+        self.items = items
+
+    def forward(self, x):
+        # torch's prelu slopes axis 1; a sequence's (or a vector's) features are its last axis
+        if self.items and x.dim() > 2 and self.weight.numel() > 1:
+            return F.prelu(x.movedim(-1, 1), self.weight).movedim(1, -1)
+        return F.prelu(x, self.weight)
+
+
+class _Softmax(nn.Module):
+    def __init__(self, dim, log=False):
+        super().__init__()
+        self.dim, self.log = dim, log
+
+    def forward(self, x):
+        return torch.log_softmax(x, self.dim) if self.log else torch.softmax(x, self.dim)
+
+
+class _BatchNorm(nn.Module):
+    def __init__(self, bn, items):
+        super().__init__()
+        self.bn, self.items = bn, items
+
+    def forward(self, x):
+        # contiguous: torch 2.13's CPU batch_norm backward is wrong for a size-1 batch axis with an odd stride
+        if self.items:  # [B, N, F] -> normalise F over B and N
+            return self.bn(x.transpose(1, 2).contiguous()).transpose(1, 2)
+        return self.bn(x.contiguous())

@@ -1,0 +1,90 @@
+"""The ``nn.Module`` implementations of :mod:`rpn2c.components.sequence` (imported when a model is built)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rpn2c.components.sequence import check_token_ids, sinusoid_table
+
+
+class _EmbeddingModule(nn.Module):
+    def __init__(self, vocab: int, dim: int, padding_idx: int | None):
+        super().__init__()
+        self.vocab, self.padding_idx = vocab, padding_idx
+        self.weight = nn.Parameter(torch.randn(vocab, dim))  # nn.Embedding's N(0, 1)
+        if padding_idx is not None:
+            with torch.no_grad():
+                self.weight[padding_idx].zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_compiling():
+            check_token_ids(x, self.vocab)
+        return F.embedding(x, self.weight, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        return f"vocab={self.vocab}, dim={self.weight.shape[1]}, padding_idx={self.padding_idx}"
+
+
+class _SinusoidalModule(nn.Module):
+    """``x + P[:T]``; P is a float64 buffer (not saved: it is a function of T and d) of ``cached`` rows, computed
+    afresh for longer sequences."""
+
+    def __init__(self, cached: int, d: int, base: float):
+        super().__init__()
+        self.base = base
+        self.register_buffer("table", sinusoid_table(cached, d, base), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n, d = x.shape[-2], x.shape[-1]
+        table = self.table[:n] if n <= self.table.shape[0] else sinusoid_table(n, d, self.base).to(x.device)
+        return x + table.to(x.dtype)
+
+
+class _LearnedModule(nn.Module):
+    def __init__(self, max_len: int, d: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(max_len, d) * 0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[-2]
+        if n > self.weight.shape[0]:
+            raise ValueError(f"learned_position(max_len = {self.weight.shape[0]}) got a sequence of {n} items")
+        return x + self.weight[:n]
+
+
+class _PrependModule(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.token = nn.Parameter(torch.randn(d) * 0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.token.to(x.dtype).expand(x.shape[0], 1, -1), x], dim=1)
+
+
+class _Pick(nn.Module):
+    def __init__(self, index: int):
+        super().__init__()
+        self.index = index
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, self.index]
+
+    def extra_repr(self) -> str:
+        return f"index={self.index}"
+
+
+class _SliceModule(nn.Module):
+    def __init__(self, start: int, stop: int | None, need: int):
+        super().__init__()
+        self.start, self.stop, self.need = start, stop, need
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[1] < self.need:
+            raise ValueError(f"slice(start = {self.start}, stop = {self.stop}) needs at least {self.need} items, "
+                             f"got a sequence of {x.shape[1]}")
+        return x[:, self.start:self.stop]
+
+    def extra_repr(self) -> str:
+        return f"start={self.start}, stop={self.stop}"
