@@ -25,7 +25,9 @@ class TokenMask(Op):
     aliases = ("padding_mask",)
     HP = _TokenMaskHP
     reads_tokens = True
-    example = example_model("input x: tokens[B, 6]", "y = token_mask(x, pad = 0)", "return y")
+    example = example_model("input x: tokens[B, 6]", "e = embedding(x, vocab = 9, dim = 4)", "k = token_mask(x, pad = 0)",
+                            "y = head(e) {", "  xi_instance = attention(rank = 2, key_padding = k)", "  out = 4", "}",
+                            "return y")
 
     def infer(self, ins):
         t = ins[0]
