@@ -10,6 +10,7 @@ from rpn2c.components import cells_selective  # noqa: F401,E402  (registration: 
 from rpn2c.components import sequence  # noqa: F401,E402  (registration: tokens, positions, readouts)
 from rpn2c.components import free_params  # noqa: F401,E402  (registration: free learnable tensors)
 from rpn2c.components import psi_tied  # noqa: F401,E402  (registration: ψ from another node's weight)
+from rpn2c.components import masks  # noqa: F401,E402  (registration: masks computed from token ids)
 from rpn2c.components import ops_batch  # noqa: F401,E402  (registration: the opt-in batch interdependence)
 from rpn2c.components import layout, pi_more, processing_more  # noqa: F401,E402  (registration: layout ops, more π, processing)
 from rpn2c.components.registry import REGISTRY, Entry, all_entries, lookup, names

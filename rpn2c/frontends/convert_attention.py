@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpn2c.frontends.torch_import import Context, Value, lit, register_converter
+from rpn2c.frontends.fx_params import CausalMask
 
 
 def _mask_input(ctx: Context, v, dims: str, what: str) -> Value | None:
@@ -37,6 +38,8 @@ def _attention(ctx: Context, mha: nn.MultiheadAttention, local: str, name: str, 
                value: Value | None, kpm, attn_mask, causal: bool, extra: list[str], comment: list[str],
                pre: list[str] = (), post: list[str] = (), need_weights: bool = False) -> tuple[Value, str]:
     """Emit the attention head for ``mha`` (torch tensors under ``local``); returns (value, name)."""
+    if isinstance(attn_mask, CausalMask):  # a causal mask made from sizes in forward
+        attn_mask, causal = None, True
     e, h = mha.embed_dim, mha.num_heads
     r = e // h
     if mha.bias_k is not None:

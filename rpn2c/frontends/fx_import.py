@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpn2c.errors import Diagnostic, Span, SpecTypeError
-from rpn2c.frontends import fx_layout
+from rpn2c.frontends import fx_layout, fx_params
 from rpn2c.frontends.torch_import import (
     ERROR_CODE, RESERVED, Context, RecordedCall, SpecBuilder, TorchImportError, Value, class_name, convert_module,
     find_converter, library_of, lit,
@@ -136,7 +136,7 @@ def _trace(module: nn.Module, path: str, call: RecordedCall) -> tuple[fx.GraphMo
     modes = [(m, m.training) for m in module.modules()]
     module.eval()
     try:
-        with _refusing_autograd_functions(path, module):
+        with _refusing_autograd_functions(path, module), fx_params.factory_sizes():
             gm = fx.GraphModule(module, _LeafTracer().trace(module, concrete_args=concrete or None))
         rec = _Recorder(gm)
         with torch.no_grad():
@@ -407,10 +407,12 @@ class _GraphConverter:
 
     def convert(self, node: fx.Node) -> Any:
         if node.op == "get_attr":
-            self.fail(node, f"a parameter or buffer read directly in forward (self.{node.target}); only modules "
-                            "with converters may own weights")
+            return fx_params.attr(self, node)
         args, kwargs = self.load(node.args), self.load(node.kwargs)
         self.check_in_place(node)
+        done = fx_params.convert(self, node, args, kwargs)  # parameters read and tensors made in forward
+        if done is not fx_params.PASS:
+            return done
         done = fx_layout.convert(self, node, args, kwargs)  # permutes, views, expands, stochastic depth
         return done if done is not fx_layout.PASS else self.dispatch(node, args, kwargs)
 
@@ -494,11 +496,14 @@ class _GraphConverter:
     # -------------------------------------------------------------------------------------------- handlers
     def call_module(self, node: fx.Node, args: tuple, kwargs: dict) -> Any:
         sub = self.gm.get_submodule(node.target)
-        made = next((a for a in node.all_input_nodes if isinstance(self.env.get(a), torch.Tensor)), None)
+        made = next((a for a, v in zip(node.all_input_nodes, map(self.env.get, node.all_input_nodes))
+                     if isinstance(v, torch.Tensor) and any(v is t for t in _flat((args, kwargs)))), None)
         if made is not None:
             self.fail(node, f"its input '{made.name}' ({_op_name(made)}) is a tensor made in forward from sizes or "
                             "constants, not computed from the model's inputs: a spec has no constant tensors "
-                            f"(positions, masks); pass it to forward as a model input to convert '{node.target}'")
+                            f"(positions, masks); pass it to forward as a model input to convert '{node.target}' "
+                            "(an embedding of torch.arange(T) converts as learned positions, a causal mask as "
+                            "causal = true)")
         out = self.values.get(node)
         call = RecordedCall(tuple(self.concrete(node.args)), dict(self.concrete(node.kwargs)), out)
         local = str(node.target)

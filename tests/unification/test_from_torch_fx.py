@@ -338,8 +338,8 @@ _INNER = Fn(lambda m, x: x @ m.fc.weight, fc=nn.Linear(3, 3))
 
 ERRORS = [
     ("constant", Fn(lambda m, x: m.fc(x) * 2, fc=nn.Linear(3, 3)), (rand(2, 3),), "", "operator.mul", "a constant"),
-    ("parameter-in-forward", Fn(lambda m, x: x * m.w, w=nn.Parameter(torch.ones(3))), (rand(2, 3),), "",
-     "get_attr w", "self.w"),
+    ("parameter-in-forward", Fn(lambda m, x: x * m.w, w=nn.Parameter(torch.ones(2, 3))), (rand(2, 3),), "",
+     "operator.mul", "'w' has 2 rows on the sample axis"),
     ("broadcast", Fn(lambda m, x: x + m.fc(x), fc=nn.Linear(3, 1)), (rand(2, 3),), "", "operator.add",
      "one type and shape"),
     ("bidirectional-h_n", Fn(_h_n, gru=nn.GRU(3, 4, bidirectional=True, batch_first=True)), (rand(2, 4, 3),), "",
@@ -350,7 +350,7 @@ ERRORS = [
      "torch.cat", "dim=0"),
     ("in-place", Fn(_in_place, fc=nn.Linear(3, 3)), (rand(2, 3),), "", "torch.nn.functional.relu", "in place"),
     ("nested-path", Fn(lambda m, x: m.blocks(x), blocks=nn.Sequential(nn.Linear(3, 3), _INNER)), (rand(2, 3),),
-     "blocks.1", "get_attr blocks.1.fc.weight", "self.blocks.1.fc.weight"),
+     "blocks.1", "operator.matmul", "reads 'blocks.1.fc.weight' directly in forward"),
 ]
 
 

@@ -45,14 +45,14 @@ class _Scale(nn.Module):
 
 
 class _Positions(nn.Module):
-    """BERT-style learned positions: the position ids are made in forward from the input's size."""
+    """Position ids made in forward from the input's size, in an order learned_position does not read."""
 
     def __init__(self):
         super().__init__()
         self.tok, self.pos = nn.Embedding(10, 4), nn.Embedding(8, 4)
 
-    def forward(self, ids):
-        return self.tok(ids) + self.pos(torch.arange(ids.shape[1]))
+    def forward(self, ids):  # positions counted from the end: not 0..T-1 (which converts: learned_position)
+        return self.tok(ids) + self.pos(torch.arange(ids.shape[1]).flip(0))
 
 
 class _Square(torch.autograd.Function):
@@ -114,10 +114,10 @@ EDGES = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
 # (id, module, example inputs, what the message must name)
 CORPUS = [
     ("permute-batch-last", _ConvOnTokens(), (IDS,), "permute"),
-    ("positions-made-in-forward", _Positions(), (IDS,), "arange"),
-    ("causal-mask-made-in-forward", _Fn(lambda s, x: s.fc(x) + torch.ones(x.shape[1], 4).triu()),
-     (rand(2, 5, 4),), "torch.fx cannot trace"),
-    ("parameter-read-in-forward", _Scale(), (rand(2, 4),), "gamma"),
+    ("positions-made-in-forward", _Positions(), (IDS,), "flip"),
+    ("constant-made-in-forward", _Fn(lambda s, x: s.fc(x) + torch.ones(x.shape[1], 4).triu()),
+     (rand(2, 5, 4),), "constant (Tensor)"),
+    ("parameter-in-a-matmul", _Fn(lambda s, x: s.fc(x) @ s.fc.weight), (rand(2, 4),), "reads 'fc.weight' directly"),
     ("layer-norm-weight-in-forward", _Fn(lambda s, x: F.layer_norm(s.fc(x), (4,), s.fc.weight[0])), (rand(2, 4),),
      "fc.weight"),
     ("chunk-along-the-batch", _Fn(lambda s, x: s.fc(x).chunk(2, 0)[0]), (rand(2, 4),), "chunk"),
@@ -183,4 +183,4 @@ def test_positions_made_in_forward_name_the_embedding_node():
     with pytest.raises(FxImportError) as info:
         rpn2c.from_torch(_Positions().double(), (IDS,))
     err = info.value
-    assert err.node == "pos" and "arange" in str(err) and "model input" in str(err)
+    assert err.node == "pos" and "flip" in str(err) and "model input" in str(err)

@@ -1,0 +1,319 @@
+"""fx handlers for tensors a model reads or makes in ``forward`` rather than through a converted module
+(``fx_import`` asks :func:`convert` first for every node).
+
+    self.pos_embedding + x, self.gamma * x         -> param p: sequence[1, T, d] / image[1, C, 1, 1]; add / mul
+    torch.cat([self.cls.expand(B, -1, -1), x], 1)  -> param cls: sequence[1, 1, d]; concat_items(cls, x)
+    F.linear(h, self.enc.weight.t(), self.bias)    -> a head with psi = tied(enc, transpose = true) (sharing.py)
+    F.layer_norm(x, s, self.w, self.b)             -> layer_norm with those tensors as its affine
+    F.embedding(ids, self.table)                   -> embedding(ids, ...) holding that table
+    x + self.pos(torch.arange(t))                  -> learned_position(x, max_len = L) (its table: the embedding's)
+    ids.eq(pad) / ids == pad                        -> token_mask(ids, pad = p) (a key padding mask)
+    attn_mask = torch.ones(t, t).triu(1).bool()     -> causal = true (any causal mask made from sizes)
+
+A parameter read in forward becomes a spec ``param`` (its own tensor, linked to the torch one) or, where a module's
+converter can take it (F.linear / F.layer_norm / F.embedding), the weights of the equivalent module: the same torch
+tensor, so a weight also read by another module stays one tensor (``sharing.py``).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+from torch import nn
+
+from rpn2c.frontends.torch_import import Context, Value
+
+PASS = object()  # "reads no parameter": fx_import converts the node by its own tables
+
+_ELEMENTWISE = {operator.add: "add", operator.iadd: "add", torch.add: "add", "add": "add", operator.mul: "mul",
+                operator.imul: "mul", torch.mul: "mul", "mul": "mul", operator.sub: "sub", operator.isub: "sub",
+                torch.sub: "sub", "sub": "sub"}
+_GRID = {3: "signal", 4: "image", 5: "volume"}
+
+
+@dataclass(eq=False)
+class Attr:
+    """A parameter or buffer read in forward (``self.<target>``), as viewed: ``shape`` (after unsqueeze / view /
+    indexing with None), ``transpose`` (after ``.t()`` / ``.T``); ``expanded`` after ``.expand``."""
+
+    node: fx.Node
+    target: str
+    tensor: torch.Tensor
+    shape: tuple[int, ...]
+    transpose: bool = False
+    expanded: bool = False
+
+
+@dataclass(eq=False)
+class Positions:
+    """``emb(torch.arange(n))``: rows 0..n−1 of an embedding's table, one per position."""
+
+    module: nn.Embedding
+    path: str
+    n: int
+
+
+class CausalMask:
+    """A causal attention mask made from sizes in forward: the attention converters read it as ``causal = true``."""
+
+
+def attr(conv, node: fx.Node) -> Attr:
+    t = conv.gm.get_parameter(node.target) if _is_param(conv.gm, node.target) else conv.gm.get_buffer(node.target)
+    return Attr(node, str(node.target), t, tuple(t.shape))
+
+
+def _is_param(gm, target) -> bool:
+    try:
+        gm.get_parameter(target)
+        return True
+    except AttributeError:
+        return False
+
+
+def _name(node: fx.Node) -> Any:
+    return node.target if node.op == "call_method" else node.target
+
+
+def convert(conv, node: fx.Node, args: tuple, kwargs: dict) -> Any:
+    """The node's spec value when it reads a parameter, positions or a mask made in forward, else :data:`PASS`."""
+    flat: list = []
+    fx.node.map_aggregate((args, kwargs), flat.append)
+    mine = [a for a in flat if isinstance(a, (Attr, Positions))]
+    if node.op == "call_function" and node.target in (F.linear, F.layer_norm, F.embedding) and mine:
+        return _as_module(conv, node, args, kwargs)
+    if not mine:
+        if node.op == "call_module":
+            return _module_call(conv, node, args, kwargs)
+        if node.op in ("call_method", "call_function") and _name(node) in ("eq", operator.eq, torch.eq, "ne",
+                                                                           operator.ne, torch.ne):
+            return _token_mask(conv, node, args)
+        return PASS
+    first = args[0] if args else None
+    name = _name(node)
+    out = conv.values.get(node)
+    if isinstance(first, Positions) and name in ("unsqueeze", "expand", "expand_as", torch.unsqueeze,
+                                                 operator.getitem, "contiguous", "to"):
+        return first  # positions viewed as [1, T, d] / [B, T, d]: added to the sequence all the same
+    if isinstance(first, Attr) and not isinstance(first.tensor, nn.Parameter) and isinstance(out, torch.Tensor) \
+            and len(mine) == 1 and not any(isinstance(a, Value) for a in flat):
+        return out  # a buffer sliced or cast (a registered causal mask): a tensor made in forward
+    if isinstance(first, Attr) and isinstance(out, torch.Tensor) and len(mine) == 1:
+        if name in ("t", torch.t) or (name in ("transpose", torch.transpose) and first.tensor.ndim == 2) or \
+                (name is getattr and args[1] in ("T", "mT") and first.tensor.ndim == 2):
+            return replace(first, transpose=not first.transpose, shape=tuple(out.shape))
+        if name in ("expand", "expand_as", "repeat"):
+            return replace(first, expanded=True)
+        if name in ("unsqueeze", "view", "reshape", torch.unsqueeze, torch.reshape, operator.getitem, "contiguous",
+                    "to", "type_as", "float", "double") and out.numel() == first.tensor.numel():
+            return replace(first, shape=tuple(out.shape))
+    if name in _ELEMENTWISE and len(args) == 2:
+        return _elementwise(conv, node, _ELEMENTWISE[name], args, kwargs)
+    if name in (torch.cat, torch.concat, torch.concatenate):
+        parts = args[0] if args else kwargs.get("tensors")
+        named = [free(conv, node, p, _like(parts, p)) if isinstance(p, Attr) else p for p in parts]
+        return conv.dispatch(node, (named, *args[1:]), kwargs)
+    what = mine[0].target if isinstance(mine[0], Attr) else f"{mine[0].path}(arange)"
+    conv.fail(node, f"it reads '{what}' directly in forward: a parameter read in forward converts as an operand of "
+                    "add / mul / sub / cat (a spec `param`), a weight of F.linear / F.layer_norm / F.embedding, or "
+                    "through .t() / .expand() / .unsqueeze() / .view() on the way there")
+
+
+def _like(parts, p) -> Value:
+    other = next((q for q in parts if isinstance(q, Value)), None)
+    if other is None:
+        raise ValueError("no value to type the parameter by")
+    return other
+
+
+def free(conv, node: fx.Node, a: Attr, like: Value) -> Value:
+    """The parameter ``a`` as a spec ``param`` typed like ``like`` (its axes padded to ``like``'s rank, the sample
+    axis 1), linked to the torch tensor."""
+    ctx = conv.ctx(node)
+    like = conv.typed(ctx, like)  # an undecided model input is typed by its rank first
+    rank = len(like.shape)
+    if a.transpose or len(a.shape) > rank or like.kind not in ("vector", "items", "grid") or like.time_major:
+        conv.fail(node, f"'{a.target}' {list(a.shape)} beside a {like.kind} value {list(like.shape)}: a parameter "
+                        "read in forward is a spec `param` of the value's layout, without a sample axis")
+    shape = (1,) * (rank - len(a.shape)) + tuple(a.shape)
+    if shape[0] != 1:
+        conv.fail(node, f"'{a.target}' has {shape[0]} rows on the sample axis: a `param` has one copy for all "
+                        "samples (a leading 1, or no sample axis)")
+    if like.kind == "items" and not like.batched:
+        ctor = "nodes"
+    elif like.kind == "items":
+        ctor = "sequence"
+        if shape[1] > 1:
+            ctx.fix_items(like)  # a learned table per position: the item count is that length
+    elif like.kind == "grid":
+        ctor = _GRID[rank]
+    else:
+        ctor = "vector"
+    text = f"{ctor}[{', '.join(map(str, shape))}]"
+    v = ctx.free(text, a.target, like.kind, shape, prefix=_base(a.target), link_shape=shape,
+                 comment=f"{ctx.where()}: self.{a.target} {list(a.tensor.shape)}, read in forward: a learnable "
+                         f"tensor {text}")
+    v.layout = like.layout
+    return v
+
+
+def _base(target: str) -> str:
+    return target.replace(".", "_")
+
+
+def _elementwise(conv, node: fx.Node, fn: str, args: tuple, kwargs: dict) -> Value:
+    a, b = args
+    pos = a if isinstance(a, Positions) else b if isinstance(b, Positions) else None
+    if pos is not None:
+        x = b if pos is a else a
+        if fn != "add" or not isinstance(x, Value) or x.kind != "items" or x.time_major:
+            conv.fail(node, "positions from an embedding of torch.arange convert when added to a batch-first "
+                            "sequence (x + pos(arange(T)))")
+        ctx = Context(conv.b, pos.module, pos.path, [x], {}, None, _base(pos.path) or "pos")
+        y = ctx.op("learned_position", [x], f"max_len = {pos.module.num_embeddings}", prefix="pos", shape=x.shape,
+                   comment=f"[{pos.path}] {pos.path}(arange(T)) added to the sequence: learned positions x + P[:T], "
+                           f"P = the embedding's table ({pos.module.num_embeddings} rows)")
+        ctx.param(f"{y.name}.weight", "weight")
+        y.layout, y.items_from = x.layout, x.items_from
+        return y
+    values = [x for x in args if isinstance(x, Value)]
+    if not values:
+        conv.fail(node, f"{fn} of two tensors read in forward: one operand must be computed from the inputs")
+    named = tuple(free(conv, node, x, values[0]) if isinstance(x, Attr) else x for x in args)
+    return conv.dispatch(node, named, kwargs)
+
+
+def _as_module(conv, node: fx.Node, args: tuple, kwargs: dict) -> Value:
+    """F.linear / F.layer_norm / F.embedding with tensors read in forward = the module holding those tensors,
+    converted by its converter; a transposed read (``w.t()``) is linked to the torch tensor as transposed."""
+    t = node.target
+    names = {F.linear: ("input", "weight", "bias"), F.layer_norm: ("input", "normalized_shape", "weight", "bias",
+                                                                    "eps"),
+             F.embedding: ("input", "weight", "padding_idx")}[t]
+    defaults = {"max_norm": None, "norm_type": 2.0, "scale_grad_by_freq": False, "sparse": False}
+    o = {k: v for k, v in {**dict(zip(names, args)), **kwargs}.items() if not (k in defaults and v == defaults[k])}
+    extra = set(o) - set(names)
+    if extra:
+        conv.fail(node, f"option(s) {sorted(extra)} have no spec form")
+    tensors = {k: v for k, v in o.items() if isinstance(v, Attr)}
+    for k, v in tensors.items():
+        if v.expanded or v.shape != (tuple(v.tensor.shape)[::-1] if v.transpose else tuple(v.tensor.shape)):
+            conv.fail(node, f"its {k} is self.{v.target} viewed as {list(v.shape)}: only the tensor itself or its "
+                            "transpose converts")
+    if t is F.linear:
+        w = o["weight"]
+        if not isinstance(w, Attr):
+            conv.fail(node, "F.linear's weight must be a parameter of the model")
+        out_f, in_f = w.shape
+        module = nn.Linear(in_f, out_f, bias=o.get("bias") is not None)
+    elif t is F.layer_norm:
+        shape = o["normalized_shape"]
+        module = nn.LayerNorm(shape, eps=o.get("eps", 1e-5), elementwise_affine=o.get("weight") is not None,
+                              bias=o.get("bias") is not None)
+    else:
+        w = o["weight"]
+        if not isinstance(w, Attr) or w.transpose:
+            conv.fail(node, "F.embedding's table must be a parameter of the model")
+        module = nn.Embedding(*w.shape, padding_idx=o.get("padding_idx"))
+    for k, v in tensors.items():  # the torch tensors themselves where unviewed: the links point at them
+        if not v.transpose:
+            setattr(module, k, v.tensor if isinstance(v.tensor, nn.Parameter) else nn.Parameter(v.tensor))
+        else:
+            setattr(module, k, nn.Parameter(v.tensor.detach().t()))
+    x = o["input"]
+    before = set(conv.b.links)
+    y = conv.leaf(node, module.to(dtype=next(iter(tensors.values())).tensor.dtype), x)
+    for k, v in tensors.items():
+        if not v.transpose:
+            continue
+        held = getattr(module, k)
+        for name in set(conv.b.links) - before:
+            if conv.b.sources.get(name) is held:  # relink to the torch tensor, read transposed
+                link = conv.b.links[name]
+                conv.b.links[name] = replace(link, source=conv.b.torch_names[id(v.tensor)],
+                                             transpose=not link.transpose)
+                conv.b.sources[name] = v.tensor
+                conv.b.source_shapes[conv.b.links[name].source] = tuple(v.tensor.shape)
+    return y
+
+
+def _module_call(conv, node: fx.Node, args: tuple, kwargs: dict) -> Any:
+    """An embedding of ``torch.arange(n)`` is :class:`Positions`; a causal mask made from sizes and passed to a
+    module is :class:`CausalMask` (the attention converters read it as ``causal = true``); fx_import refuses any
+    other tensor made in forward."""
+    sub = conv.gm.get_submodule(node.target)
+    if isinstance(sub, nn.Embedding) and len(args) == 1 and isinstance(args[0], torch.Tensor) and _is_arange(args[0]):
+        return Positions(sub, conv._qual(str(node.target)), int(args[0].shape[-1]))
+    made = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and is_causal(a)]
+    if not made:
+        return PASS
+    swap = {id(a): CausalMask() for a in made}
+    return conv.dispatch(node, tuple(swap.get(id(a), a) for a in args),
+                         {k: swap.get(id(v), v) for k, v in kwargs.items()})
+
+
+def _is_arange(t: torch.Tensor) -> bool:
+    """Positions 0..n−1 along the last axis (broadcast over any leading axes)."""
+    if t.dtype.is_floating_point or t.dtype == torch.bool or t.ndim < 1:
+        return False
+    return bool(torch.equal(t, torch.arange(t.shape[-1], device=t.device).expand_as(t)))
+
+
+def is_causal(m: torch.Tensor) -> bool:
+    """A square mask that blocks exactly the keys after each query: bool True (or float −inf) above the diagonal,
+    False (0) on and below it."""
+    if m.ndim != 2 or m.shape[0] != m.shape[1] or m.shape[0] < 2:
+        return False
+    upper = torch.ones(m.shape, dtype=torch.bool, device=m.device).triu(1)
+    if m.dtype == torch.bool:
+        return bool(torch.equal(m, upper))
+    if m.is_floating_point():
+        return bool(torch.isneginf(m[upper]).all() and (m[~upper] == 0).all())
+    return False
+
+
+def _token_mask(conv, node: fx.Node, args: tuple) -> Any:
+    """``ids.eq(pad)`` / ``ids == pad`` (``ne`` / ``!=``: a keep mask) of token ids = token_mask."""
+    if len(args) != 2 or not isinstance(args[0], Value) or not isinstance(args[1], int) or isinstance(args[1], bool):
+        return PASS
+    ids = args[0]
+    ctx = conv.ctx(node)
+    ctx.declare(ids, "tokens", f"tokens[B, {ids.shape[1]}]" if len(ids.shape) == 2 else "tokens[B, T]")
+    keep = _name(node) in ("ne", operator.ne, torch.ne)
+    y = ctx.op("token_mask", [ids], f"pad = {args[1]}" + (", keep = true" if keep else ""), kind="mask",
+               prefix="mask", comment=f"{ctx.where()} -> token_mask: True where ids {'!=' if keep else '=='} "
+                                      f"{args[1]}")
+    y.dtype = torch.bool
+    return y
+
+
+_FACTORIES = ("ones", "zeros", "empty", "full", "rand", "randn")
+
+
+class factory_sizes:
+    """While tracing: ``torch.ones(t, t)`` with traced sizes ``t`` is traced as ``torch.ones((t, t))`` (fx passes
+    a factory's sizes as separate arguments to its torch-function handler, which refuses them)."""
+
+    def __enter__(self):
+        self.saved = {name: getattr(torch, name) for name in _FACTORIES}
+        for name, fn in self.saved.items():
+            setattr(torch, name, _packing(fn, name == "full"))
+        return self
+
+    def __exit__(self, *exc):
+        for name, fn in self.saved.items():
+            setattr(torch, name, fn)
+
+
+def _packing(fn, has_fill: bool):
+    def factory(*args, **kwargs):
+        sizes, rest = (args[:-1], args[-1:]) if has_fill and len(args) > 2 else (args, ())
+        if len(sizes) > 1 and any(isinstance(a, fx.Proxy) for a in sizes):
+            return fn(tuple(sizes), *rest, **kwargs)
+        return fn(*args, **kwargs)
+
+    return factory
