@@ -63,23 +63,48 @@ def primary(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
+def _grad_leaf(v):
+    """A floating tensor as a fresh leaf that records its gradient (tuples and lists element-wise)."""
+    if isinstance(v, torch.Tensor) and v.is_floating_point():
+        return v.detach().clone().requires_grad_(True)
+    if isinstance(v, (tuple, list)):
+        return type(v)(_grad_leaf(t) for t in v)
+    return v
+
+
+def _input_grads(inputs) -> list[torch.Tensor]:
+    """The gradients of the floating inputs (zeros where one was not reached), each then cleared."""
+    out = []
+    for t in inputs:
+        if t.requires_grad:
+            out.append(t.grad.clone() if t.grad is not None else torch.zeros_like(t))
+            t.grad = None
+    return out
+
+
 def assert_matches_torch(module, args, kwargs=None, *, grads=True, seed=7, rtol=1e-8, atol=1e-9,
-                         references=(False, True), reference_grads=True):
+                         references=(False, True), reference_grads=True, input_grads=False):
     """from_torch(module) compiled in each lowering equals module: output and mapped parameter gradients
-    (``reference_grads=False`` compares gradients in the default lowering only)."""
+    (``reference_grads=False`` compares gradients in the default lowering only); ``input_grads=True`` also
+    compares the gradients with respect to the floating inputs (if any)."""
     kwargs = kwargs or {}
     module = module.double().eval()
+    if input_grads:
+        args = tuple(_grad_leaf(a) for a in (args if isinstance(args, (tuple, list)) else (args,)))
+        kwargs = {k: _grad_leaf(v) for k, v in kwargs.items()}
     spec = rpn2c.from_torch(module, args, kwargs)
     inputs = flat_arguments(module, args, kwargs)
     assert len(spec.input_names) == len(inputs), (spec.input_names, spec.text)
+    input_grads = input_grads and any(t.requires_grad for t in inputs)
     module.zero_grad()
     expected = primary(module(*args, **kwargs))
     assert torch.isfinite(expected).all(), "the test drew a non-finite torch output"
     w = rand(*expected.shape, seed=seed)
     params = dict(module.named_parameters())
-    if grads and params:
+    if grads and params or input_grads:
         (expected * w).sum().backward()
         want = {n: (p.grad if p.grad is not None else torch.zeros_like(p)) for n, p in params.items()}
+        want_inputs = _input_grads(inputs) if input_grads else []
     for reference in references:
         model = compile_or_skip(spec, reference)
         assert set(model.state_dict()) == set(spec.state_dict)
@@ -88,9 +113,14 @@ def assert_matches_torch(module, args, kwargs=None, *, grads=True, seed=7, rtol=
         assert got.shape == expected.shape, spec.text
         assert_close(got, expected.detach(), rtol=rtol, atol=atol,
                      msg=lambda m, r=reference: f"{m}\nreference={r}\n{spec.text}")
-        if not (grads and params) or (reference and not reference_grads):
+        if reference and not reference_grads or not (grads and params or input_grads):
             continue
         (got * w).sum().backward()
+        for i, (g, want_g) in enumerate(zip(_input_grads(inputs) if input_grads else [], want_inputs)):
+            assert_close(g, want_g, rtol=rtol, atol=atol,
+                         msg=lambda m, i=i, r=reference: f"grad of input {i} (reference={r}): {m}\n{spec.text}")
+        if not (grads and params):
+            continue
         compiled = {n: (p.grad if p.grad is not None else torch.zeros_like(p)) for n, p in model.named_parameters()}
         mapped = spec.to_torch(compiled)
         assert set(mapped) == set(params), (sorted(mapped), sorted(params))
