@@ -81,10 +81,20 @@ def _find_one(directory: Path, prefix: str, must_contain: str = "") -> Path:
     return (plain or found)[0]
 
 
-def load_mnist(path: PathLike, *, name: str = "mnist") -> Dataset:
+def _standardize_images(xtr: torch.Tensor, xte: torch.Tensor, meta: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x - mean) / std`` per channel with the training images' statistics (kept in ``meta``)."""
+    mean, std = fit_standardizer(xtr.numpy(), axis=(0, 2, 3))
+    m = torch.from_numpy(mean.astype(np.float32)).view(1, -1, 1, 1)
+    s = torch.from_numpy(std.astype(np.float32)).view(1, -1, 1, 1)
+    meta.update(mean=m.flatten(), std=s.flatten(), standardized=True)
+    return (xtr - m) / s, (xte - m) / s
+
+
+def load_mnist(path: PathLike, *, name: str = "mnist", standardize: bool = False) -> Dataset:
     """MNIST-layout directory (also Fashion-/K-MNIST): ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
     ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte`` (each optionally ``.gz``; ``.`` before ``idx`` also
-    accepted). Images become float32 ``[n, 1, H, W]`` = pixel / 255, labels int64; the file split is kept."""
+    accepted). Images become float32 ``[n, 1, H, W]`` = pixel / 255 (``standardize``: then z-scored with the
+    training pixels' mean and std, the paper's mean-std normalisation), labels int64; the file split is kept."""
     root = Path(path)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: expected a directory holding the four MNIST IDX files")
@@ -105,9 +115,12 @@ def load_mnist(path: PathLike, *, name: str = "mnist") -> Dataset:
         raise ValueError(f"{root}: negative labels")
     k = int(torch.cat([ytr, yte]).max()) + 1
     h, w = xtr.shape[-2:]
+    meta: dict[str, Any] = {"source": str(root)}
+    if standardize:
+        xtr, xte = _standardize_images(xtr, xte, meta)
     return Dataset(name=name, task="classification", train=(xtr, ytr), test=(xte, yte), num_classes=k,
                    target_dim=None, input_spec=f"image[B, 1, {h}, {w}]",
-                   description=f"IDX images from {root}", meta={"source": str(root)})
+                   description=f"IDX images from {root}", meta=meta)
 
 
 # ------------------------------------------------------------------------------------------------------ CIFAR
@@ -152,10 +165,12 @@ def read_cifar_batch(path: PathLike, *, label_key: str | None = None) -> tuple[t
     return torch.from_numpy(data.reshape(-1, 3, 32, 32).copy()), torch.from_numpy(y)
 
 
-def load_cifar(path: PathLike, *, coarse: bool = False, name: str | None = None) -> Dataset:
+def load_cifar(path: PathLike, *, coarse: bool = False, name: str | None = None,
+               standardize: bool = False) -> Dataset:
     """CIFAR python directory: ``cifar-10-batches-py`` (``data_batch_*`` + ``test_batch``, names from
     ``batches.meta``) or ``cifar-100-python`` (``train`` + ``test``, names from ``meta``; ``coarse`` selects the
-    20 superclasses). Images become float32 ``[n, 3, 32, 32]`` = pixel / 255."""
+    20 superclasses). Images become float32 ``[n, 3, 32, 32]`` = pixel / 255 (``standardize``: then z-scored per
+    channel with the training images' statistics)."""
     root = Path(path)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: expected a CIFAR python directory")
@@ -182,8 +197,10 @@ def load_cifar(path: PathLike, *, coarse: bool = False, name: str | None = None)
         if isinstance(m, dict) and names_key in _str_keys(m):
             meta["class_names"] = _decode_names(_str_keys(m)[names_key])
     k = max(k, len(meta.get("class_names", ())), int(torch.cat([ytr, yte]).max()) + 1)
-    return Dataset(name=name or default_name, task="classification",
-                   train=(xtr.to(torch.float32) / 255.0, ytr), test=(xte.to(torch.float32) / 255.0, yte),
+    ftr, fte = xtr.to(torch.float32) / 255.0, xte.to(torch.float32) / 255.0
+    if standardize:
+        ftr, fte = _standardize_images(ftr, fte, meta)
+    return Dataset(name=name or default_name, task="classification", train=(ftr, ytr), test=(fte, yte),
                    num_classes=k, target_dim=None, input_spec="image[B, 3, 32, 32]",
                    description=f"CIFAR python batches from {root}", meta=meta)
 
@@ -269,6 +286,10 @@ def load_csv_series(path: PathLike, *, window: int = 16, horizon: int = 1,
                     columns: Sequence[str | int] | None = None, name: str | None = None) -> Dataset:
     """Forecasting samples from a CSV series: inputs ``[n, window, F]`` -> the values ``horizon`` steps after the
     window (``target`` columns, default all kept columns), split chronologically (`forecasting_dataset`)."""
+    if isinstance(columns, str):  # from the command line: --data-option columns=Open,High
+        columns = columns.split(",")
+    if isinstance(target, (str, int)):
+        target = target.split(",") if isinstance(target, str) else [target]
     values, names = read_csv_series(path, delimiter=delimiter, header=header, columns=columns)
     tcols = None
     if target is not None:
