@@ -149,3 +149,45 @@ def test_mnist_spec_on_idx_files(capsys, tmp_path):
                            "--quiet")
     assert code == 0, err
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["split"]["test"] == 4
+
+
+def test_stock_spec_on_a_price_file(capsys, tmp_path):
+    """Table 4's command: a Kaggle-style price file, the Open column as target (given by name on the command
+    line), the date column dropped, 10-day windows."""
+    rng = np.random.default_rng(0)
+    price = 10 + np.cumsum(rng.standard_normal(60)) * 0.1
+    rows = "".join(f"2017-02-{i % 28 + 1:02d},{v:.3f},{v + .2:.3f},{v - .2:.3f},{v + .05:.3f},{1000 + i},0\n"
+                   for i, v in enumerate(price))
+    (tmp_path / "aapl.us.txt").write_text("Date,Open,High,Low,Close,Volume,OpenInt\n" + rows)
+    code, _, err = run_cli(capsys, "train", PAPER / "stock_chain.rpn", "--data", f"csv:{tmp_path / 'aapl.us.txt'}",
+                           "--data-option", "window=10", "--data-option", "target=Open", "--epochs", "1",
+                           "--out", tmp_path / "run", "--quiet")
+    assert code == 0, err
+    ds = load_path("csv", tmp_path / "aapl.us.txt", window=10, target="Open")
+    assert ds.meta["target_columns"] == ["Open"] and ds.train[0].shape[1:] == (10, 6)
+
+
+def _documented_runs():
+    """(spec, argv) for the first command of each paper spec's ``# run`` comment."""
+    import shlex
+
+    for path in sorted(PAPER.glob("*.rpn")):
+        lines = path.read_text().splitlines()
+        start = next(i for i, line in enumerate(lines) if line.startswith("# run "))
+        command = [lines[start + 1].removeprefix("#   ")]
+        command += [line.removeprefix("#     ") for line in lines[start + 2:] if line.startswith("#     ")][:1]
+        yield path.name, shlex.split(" ".join(command))
+
+
+@pytest.mark.parametrize("name, argv", list(_documented_runs()))
+def test_documented_paper_commands_parse_and_their_data_kind_exists(name, argv):
+    """Each spec's documented command is accepted by ``rpn2c train``'s parser, names a known data kind, and its
+    spec checks with its --param values (the data itself is not here)."""
+    from rpn2c.data import LOADERS
+    from rpn2c.runtime.cli import build_parser
+    from rpn2c.runtime.common import parse_params
+
+    assert argv[:3] == ["rpn2c", "train", f"specs/paper/{name}"]
+    args = build_parser().parse_args(argv[1:])
+    assert args.data.partition(":")[0] in LOADERS
+    assert rpn2c.check_file(ROOT / args.spec, params=parse_params(args.param) or None).param_count > 0
