@@ -286,10 +286,9 @@ def load_csv_series(path: PathLike, *, window: int = 16, horizon: int = 1,
                     columns: Sequence[str | int] | None = None, name: str | None = None) -> Dataset:
     """Forecasting samples from a CSV series: inputs ``[n, window, F]`` -> the values ``horizon`` steps after the
     window (``target`` columns, default all kept columns), split chronologically (`forecasting_dataset`)."""
-    if isinstance(columns, str):  # from the command line: --data-option columns=Open,High
-        columns = columns.split(",")
-    if isinstance(target, (str, int)):
-        target = target.split(",") if isinstance(target, str) else [target]
+    # from the command line one value: --data-option target=Open, columns=Open,High or an index
+    columns, target = (v.split(",") if isinstance(v, str) else [v] if isinstance(v, int) else v
+                       for v in (columns, target))
     values, names = read_csv_series(path, delimiter=delimiter, header=header, columns=columns)
     tcols = None
     if target is not None:
