@@ -90,6 +90,9 @@ DERIVED = {
     "cifar10_cylinder4_compress_every2.rpn": _grid(3, 256, DISC4, 32 * 32) + _grid(256, 256, DISC4, 32 * 32)
     + 2 * _grid(256, 256, DISC4, 16 * 16) + _perceptron(256 * 8 * 8, 1024) + _perceptron(1024, 512)
     + _perceptron(512, 10),
+    # Table 2 MNIST (architecture not in the paper): 3x3 cuboid layers 1 -> 32 -> 64, each pooled by 2, -> 256 -> 10
+    "mnist_grid.rpn": _grid(1, 32, 9, 28 * 28) + _grid(32, 64, 9, 14 * 14) + _perceptron(64 * 7 * 7, 256)
+    + _perceptron(256, 10),
     # §9.1.5: GloVe 300-d tokens, hidden 128 (spec choice), sum read-out
     "agnews_chain.rpn": _chain_model(300, 128, 128, 4),
     "imdb_chain_multihop.rpn": _chain_model(300, 128, 128, 2),
@@ -124,6 +127,7 @@ def _small_graph(n: int, seed: int):
 
 SMALL = {  # each study spec at a size where the literal matrices are cheap, with its inputs
     "cifar10_cylinder4_compress_every2.rpn": ({"channels": 2}, lambda g: [torch.randn(2, 3, 32, 32, generator=g)]),
+    "mnist_grid.rpn": ({"c1": 2, "c2": 3, "hidden": 4}, lambda g: [torch.randn(2, 1, 28, 28, generator=g)]),
     "agnews_chain.rpn": ({"tokens": 9, "hidden": 8}, lambda g: [torch.randn(2, 9, 300, generator=g)]),
     "imdb_chain_multihop.rpn": ({"tokens": 11, "hidden": 8}, lambda g: [torch.randn(2, 11, 300, generator=g)]),
     "stock_chain.rpn": ({}, lambda g: [torch.randn(3, 10, 6, generator=g)]),

@@ -3,12 +3,14 @@
     from rpn2c.data import load, available, load_path, make_loader
     ds = load("digits", seed=0)                 # Dataset(train=(x, y), test=(x, y), num_classes=10, ...)
     batches = make_loader(ds, "train", batch_size=64, seed=0)
-    user = load_path("mnist", "~/data/mnist")   # or "cifar", "cora", "planetoid", "csv", "ucr"
+    user = load_path("mnist", "~/data/mnist")   # or "cifar", "cora", "planetoid", "csv", "ucr", "text"
 """
 
 from .dataset import Dataset, TASKS, fit_standardizer, forecasting_dataset, stratified_split, window_series
-from .formats import (LOADERS, Graph, TsData, load_cifar, load_cora, load_csv_series, load_mnist, load_path,
-                      load_planetoid, load_ucr, read_cifar_batch, read_cora, read_csv_series, read_idx, read_ts)
+from .citation import Graph, load_citation, load_cora, load_planetoid, per_class_split, read_cora
+from .formats import (LOADERS, TsData, load_cifar, load_csv_series, load_mnist, load_path, load_ucr,
+                      read_cifar_batch, read_csv_series, read_idx, read_ts)
+from .text import load_text, read_glove, tokenize
 from .loader import make_loader
 from .registry import available, load
 from .safe_pickle import UnsafePickleError, safe_load
@@ -16,6 +18,7 @@ from .safe_pickle import UnsafePickleError, safe_load
 __all__ = [
     "Dataset", "TASKS", "available", "load", "load_path", "make_loader", "LOADERS",
     "read_idx", "load_mnist", "read_cifar_batch", "load_cifar", "read_cora", "load_cora", "load_planetoid",
+    "load_citation", "per_class_split", "load_text", "read_glove", "tokenize",
     "read_csv_series", "load_csv_series", "read_ts", "load_ucr", "Graph", "TsData",
     "safe_load", "UnsafePickleError", "stratified_split", "fit_standardizer", "window_series", "forecasting_dataset",
 ]

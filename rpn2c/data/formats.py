@@ -3,12 +3,14 @@
 Single-file readers return tensors; the ``load_*`` functions assemble a `Dataset`; `load_path` dispatches on a
 format name. Every reader validates what it reads and raises ``ValueError`` (``FileNotFoundError`` for missing
 files) with the offending path and reason. Pickle-based formats go through `safe_load`, never ``pickle.load``.
+Citation graphs live in ``citation.py``, text classification and GloVe tables in ``text.py``.
 """
 
 from __future__ import annotations
 
 import csv
 import difflib
+import functools
 import gzip
 import io
 import os
@@ -19,9 +21,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from .dataset import (Dataset, fit_standardizer, forecasting_dataset, node_dataset, stratified_split,
-                      undirected_edge_index)
+from .citation import load_citation, load_planetoid
+from .dataset import Dataset, fit_standardizer, forecasting_dataset
 from .safe_pickle import UnsafePickleError, safe_load
+from .text import load_text
 
 PathLike = str | os.PathLike[str]
 
@@ -78,10 +81,20 @@ def _find_one(directory: Path, prefix: str, must_contain: str = "") -> Path:
     return (plain or found)[0]
 
 
-def load_mnist(path: PathLike, *, name: str = "mnist") -> Dataset:
+def _standardize_images(xtr: torch.Tensor, xte: torch.Tensor, meta: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x - mean) / std`` per channel with the training images' statistics (kept in ``meta``)."""
+    mean, std = fit_standardizer(xtr.numpy(), axis=(0, 2, 3))
+    m = torch.from_numpy(mean.astype(np.float32)).view(1, -1, 1, 1)
+    s = torch.from_numpy(std.astype(np.float32)).view(1, -1, 1, 1)
+    meta.update(mean=m.flatten(), std=s.flatten(), standardized=True)
+    return (xtr - m) / s, (xte - m) / s
+
+
+def load_mnist(path: PathLike, *, name: str = "mnist", standardize: bool = False) -> Dataset:
     """MNIST-layout directory (also Fashion-/K-MNIST): ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
     ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte`` (each optionally ``.gz``; ``.`` before ``idx`` also
-    accepted). Images become float32 ``[n, 1, H, W]`` = pixel / 255, labels int64; the file split is kept."""
+    accepted). Images become float32 ``[n, 1, H, W]`` = pixel / 255 (``standardize``: then z-scored with the
+    training pixels' mean and std, the paper's mean-std normalisation), labels int64; the file split is kept."""
     root = Path(path)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: expected a directory holding the four MNIST IDX files")
@@ -102,9 +115,12 @@ def load_mnist(path: PathLike, *, name: str = "mnist") -> Dataset:
         raise ValueError(f"{root}: negative labels")
     k = int(torch.cat([ytr, yte]).max()) + 1
     h, w = xtr.shape[-2:]
+    meta: dict[str, Any] = {"source": str(root)}
+    if standardize:
+        xtr, xte = _standardize_images(xtr, xte, meta)
     return Dataset(name=name, task="classification", train=(xtr, ytr), test=(xte, yte), num_classes=k,
                    target_dim=None, input_spec=f"image[B, 1, {h}, {w}]",
-                   description=f"IDX images from {root}", meta={"source": str(root)})
+                   description=f"IDX images from {root}", meta=meta)
 
 
 # ------------------------------------------------------------------------------------------------------ CIFAR
@@ -149,10 +165,12 @@ def read_cifar_batch(path: PathLike, *, label_key: str | None = None) -> tuple[t
     return torch.from_numpy(data.reshape(-1, 3, 32, 32).copy()), torch.from_numpy(y)
 
 
-def load_cifar(path: PathLike, *, coarse: bool = False, name: str | None = None) -> Dataset:
+def load_cifar(path: PathLike, *, coarse: bool = False, name: str | None = None,
+               standardize: bool = False) -> Dataset:
     """CIFAR python directory: ``cifar-10-batches-py`` (``data_batch_*`` + ``test_batch``, names from
     ``batches.meta``) or ``cifar-100-python`` (``train`` + ``test``, names from ``meta``; ``coarse`` selects the
-    20 superclasses). Images become float32 ``[n, 3, 32, 32]`` = pixel / 255."""
+    20 superclasses). Images become float32 ``[n, 3, 32, 32]`` = pixel / 255 (``standardize``: then z-scored per
+    channel with the training images' statistics)."""
     root = Path(path)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: expected a CIFAR python directory")
@@ -179,168 +197,12 @@ def load_cifar(path: PathLike, *, coarse: bool = False, name: str | None = None)
         if isinstance(m, dict) and names_key in _str_keys(m):
             meta["class_names"] = _decode_names(_str_keys(m)[names_key])
     k = max(k, len(meta.get("class_names", ())), int(torch.cat([ytr, yte]).max()) + 1)
-    return Dataset(name=name or default_name, task="classification",
-                   train=(xtr.to(torch.float32) / 255.0, ytr), test=(xte.to(torch.float32) / 255.0, yte),
+    ftr, fte = xtr.to(torch.float32) / 255.0, xte.to(torch.float32) / 255.0
+    if standardize:
+        ftr, fte = _standardize_images(ftr, fte, meta)
+    return Dataset(name=name or default_name, task="classification", train=(ftr, ytr), test=(fte, yte),
                    num_classes=k, target_dim=None, input_spec="image[B, 3, 32, 32]",
                    description=f"CIFAR python batches from {root}", meta=meta)
-
-
-# ------------------------------------------------------------------------------------------------------- Cora
-
-
-class Graph(NamedTuple):
-    """A labelled graph read from disk: ``x`` float32 [N, F], ``edge_index`` int64 [2, E] (both directions),
-    ``y`` int64 [N], ``class_names[y]`` the label text, ``node_ids`` the file's node identifiers."""
-
-    x: torch.Tensor
-    edge_index: torch.Tensor
-    y: torch.Tensor
-    class_names: list[str]
-    node_ids: list[str]
-    dropped_edges: int
-
-
-def read_cora(content_path: PathLike, cites_path: PathLike) -> Graph:
-    """The original Cora/CiteSeer release: ``.content`` lines ``<id> <f_1> ... <f_F> <label>`` (whitespace
-    separated), ``.cites`` lines ``<cited id> <citing id>``. Nodes keep the content-file order, classes are the
-    sorted label strings, citations are made undirected, duplicates and self citations are dropped, and
-    citations naming an id absent from ``.content`` are dropped and counted in ``dropped_edges``."""
-    cp, ep = Path(content_path), Path(cites_path)
-    ids: list[str] = []
-    rows: list[list[str]] = []
-    label_text: list[str] = []
-    with cp.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) < 3:
-                raise ValueError(f"{cp}:{lineno}: expected '<id> <features...> <label>', got {line.strip()!r}")
-            if rows and len(parts) - 2 != len(rows[0]):
-                raise ValueError(f"{cp}:{lineno}: {len(parts) - 2} features, earlier lines have {len(rows[0])}")
-            ids.append(parts[0])
-            rows.append(parts[1:-1])
-            label_text.append(parts[-1])
-    if not ids:
-        raise ValueError(f"{cp}: no nodes")
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"{cp}: duplicate node ids")
-    try:
-        x = np.asarray(rows, dtype=np.float32)
-    except ValueError as exc:
-        raise ValueError(f"{cp}: non-numeric feature value ({exc})") from exc
-    class_names = sorted(set(label_text))
-    y = np.searchsorted(np.asarray(class_names), np.asarray(label_text))
-    index = {nid: i for i, nid in enumerate(ids)}
-    src, dst, dropped = [], [], 0
-    with ep.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != 2:
-                raise ValueError(f"{ep}:{lineno}: expected '<cited id> <citing id>', got {line.strip()!r}")
-            a, b = index.get(parts[0]), index.get(parts[1])
-            if a is None or b is None:
-                dropped += 1
-                continue
-            src.append(a)
-            dst.append(b)
-    edge_index = undirected_edge_index(np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64), len(ids))
-    return Graph(torch.from_numpy(x), edge_index, torch.from_numpy(y.astype(np.int64)), class_names, ids, dropped)
-
-
-def load_cora(path: PathLike, *, seed: int = 0, test_fraction: float = 0.2, name: str | None = None) -> Dataset:
-    """Node classification from a ``.content``/``.cites`` pair: ``path`` is their directory (holding exactly one
-    ``*.content``) or the ``.content`` file. Features are the file's word indicators; the split is a seeded
-    stratified ``test_fraction`` of the nodes (`stratified_split`)."""
-    p = Path(path)
-    if p.is_dir():
-        contents = sorted(p.glob("*.content"))
-        if len(contents) != 1:
-            raise FileNotFoundError(f"{p}: expected exactly one *.content file, found {len(contents)}")
-        p = contents[0]
-    cites = p.with_suffix(".cites")
-    if not p.is_file() or not cites.is_file():
-        raise FileNotFoundError(f"{p}: needs {p.name} and {cites.name} side by side")
-    g = read_cora(p, cites)
-    train_idx, test_idx = stratified_split(g.y.numpy(), test_fraction, seed)
-    return node_dataset(name or p.stem, g.x.numpy(), g.edge_index, g.y.numpy(), train_idx=train_idx,
-                        test_idx=test_idx, num_classes=len(g.class_names),
-                        description=f"{p.stem} citation graph from {p.parent}",
-                        meta={"class_names": g.class_names, "node_ids": g.node_ids, "dropped_edges": g.dropped_edges,
-                              "features": "word indicators from the .content file", "seed": seed})
-
-
-def load_planetoid(path: PathLike, *, name: str | None = None) -> Dataset:
-    """Planetoid ``ind.<name>.{x,y,tx,ty,allx,ally,graph,test.index}`` files (Yang et al. 2016, as used by GCN).
-
-    The pickles are read with `safe_load` (numpy arrays, scipy csr matrices and a dict of adjacency lists are
-    all they hold). Assembly follows Kipf's ``load_data``: features = vstack(allx, tx) and labels =
-    argmax(vstack(ally, ty)) with test rows moved to the node ids in ``test.index`` (gaps in that range, as in
-    CiteSeer, become all-zero rows labelled 0). Split is the public one: train = the first len(y) nodes,
-    test = the ``test.index`` nodes; the 500 validation nodes after train are in ``meta['val_idx']``.
-    """
-    root = Path(path)
-    if name is None:
-        found = sorted(root.glob("ind.*.x"))
-        if len(found) != 1:
-            raise FileNotFoundError(f"{root}: expected exactly one ind.<name>.x file, found {len(found)}")
-        name = found[0].name[len("ind."):-len(".x")]
-    parts: dict[str, Any] = {}
-    for key in ("x", "y", "tx", "ty", "allx", "ally", "graph"):
-        f = root / f"ind.{name}.{key}"
-        if not f.is_file():
-            raise FileNotFoundError(f"{f}: missing Planetoid file")
-        try:
-            parts[key] = safe_load(f, encoding="latin1")
-        except UnsafePickleError as exc:
-            raise UnsafePickleError(f"{f}: {exc}") from exc
-    index_file = root / f"ind.{name}.test.index"
-    if not index_file.is_file():
-        raise FileNotFoundError(f"{index_file}: missing Planetoid file")
-    try:
-        test_index = np.asarray([int(line) for line in index_file.read_text().split()], dtype=np.int64)
-    except ValueError as exc:
-        raise ValueError(f"{index_file}: expected one integer per line") from exc
-
-    def dense(key: str) -> np.ndarray:
-        v = parts[key]
-        v = v.toarray() if hasattr(v, "toarray") else v
-        if not isinstance(v, np.ndarray) or v.ndim != 2:
-            raise ValueError(f"ind.{name}.{key}: expected a 2-D array or sparse matrix, got {type(v).__name__}")
-        return np.asarray(v, dtype=np.float64)
-
-    y, tx, ty, allx, ally = (dense(k) for k in ("y", "tx", "ty", "allx", "ally"))
-    if tx.shape[0] != test_index.size or ty.shape[0] != test_index.size:
-        raise ValueError(f"ind.{name}: tx/ty have {tx.shape[0]}/{ty.shape[0]} rows, test.index {test_index.size}")
-    if allx.shape[0] != ally.shape[0] or allx.shape[1] != tx.shape[1] or ally.shape[1] != ty.shape[1]:
-        raise ValueError(f"ind.{name}: allx/ally/tx/ty shapes disagree")
-    sorted_index = np.sort(test_index)
-    if test_index.size and (sorted_index[0] != allx.shape[0] or np.unique(test_index).size != test_index.size):
-        raise ValueError(f"ind.{name}.test.index must hold distinct ids starting at {allx.shape[0]} (= rows of allx)")
-    span = int(sorted_index[-1] - sorted_index[0]) + 1 if test_index.size else 0
-    tx_full, ty_full = np.zeros((span, tx.shape[1])), np.zeros((span, ty.shape[1]))
-    tx_full[sorted_index - allx.shape[0]], ty_full[sorted_index - allx.shape[0]] = tx, ty
-    feats, onehot = np.vstack([allx, tx_full]), np.vstack([ally, ty_full])
-    feats[test_index], onehot[test_index] = feats[sorted_index], onehot[sorted_index]
-    labels = onehot.argmax(axis=1)
-    n = feats.shape[0]
-    graph = parts["graph"]
-    if not isinstance(graph, dict):
-        raise ValueError(f"ind.{name}.graph: expected a dict of adjacency lists, got {type(graph).__name__}")
-    try:
-        src = np.asarray([int(u) for u, vs in graph.items() for _ in vs], dtype=np.int64)
-        dst = np.asarray([int(v) for vs in graph.values() for v in vs], dtype=np.int64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"ind.{name}.graph: adjacency lists must hold integer node ids") from exc
-    edge_index = undirected_edge_index(src, dst, n)
-    n_train = y.shape[0]
-    val_idx = np.arange(n_train, min(n_train + 500, n))
-    return node_dataset(name, feats, edge_index, labels, train_idx=np.arange(n_train), test_idx=sorted_index,
-                        num_classes=onehot.shape[1], description=f"Planetoid {name} from {root}",
-                        meta={"val_idx": torch.from_numpy(val_idx), "source": str(root),
-                              "features": "Planetoid feature rows (allx + tx)"})
 
 
 # ------------------------------------------------------------------------------------------------- CSV series
@@ -424,6 +286,9 @@ def load_csv_series(path: PathLike, *, window: int = 16, horizon: int = 1,
                     columns: Sequence[str | int] | None = None, name: str | None = None) -> Dataset:
     """Forecasting samples from a CSV series: inputs ``[n, window, F]`` -> the values ``horizon`` steps after the
     window (``target`` columns, default all kept columns), split chronologically (`forecasting_dataset`)."""
+    # from the command line one value: --data-option target=Open, columns=Open,High or an index
+    columns, target = (v.split(",") if isinstance(v, str) else [v] if isinstance(v, int) else v
+                       for v in (columns, target))
     values, names = read_csv_series(path, delimiter=delimiter, header=header, columns=columns)
     tcols = None
     if target is not None:
@@ -572,17 +437,22 @@ def load_ucr(path: PathLike, *, standardize: bool = True, name: str | None = Non
 LOADERS: dict[str, Callable[..., Dataset]] = {
     "mnist": load_mnist,
     "cifar": load_cifar,
-    "cora": load_cora,
+    "cifar10": load_cifar,
+    "cora": load_citation,
+    "citeseer": functools.partial(load_citation, name="citeseer"),
+    "pubmed": functools.partial(load_citation, name="pubmed"),
     "planetoid": load_planetoid,
     "csv": load_csv_series,
     "ucr": load_ucr,
+    "text": load_text,
 }
 
 
 def load_path(kind: str, path: PathLike, **options: Any) -> Dataset:
     """Load a user dataset of format ``kind`` from ``path``; ``options`` go to that format's loader:
-    mnist -> `load_mnist`, cifar -> `load_cifar`, cora -> `load_cora`, planetoid -> `load_planetoid`,
-    csv -> `load_csv_series`, ucr -> `load_ucr`."""
+    mnist -> `load_mnist`, cifar / cifar10 -> `load_cifar`, cora / citeseer / pubmed -> `load_citation`
+    (Planetoid ``ind.<name>.*`` files or the LINQS ``.content``/``.cites`` pair), planetoid -> `load_planetoid`,
+    csv -> `load_csv_series`, ucr -> `load_ucr`, text -> `load_text` (``embedding="glove:FILE"``)."""
     loader = LOADERS.get(kind)
     if loader is None:
         hint = difflib.get_close_matches(kind, list(LOADERS), n=1)

@@ -30,6 +30,8 @@ def _given(args) -> dict:
              "patience": args.patience, "eval_batch_size": args.eval_batch_size, "out": args.out,
              "metrics_out": args.metrics_out, "quiet": args.quiet,
              "data_options": _data_options(args.data_option) or None, "params": parse_params(args.param) or None}
+    if args.embedding:
+        given["data_options"] = {**(given["data_options"] or {}), "embedding": args.embedding}
     return {k: v for k, v in given.items() if v is not None}
 
 
@@ -69,6 +71,7 @@ def cmd_train(args) -> int:
     run.claim(out_dir, resume=here, overwrite=args.overwrite, remove=False)  # every rank, before any removes
     spec_args = argparse.Namespace(spec=cfg.spec, model=cfg.model, root=cfg.root)
     graph, text = _graph(spec_args, cfg.params)
+    cfg = run.text_length(cfg, graph)
     env = distributed.DistEnv.from_env()
     device = _device(cfg.device, env)
     dataset = _dataset(cfg.data, cfg.seed, cfg.data_options)
@@ -244,6 +247,9 @@ def register(sub) -> None:
                    help="built-in dataset (digits, iris, karate, ...; `rpn2c data` lists them) or KIND:PATH")
     s.add_argument("--data-option", action="append", metavar="KEY=VALUE",
                    help="loader option for KIND:PATH data (csv: window=12, horizon=1, ...); repeatable")
+    s.add_argument("--embedding", metavar="glove:FILE",
+                   help="text:PATH data: look the tokens up in this frozen pretrained table (a GloVe text file, "
+                        "a word then its floats per line); the same as --data-option embedding=glove:FILE")
     s.add_argument("--config", metavar="RUN_YAML",
                    help="read the options from this YAML file (a run folder's run.yaml repeats that run); "
                         "flags override it")

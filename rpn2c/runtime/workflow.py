@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import functools
+import inspect
 import math
 import os
 import sys
@@ -107,15 +108,15 @@ def _data_options(items: list[str] | None) -> dict:
 
 
 def _dataset(name: str, seed: int, options: dict | None = None):
-    """A built-in dataset by name, or ``KIND:PATH`` for a user file (mnist, cifar, cora, planetoid, csv, ucr)
-    read with the loader's ``options``."""
+    """A built-in dataset by name, or ``KIND:PATH`` for a user file (mnist, cifar, cora, planetoid, csv, ucr,
+    text, ...: ``rpn2c.data.LOADERS``) read with the loader's ``options``."""
     from rpn2c import data
 
     kind, sep, path = name.partition(":")
     try:
         if sep and kind in data.LOADERS:
             opts = dict(options or {})
-            if kind == "cora":
+            if "seed" in inspect.signature(data.LOADERS[kind]).parameters:  # the loader draws a split
                 opts.setdefault("seed", seed)
             return data.load_path(kind, os.path.expanduser(path), **opts)
         if options:

@@ -4,6 +4,8 @@
   its declared per-sample dims must equal the data's (symbolic dims match anything).
 * node_classification: the nodes input receives ``x`` (``[N, F]``, or ``[1, N, F]`` when declared with a batch
   axis), the edges input ``edge_index``, an ``edge_weight`` input ones; the train/test masks pick the nodes.
+* text with a pretrained table (``meta["embedding"]``, ``--embedding glove:FILE``): the samples are token ids and
+  the input receives their rows of the table, ``x[b, t] = E[ids[b, t]]``; the table is data, never a parameter.
 """
 
 from __future__ import annotations
@@ -46,10 +48,21 @@ class Binding:
     target_dim: int | None = None
     time_major: bool = False  # the input is declared time-major: samples are fed as [T, B, ...]
     dims: dict[str, int] = field(default_factory=dict, compare=False)  # the data's size of each symbolic dim
+    embedding: torch.Tensor | None = field(default=None, compare=False, repr=False)  # frozen [V, d] id -> vector
+    _tables: dict = field(default_factory=dict, compare=False, repr=False)  # the table on each device used
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """``ids`` looked up in the frozen table (on their device; no gradient reaches the table)."""
+        table = self._tables.get(ids.device)
+        if table is None:
+            table = self._tables[ids.device] = self.embedding.detach().to(ids.device)
+        return torch.nn.functional.embedding(ids, table)
 
     def inputs(self, features: torch.Tensor, edges: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Keyword inputs of the compiled model for a batch of samples (or the whole graph)."""
         if self.task != "node_classification":
+            if self.embedding is not None:
+                features = self.embed(features)
             return {self.feature_input: features.transpose(0, 1) if self.time_major else features}
         out = {self.feature_input: features.unsqueeze(0) if self.batched_nodes else features}
         out[self.edge_input] = edges
@@ -136,9 +149,20 @@ def _bind_samples(types: dict[str, TensorType], ds: Dataset, spec: str) -> Bindi
     if not t.batched:
         raise BindError(f"input '{name}' of {spec} is {t}, a single graph without a batch axis; dataset "
                         f"'{ds.name}' gives a batch of samples of type {ds.input_spec} (declare it with B first)")
+    table = ds.meta.get("embedding")
+    if table is not None:
+        if t.kind == "tokens":
+            raise BindError(f"input '{name}' of {spec} is {t}, token ids, but the data comes with a pretrained "
+                            f"embedding ({ds.input_spec}): drop --embedding, or declare `input {name}: "
+                            f"{ds.input_spec}`")
+        sample = sample + (int(table.shape[1]),)
+    elif "vocab" in ds.meta and t.kind != "tokens":
+        raise BindError(f"input '{name}' of {spec} is {t}, but dataset '{ds.name}' gives token ids "
+                        f"({ds.input_spec}): give the vectors with --embedding glove:FILE, or declare "
+                        f"`input {name}: {ds.input_spec}`")
     dims = _match(name, t, t.shape[1:], sample, f"dataset '{ds.name}'", ds.input_spec, spec)
     return Binding(ds.task, name, num_classes=ds.num_classes, target_dim=ds.target_dim,
-                   time_major=bool(getattr(t, "time_major", False)), dims=dims)
+                   time_major=bool(getattr(t, "time_major", False)), dims=dims, embedding=table)
 
 
 def _bind_graph(types: dict[str, TensorType], ds: Dataset, spec: str) -> Binding:

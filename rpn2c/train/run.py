@@ -43,6 +43,28 @@ def data_path(data: str, resolve) -> str:
     return f"{kind}:{resolve(os.path.expanduser(path))}" if sep and kind in datasets.LOADERS else data
 
 
+def embedding_path(options: dict | None, resolve) -> dict | None:
+    """``data_options`` with the file of its ``embedding`` (``glove:FILE``) made ``resolve(FILE)``."""
+    value = (options or {}).get("embedding")
+    kind, sep, file = value.partition(":") if isinstance(value, str) else ("", "", "")
+    if not sep or not file:
+        return options
+    return {**options, "embedding": f"{kind}:{resolve(os.path.expanduser(file))}"}
+
+
+def text_length(cfg, graph):
+    """``cfg`` with ``data_options["length"]`` set to the spec's declared length T for ``text:`` data that does
+    not give one (a ``sequence[B, T, F]`` / ``tokens[B, T]`` input with a number T), so the texts are cut or
+    padded to what the spec takes; ``cfg`` itself otherwise."""
+    if not cfg.data.startswith("text:") or "length" in cfg.data_options:
+        return cfg
+    lengths = {graph.node(n).type.shape[1] for n in graph.inputs
+               if graph.node(n).type.kind in ("items", "tokens") and graph.node(n).type.batched}
+    if len(lengths) != 1 or not isinstance(next(iter(lengths)), int):
+        return cfg
+    return cfg.model_copy(update={"data_options": {**cfg.data_options, "length": lengths.pop()}})
+
+
 def _errors(exc, where: str | None) -> str:
     from .config import RunConfig
 
@@ -102,6 +124,8 @@ def read_config(path: str) -> dict:
             values[key] = here(values[key])
     if isinstance(values.get("data"), str):
         values["data"] = data_path(values["data"], here)
+    if isinstance(values.get("data_options"), dict):
+        values["data_options"] = embedding_path(values["data_options"], here)
     return values
 
 
@@ -152,6 +176,8 @@ def resolve(given: dict, config: str | None = None, resume: str | None = None):
     if "data" not in merged:
         raise ConfigError("the following arguments are required: --data (or --config RUN_YAML)")
     merged["data"] = data_path(merged["data"], os.path.abspath)
+    if merged.get("data_options"):
+        merged["data_options"] = embedding_path(merged["data_options"], os.path.abspath)
     cfg = validated(merged, None)
     if ckpt is not None:
         trained = ckpt["config"]
