@@ -253,6 +253,7 @@ class AdaptivePool(Kappa):
     name = "adaptive_pool"
     family = "compression"
     grid_only = True
+    any_grid_size = True  # its output grid is fixed: the input's may be symbolic (global pooling over time)
     example_call = "adaptive_pool(size = [4, 3])"
     aliases = ("adaptive_compression",)
     HP = _AdaptiveHP

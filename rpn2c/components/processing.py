@@ -89,6 +89,8 @@ _act("celu", _F + "celu", "CELU max(0, x) + min(0, alpha·(e^{x/alpha} − 1))."
      _hp("celu", alpha=(_Real, Field(1.0, gt=0, description="the negative saturation value −alpha"))),
      "celu(alpha = 0.5)")
 _act("mish", _F + "mish", "Mish x·tanh(softplus(x)).")
+_act("scale", "rpn2c.functional.elementwise.scale", "Scale by ·x by a constant (√d·x of a scaled embedding).",
+     _hp("scale", by=(_Real, Field(..., description="the constant factor"))), "scale(by = 2.0)")
 _act("softsign", _F + "softsign", "Softsign x/(1 + |x|).")
 _act("tanhshrink", _F + "tanhshrink", "Tanh shrink x − tanh(x).")
 _act("log_sigmoid", _F + "logsigmoid", "Log-sigmoid log(1/(1 + e^{−x})).")

@@ -102,6 +102,13 @@ def _pool(m, ctx: Context, rank: int, how: str, kernel, stride, padding, dilatio
     k, p, d = _tuple(kernel, rank), _tuple(padding, rank), _tuple(dilation, rank)
     s = _tuple(stride, rank) if stride is not None and stride != () and stride != [] else k
     spatial = x.shape[2:]
+    if all(kk == L and pp == 0 and dd == 1 for kk, L, pp, dd in zip(k, spatial, p, d)):
+        # one window over the whole grid (F.max_pool1d(c, c.shape[2]): max over time): global pooling, which holds
+        # for every grid size, not only the example's
+        comment = [f"{ctx.where()}(kernel {k} = the whole grid {list(spatial)}): global pooling is a compression "
+                   f"head: κ = adaptive_pool(size = 1) ({how} over every position), ψ = eye, no bias, π zero"]
+        return ctx.head(x, [f"kappa = adaptive_pool(size = 1, metric = {lit(how)})"], comment=comment,
+                        kind="compress", name=ctx.name("pool"))
     # ceil_mode matters only where it adds a partial last window; its taps past the padded grid are skipped
     ceil = ceil_mode and any(_pool_extent(L, *a, True) != _pool_extent(L, *a, False)
                              for L, a in zip(spatial, zip(k, s, p, d)))

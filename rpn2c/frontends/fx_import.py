@@ -78,6 +78,8 @@ class _LeafTracer(fx.Tracer):
     """Leaves: modules rpn2c converts as a whole, and every torch / torch_geometric module (a missing converter is
     then reported for that module); user modules and plain containers are traced through."""
 
+    proxy_buffer_attributes = True  # a buffer read in forward is a node (fx_params: sliced masks, position tables)
+
     def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
         if isinstance(m, _CONTAINERS) and type(m).forward in (c.forward for c in _CONTAINERS):
             return False
@@ -420,7 +422,8 @@ class _GraphConverter:
         """``node`` converted with the held layout views in ``replace`` read as the given values."""
         args, kwargs = fx.node.map_aggregate((self.load(node.args), self.load(node.kwargs)),
                                              lambda a: replace.get(a, a) if isinstance(a, fx_layout.WRAPPERS) else a)
-        return self.dispatch(node, args, kwargs)
+        done = fx_params.convert(self, node, args, kwargs)
+        return done if done is not fx_params.PASS else self.dispatch(node, args, kwargs)
 
     def dispatch(self, node: fx.Node, args: tuple, kwargs: dict) -> Any:
         if node.op == "call_module":

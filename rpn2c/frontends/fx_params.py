@@ -26,6 +26,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
 
+from rpn2c.frontends import fx_layout
 from rpn2c.frontends.torch_import import Context, Value
 
 PASS = object()  # "reads no parameter": fx_import converts the node by its own tables
@@ -83,12 +84,17 @@ def convert(conv, node: fx.Node, args: tuple, kwargs: dict) -> Any:
     """The node's spec value when it reads a parameter, positions or a mask made in forward, else :data:`PASS`."""
     flat: list = []
     fx.node.map_aggregate((args, kwargs), flat.append)
+    if any(isinstance(a, fx_layout.WRAPPERS) for a in flat):
+        return PASS  # a held layout view: fx_layout unwraps it and converts the node again (convert_with)
     mine = [a for a in flat if isinstance(a, (Attr, Positions))]
     if node.op == "call_function" and node.target in (F.linear, F.layer_norm, F.embedding) and mine:
         return _as_module(conv, node, args, kwargs)
     if not mine:
         if node.op == "call_module":
             return _module_call(conv, node, args, kwargs)
+        scaled = _scalar(conv, node, args, kwargs)
+        if scaled is not PASS:
+            return scaled
         if node.op in ("call_method", "call_function") and _name(node) in ("eq", operator.eq, torch.eq, "ne",
                                                                            operator.ne, torch.ne):
             return _token_mask(conv, node, args)
@@ -121,6 +127,45 @@ def convert(conv, node: fx.Node, args: tuple, kwargs: dict) -> Any:
     conv.fail(node, f"it reads '{what}' directly in forward: a parameter read in forward converts as an operand of "
                     "add / mul / sub / cat (a spec `param`), a weight of F.linear / F.layer_norm / F.embedding, or "
                     "through .t() / .expand() / .unsqueeze() / .view() on the way there")
+
+
+def _scalar(conv, node: fx.Node, args: tuple, kwargs: dict) -> Any:
+    """``x * c``, ``c * x``, ``x / c`` with a Python number c = the processing ``scale(by = c)``; ``x + P`` with P
+    the sinusoidal table of x's length and width (a positional-encoding buffer) = ``sinusoidal_position(x)``."""
+    name = _name(node)
+    if len(args) != 2 or kwargs:
+        return PASS
+    a, b = args
+    if name in (operator.mul, torch.mul, "mul", operator.truediv, torch.div, "div") and \
+            (isinstance(a, Value) != isinstance(b, Value)):
+        x, c = (a, b) if isinstance(a, Value) else (b, a)
+        if not isinstance(c, (int, float)) or isinstance(c, bool) or (name in (operator.truediv, torch.div, "div")
+                                                                      and x is not a):
+            return PASS
+        by = float(c) if name in (operator.mul, torch.mul, "mul") else 1.0 / float(c)
+        ctx = conv.ctx(node)
+        y, _ = ctx.process(conv.typed(ctx, x), "scale", f"by = {by!r}")
+        return y
+    if name in (operator.add, torch.add, "add") and any(isinstance(v, torch.Tensor) for v in args):
+        x, p = (a, b) if isinstance(a, Value) else (b, a)
+        if isinstance(x, Value) and isinstance(p, torch.Tensor) and x.kind == "items" and not x.time_major and \
+                _is_sinusoidal(p, x.shape[1], x.shape[2]):
+            ctx = conv.ctx(node)
+            return ctx.op("sinusoidal_position", [x], prefix="pos",
+                          comment=f"{ctx.where()} -> sinusoidal_position: x + P, P[t, 2i] = sin(t/10000^(2i/d)), "
+                                  "P[t, 2i+1] = cos(...) (a positional-encoding table made or stored in the model)")
+    return PASS
+
+
+def _is_sinusoidal(p: torch.Tensor, t: int, d: int) -> bool:
+    """``p`` ([T, d] or [1, T, d]) is the sinusoidal table sinusoidal_position adds, to float32 precision."""
+    if p.shape not in ((t, d), (1, t, d)) or not p.is_floating_point() or d % 2:
+        return False
+    pos = torch.arange(t, dtype=torch.float64)[:, None]
+    freq = torch.exp(-torch.arange(0, d, 2, dtype=torch.float64) * torch.log(torch.tensor(10000.0)) / d)
+    table = torch.zeros(t, d, dtype=torch.float64)
+    table[:, 0::2], table[:, 1::2] = torch.sin(pos * freq), torch.cos(pos * freq)
+    return bool(torch.allclose(p.reshape(t, d).double(), table, atol=1e-5))
 
 
 def _like(parts, p) -> Value:

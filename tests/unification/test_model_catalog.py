@@ -85,38 +85,18 @@ CATALOG: dict[str, Case] = {
     "mobilenet_v3": Case(cv.MobileNetV3, _image(16)),
     "efficientnet": Case(cv.EfficientNet, _image(16)),
     "shufflenet_v2": Case(cl.ShuffleNetV2, _image(16)),
-    "convnext": Case(cl.ConvNeXt, _image(16), refuses=(
-        "<torch:features.0.1:features_0_1_weight> E0390: module 'features.0.1' (torchvision.models.convnext."
-        "LayerNorm2d): fx node 'features_0_1_weight' (get_attr features.0.1.weight) is not supported: a parameter "
-        "or buffer read directly in forward (self.features.0.1.weight); only modules with converters may own "
-        "weights")),
-    "vit": Case(cl.VisionTransformer, _image(8), refuses=(
-        "<torch:root:class_token> E0390: module '<root>' (torchvision.models.vision_transformer.VisionTransformer): "
-        "fx node 'class_token' (get_attr class_token) is not supported: a parameter or buffer read directly in "
-        "forward (self.class_token); only modules with converters may own weights")),
+    "convnext": Case(cl.ConvNeXt, _image(16)),
+    "vit": Case(cl.VisionTransformer, _image(8)),
     "vgg": Case(cl.VGG, _image(20)),
     "squeezenet": Case(cl.SqueezeNet, _image(25)),
     # sequence models
     "lstm_classifier": Case(tg.LSTMClassifier, _ids(20)),
     "bigru_tagger": Case(tg.BiGRUTagger, _ids(20)),
-    "textcnn": Case(tg.TextCNN, _ids(20, t=7), raises=rpn2c.SpecShapeError, refuses=(
-        "from_torch returns a spec that does not check: F.max_pool1d(conv, conv.shape[2]) (max over time) becomes "
-        "'patch_max(size = 6)' on signal[B, 4, T-1]; compile raises <from_torch>:39:13 E0402: 'patch_max' pools "
-        "fixed patches: it needs known grid sizes, got signal[B, 4, T-1]")),
-    "transformer_classifier": Case(tg.TransformerClassifier, _ids(20), refuses=(
-        "<torch:root:pos> E0390: module '<root>' (TransformerClassifier): fx node 'pos' (call_module pos) is not "
-        "supported: its input 'arange' (torch.arange) is a tensor made in forward from sizes or constants, not "
-        "computed from the model's inputs: a spec has no constant tensors (positions, masks)")),
-    "bert": Case(tg.BertLike, _ids(20, pad_last=2), refuses=(
-        "<torch:root:eq> E0390: module '<root>' (BertLike): fx node 'eq' (Tensor.eq) is not supported: no spec "
-        "operation is known for it")),
-    "gpt": Case(tg.GPTLike, _ids(16), refuses=(
-        "<torch:root> E0390: module '<root>' (GPTLike) is not supported: torch.fx cannot trace its forward "
-        "(ones() takes 1 positional argument but 2 were given): torch.ones(t, t) with t = ids.size(1)")),
-    "seq2seq_transformer": Case(tg.Seq2SeqTransformer, _seq2seq(), refuses=(
-        "<torch:root> E0390: module '<root>' (Seq2SeqTransformer) is not supported: torch.fx cannot trace its "
-        "forward (slice indices must be integers or None or have an __index__ method): the positional encoding's "
-        "buffer sliced by token_embedding.size(1)")),
+    "textcnn": Case(tg.TextCNN, _ids(20, t=7)),
+    "transformer_classifier": Case(tg.TransformerClassifier, _ids(20)),
+    "bert": Case(tg.BertLike, _ids(20, pad_last=2)),
+    "gpt": Case(tg.GPTLike, _ids(16)),
+    "seq2seq_transformer": Case(tg.Seq2SeqTransformer, _seq2seq()),
     # torch_geometric
     "gcn": Case(tg.gcn, _graph()),
     "gat": Case(tg.gat, _graph()),
@@ -128,10 +108,7 @@ CATALOG: dict[str, Case] = {
     # weight sharing
     "tied_lm": Case(tg.TiedLM, _ids(16)),
     "albert": Case(tg.AlbertLike, _ids(20)),
-    "tied_autoencoder": Case(tg.TiedAutoencoder, _vector(), refuses=(
-        "<torch:root:enc_weight> E0390: module '<root>' (TiedAutoencoder): fx node 'enc_weight' (get_attr "
-        "enc.weight) is not supported: a parameter or buffer read directly in forward (self.enc.weight); only "
-        "modules with converters may own weights")),
+    "tied_autoencoder": Case(tg.TiedAutoencoder, _vector()),
 }
 
 _NEEDS_PYG = {"gcn", "gat", "graphsage", "gin"}

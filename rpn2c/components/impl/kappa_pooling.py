@@ -114,22 +114,26 @@ class AdaptivePoolModule(nn.Module):
     def __init__(self, spatial, size, metric: str, reference: bool):
         super().__init__()
         self.spatial, self.size, self.metric, self.reference = tuple(spatial), tuple(size), metric, reference
-        if reference:
-            if metric == "mean":  # the pooling matrix P = membership / |bin|, its 1/|bin| applied in x's dtype
-                member = FC.adaptive_pool_matrix(self.spatial, self.size, dtype=torch.float64)
-                count = (member > 0).sum(0)
-                self.register_buffer("matrix", (member > 0).to(torch.get_default_dtype()), persistent=False)
-                self.register_buffer("count", count, persistent=False)
-            else:
-                index = FC.adaptive_bin_index(self.spatial, self.size)
-                n = 1
-                for v in self.spatial:
-                    n *= v
-                valid = (index >= 0).flatten()
-                onehot = torch.zeros(n, index.numel(), dtype=torch.get_default_dtype())
-                onehot[index.flatten()[valid], torch.arange(index.numel())[valid]] = 1.0
-                self.register_buffer("matrix", onehot, persistent=False)
-                self.register_buffer("outside", ~valid.reshape(index.shape), persistent=False)
+        self.known = all(isinstance(v, int) for v in self.spatial)  # else the reference builds P per input size
+        if reference and self.known:
+            matrix, extra = self._literal(self.spatial)
+            self.register_buffer("matrix", matrix, persistent=False)
+            self.register_buffer("count" if metric == "mean" else "outside", extra, persistent=False)
+
+    def _literal(self, spatial):
+        """The reference's matrix for an input grid ``spatial``: (P's membership, |bin|) for the mean, (the one-hot
+        gather, the slots past a bin's end) for the max."""
+        if self.metric == "mean":  # the pooling matrix P = membership / |bin|, its 1/|bin| applied in x's dtype
+            member = FC.adaptive_pool_matrix(spatial, self.size, dtype=torch.float64)
+            return (member > 0).to(torch.get_default_dtype()), (member > 0).sum(0)
+        index = FC.adaptive_bin_index(spatial, self.size)
+        n = 1
+        for v in spatial:
+            n *= v
+        valid = (index >= 0).flatten()
+        onehot = torch.zeros(n, index.numel(), dtype=torch.get_default_dtype())
+        onehot[index.flatten()[valid], torch.arange(index.numel())[valid]] = 1.0
+        return onehot, ~valid.reshape(index.shape)
 
     def forward(self, x, grid=True):
         b, c = x.shape[:2]
@@ -138,11 +142,15 @@ class AdaptivePoolModule(nn.Module):
             if self.metric == "mean":
                 return (F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, F.adaptive_avg_pool3d)[rank - 1](x, self.size)
             return (F.adaptive_max_pool1d, F.adaptive_max_pool2d, F.adaptive_max_pool3d)[rank - 1](x, self.size)
-        flat = x.flatten(2) @ self.matrix.to(x.dtype)
-        if self.metric == "mean":
-            flat = flat / self.count.to(x.dtype)
+        if self.known:
+            matrix, extra = self.matrix, self.count if self.metric == "mean" else self.outside
         else:
-            taps = flat.unflatten(-1, self.outside.shape).masked_fill(self.outside, -math.inf)
+            matrix, extra = (t.to(x.device) for t in self._literal(tuple(x.shape[2:])))
+        flat = x.flatten(2) @ matrix.to(x.dtype)
+        if self.metric == "mean":
+            flat = flat / extra.to(x.dtype)
+        else:
+            taps = flat.unflatten(-1, extra.shape).masked_fill(extra, -math.inf)
             flat = taps.amax(-1)
         return flat.reshape(b, c, *self.size)
 
