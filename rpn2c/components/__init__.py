@@ -11,6 +11,7 @@ from rpn2c.components import sequence  # noqa: F401,E402  (registration: tokens,
 from rpn2c.components import free_params  # noqa: F401,E402  (registration: free learnable tensors)
 from rpn2c.components import psi_tied  # noqa: F401,E402  (registration: ψ from another node's weight)
 from rpn2c.components import ops_batch  # noqa: F401,E402  (registration: the opt-in batch interdependence)
+from rpn2c.components import relation  # noqa: F401,E402  (registration: relations as values)
 from rpn2c.components.registry import REGISTRY, Entry, all_entries, lookup, names
 
 __all__ = ["REGISTRY", "Entry", "all_entries", "lookup", "names"]
