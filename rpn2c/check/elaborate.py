@@ -16,6 +16,7 @@ from rpn2c.check.heads import LayerShapeError, build_layer, infer_layer, resolve
 from rpn2c.check.loader import Unit
 from rpn2c.check.recurrent import build_recurrent, infer_recurrent
 from rpn2c.check.instances import REPORTED, Instances
+from rpn2c.check.relations import RELATION, refuse_matrix, relation_call
 from rpn2c.check.ties import Tying, param_call, take_tie, take_tie_kwarg
 from rpn2c.check.values import INVALID, Scope, evaluate
 from rpn2c.components.base import ShapeRuleError
@@ -323,6 +324,9 @@ class Elaborator(Tying, Instances):
         xt, ct = self._node_type(x_id), self._node_type(ctx_id)
         if xt is None or (ctx_id is not None and ct is None) or any(t is None for t in aux.values()):
             return None
+        if refuse_matrix(xt, kind, v.args[0].span, self.diags, _arg_name(v.args[0])) or refuse_matrix(
+                ct, kind, v.span, self.diags):
+            return None
         try:
             out, params, traces = infer_layer(spec, xt, ct, aux, v.span, label=name)
         except LayerShapeError as exc:
@@ -360,7 +364,7 @@ class Elaborator(Tying, Instances):
             edges[f"aux:{key}"] = ref.name
             states[key] = (t, at)
         xt = self._node_type(x_id)
-        if xt is None:
+        if xt is None or refuse_matrix(xt, "recurrent layer", v.args[0].span, self.diags, _arg_name(v.args[0])):
             return None
         try:
             out, params, trace = infer_recurrent(spec, xt, states, v.span)
@@ -388,6 +392,8 @@ class Elaborator(Tying, Instances):
         if target is not None:
             return self._inline(name, call, *target, scope=scope, unit=unit, later=later)
         fname = func.text
+        if fname == RELATION:
+            return relation_call(self, name, call, unit, scope, later)
         from rpn2c.components.registry import lookup
 
         entry = lookup(fname, OP_FAMILIES) if len(func.parts) == 1 else None
@@ -439,6 +445,10 @@ class Elaborator(Tying, Instances):
         if tie_k is not None and not self._tie_node(node, tie_k.value, scope.values, types, tie_k.span):
             return None
         return self._add(node, {f"arg{i}": a for i, a in enumerate(arg_ids)})
+
+def _arg_name(e) -> str | None:
+    return e.text if isinstance(e, ast.Name) else None
+
 
 def _refuse_tokens(fname: str, comp, types: list[TensorType]) -> None:
     """Token ids are integers, not features: only an op declaring ``reads_tokens`` (the embedding) reads them."""

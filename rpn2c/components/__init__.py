@@ -13,6 +13,7 @@ from rpn2c.components import psi_tied  # noqa: F401,E402  (registration: ψ from
 from rpn2c.components import masks  # noqa: F401,E402  (registration: masks computed from token ids)
 from rpn2c.components import ops_batch  # noqa: F401,E402  (registration: the opt-in batch interdependence)
 from rpn2c.components import layout, pi_more, processing_more  # noqa: F401,E402  (registration: layout ops, more π, processing)
+from rpn2c.components import relation  # noqa: F401,E402  (registration: relations as values)
 from rpn2c.components.registry import REGISTRY, Entry, all_entries, lookup, names
 
 __all__ = ["REGISTRY", "Entry", "all_entries", "lookup", "names"]

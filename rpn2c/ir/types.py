@@ -7,6 +7,9 @@ Layouts (``kind``):
 - ``tokens`` ``[B, T]``: integer token ids (``tokens[T]``: one sequence, the sample axis implicit); only an
   embedding reads them.
 - ``edges``  ``[2, E]`` int64 edge list (source row 0, target row 1); ``edge_weight`` ``[E]``.
+- ``matrix`` ``[B, N, M]``: a relation value, one N x M interdependence matrix per sample (row i = the item it maps
+  to, column j = the item it reads), made by ``relation(x, c, xi = ...)``; ``apply(r, v)`` multiplies it with values,
+  ``given(r)`` is it as a head's instance ξ, ``rows(r)`` reads it as the sequence of its rows.
 - ``mask``   attention masks, with explicit polarity ``block`` (True = blocked), ``keep`` (True = attend) or
   ``add`` (float added to the logits).
 ``time_major=True`` marks a value whose first two axes are swapped at the model boundary (``time_major[T, B, F]``
@@ -39,6 +42,7 @@ TYPE_CONSTRUCTORS: dict[str, tuple[str, tuple[int, ...]]] = {
     "tokens": ("tokens", (1, 2)),
     "edges": ("edges", (2,)),
     "edge_weight": ("edge_weight", (1,)),
+    "matrix": ("matrix", (3,)),
     "block_mask": ("mask", (1, 2, 3)),
     "keep_mask": ("mask", (1, 2, 3)),
     "additive_mask": ("mask", (1, 2, 3)),
@@ -104,6 +108,11 @@ def items(batch: Dim, n: Dim, f: Dim, *, batched: bool = True, role: str = "item
 def grid(batch: Dim, c: Dim, spatial: tuple[Dim, ...], role: str | None = None) -> TensorType:
     default_role = {1: "signal", 2: "image", 3: "volume"}.get(len(spatial), "grid")
     return TensorType("grid", (batch, c, *spatial), role=role or default_role)
+
+
+def matrix(batch: Dim, n: Dim, m: Dim) -> TensorType:
+    """A relation value: one ``n x m`` matrix per sample (rows: the items it maps to)."""
+    return TensorType("matrix", (batch, n, m), role="matrix")
 
 
 def numel(dims) -> Dim:

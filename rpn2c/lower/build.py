@@ -85,6 +85,8 @@ class CompiledModel(nn.Module):
                                    fused=op == "rnn_fused", scan=op == "parallel_scan")
         args = [g.node(preds[f"arg{i}"]).type for i in range(len(preds))]
         comp = node.op.component
+        if getattr(comp, "lowering_aware", False):  # a relation: the literal matrix or the default form
+            return comp.build(args, reference=self.reference)
         return comp.build(args) if node.op.component.family == "op" else comp.build(args[0])
 
     def _tie_parameters(self) -> None:
@@ -92,7 +94,11 @@ class CompiledModel(nn.Module):
         so both compute with one tensor and their gradients accumulate in it (``parameters()`` lists it once;
         ``state_dict`` names it under both paths, as torch does for tied weights)."""
         for mine, theirs in self._tied:
-            share(self.get_submodule(mine), self.get_submodule(theirs))
+            holder = self.get_submodule(mine)
+            if hasattr(holder, "tie_to"):  # a module that ties itself (a relation with its factors swapped)
+                holder.tie_to(self.get_submodule(theirs))
+            else:
+                share(holder, self.get_submodule(theirs))
 
     def _bind_tied_psi(self) -> None:
         """``psi = tied(src)``: each such ψ reads the source node's weight matrix (components/psi_tied.py);

@@ -1,0 +1,83 @@
+"""Modules of relation values (``rpn2c/components/relation.py``): the relation, its product with values, ``given``."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from rpn2c.components.base import XiModule
+
+_SWAPPED = {"w_q": "w_k", "w_k": "w_q", "b_q": "b_k", "b_k": "b_q"}
+
+
+class RelationModule(nn.Module):
+    """R = ξ(q, c) per sample, ``[B, N, M]``. ``forward(q, [c], *aux)``: the context when the relation has one, then
+    ξ's value inputs (masks) in the order of ``keys``."""
+
+    def __init__(self, xi: nn.Module, has_context: bool, keys: list[str], reference: bool, swap: bool):
+        super().__init__()
+        self.xi = xi
+        self.has_context, self.keys, self.reference, self.swap = has_context, list(keys), reference, swap
+
+    def forward(self, q: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        c = rest[0] if self.has_context else q
+        aux = dict(zip(self.keys, rest[int(self.has_context):]))
+        if self.reference or not hasattr(self.xi, "attend"):
+            a = self.xi.matrix(q, c, aux)  # the literal matrix (masks as structural matrices)
+        else:
+            a = _bilinear_map(self.xi, q, c, aux)
+        return a.expand(q.shape[0], *a.shape[-2:]) if a.dim() == 2 else a
+
+    def tie_to(self, source: "RelationModule") -> None:
+        """Use ``source``'s ξ tensors (``tie = r0``); with ``swap`` its query factors as keys and its key factors
+        as queries. Re-run after conversions, which replace the tensors."""
+        theirs = dict(source.xi.named_parameters())
+        for name in list(self.xi._parameters):
+            other = _SWAPPED.get(name, name) if self.swap else name
+            self.xi._parameters[name] = theirs[other]
+
+    def extra_repr(self) -> str:
+        return ("literal" if self.reference else "default") + (", swapped" if self.swap else "")
+
+
+def _bilinear_map(xi, q, c, aux) -> torch.Tensor:
+    """A softmax-bilinear ξ's matrix with its masks from item indices (no band matrix): softmax(Q Kᵀ · s + M), a
+    query with no key left giving a zero row (as the attention kernels do)."""
+    qq, kk = xi._qk(q, c, aux)
+    logits = (qq @ kk.transpose(-1, -2)) * xi.scale
+    mask = xi._additive_mask(aux, qq.shape[-2], kk.shape[-2], qq.dtype, qq.device)
+    if not xi.hp.softmax:
+        return logits if mask is None else torch.where(torch.isneginf(mask), 0.0, logits + mask)
+    if mask is None:
+        return torch.softmax(logits, dim=-1)
+    logits = logits + mask
+    empty = torch.isneginf(logits).all(-1, keepdim=True)
+    return torch.where(empty, 0.0, torch.softmax(torch.where(empty, 0.0, logits), dim=-1))
+
+
+class ApplyModule(nn.Module):
+    """``apply(r, v)``: R V, or Rᵀ V."""
+
+    def __init__(self, transpose: bool):
+        super().__init__()
+        self.transpose = transpose
+
+    def forward(self, r: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return (r.transpose(-1, -2) if self.transpose else r) @ v
+
+
+class GivenXi(XiModule):
+    """``given(r)``: the relation value ``aux["source"]`` (``[B, N, M]``) is the matrix; ``apply`` is R z."""
+
+    axis = "instance"
+
+    def __init__(self, transpose: bool):
+        super().__init__()
+        self.transpose = transpose
+
+    def matrix(self, q, c, aux, size=None) -> torch.Tensor:
+        r = aux["source"]
+        return r.transpose(-1, -2) if self.transpose else r
+
+    def apply(self, z, q, c, aux) -> torch.Tensor:
+        return self.matrix(q, c, aux) @ z
