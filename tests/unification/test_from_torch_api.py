@@ -24,7 +24,7 @@ class _Custom(nn.Module):
         self.lin = nn.Linear(3, 3)
 
     def forward(self, x):
-        return self.lin(x) * 2
+        return self.lin(x) + 2  # adding a constant has no spec form (scaling by one does: scale)
 
 
 def _seq(*layers):
@@ -53,7 +53,7 @@ CASES = [
     ("softmax-items-axis", _seq(nn.Linear(3, 3), nn.Softmax(dim=1)), (rand(2, 4, 3),), {}, "1", "Softmax", "dim=1"),
     ("softmax-no-dim", _seq(nn.Softmax()), (rand(2, 3),), {}, "0", "Softmax", "dim=None"),
     ("custom-forward-constant", _seq(nn.Linear(3, 3), _Custom()), (rand(1, 3),), {}, "1", "_Custom",
-     "fx node 'mul' (operator.mul)"),
+     "fx node 'add' (operator.add)"),
     ("linear-on-image", _seq(nn.Conv2d(1, 2, 1), nn.Linear(3, 2)), (rand(1, 1, 3, 3),), {}, "1", "Linear",
      "last axis"),
     ("layernorm-2d-on-sequence", _seq(nn.Linear(3, 3), nn.LayerNorm([4, 3])), (rand(2, 4, 3),), {}, "1",
@@ -155,9 +155,12 @@ def test_subclass_overriding_forward_is_not_converted_as_its_base():
         def forward(self, x):
             return super().forward(x) * 3
 
-    # traced (F.linear on its own weights, then the scaling), not converted as nn.Linear
-    with pytest.raises(TorchImportError, match=r"fx node 'mul' .*constant \(int\)"):
-        rpn2c.from_torch(Scaled(2, 2).double(), (rand(1, 2),))
+    # traced (F.linear on its own weights, then scale(by = 3)), not converted as nn.Linear
+    module = Scaled(2, 2).double()
+    spec = rpn2c.from_torch(module, (rand(1, 2),))
+    assert "scale(by = 3.0)" in spec.text
+    x = rand(4, 2)
+    torch.testing.assert_close(spec.compile()(x), module(x))
 
 
 @pytest.mark.parametrize("module, args", [

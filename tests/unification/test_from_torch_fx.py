@@ -337,7 +337,7 @@ def _in_place(m, x):
 _INNER = Fn(lambda m, x: x @ m.fc.weight, fc=nn.Linear(3, 3))
 
 ERRORS = [
-    ("constant", Fn(lambda m, x: m.fc(x) * 2, fc=nn.Linear(3, 3)), (rand(2, 3),), "", "operator.mul", "a constant"),
+    ("constant", Fn(lambda m, x: m.fc(x) + 2, fc=nn.Linear(3, 3)), (rand(2, 3),), "", "operator.add", "a constant"),
     ("parameter-in-forward", Fn(lambda m, x: x * m.w, w=nn.Parameter(torch.ones(2, 3))), (rand(2, 3),), "",
      "operator.mul", "'w' has 2 rows on the sample axis"),
     ("broadcast", Fn(lambda m, x: x + m.fc(x), fc=nn.Linear(3, 1)), (rand(2, 3),), "", "operator.add",
