@@ -287,7 +287,7 @@ class Elaborator:
         ctx_id = None
         for kw in v.kwargs:
             if kw.name != "context":
-                self.diags.error("E0302", f"a {getattr(v, 'kind', 'layer')} takes one input and an optional "
+                self.diags.error("E0315", f"a {getattr(v, 'kind', 'layer')} takes one input and an optional "
                                           f"`context = value`, not '{kw.name}'", kw.span)
                 continue
             ctx_id = self._value_ref(kw.value, scope, unit, later, name, 99)
@@ -325,7 +325,7 @@ class Elaborator:
     def _recurrent(self, name, v, unit, scope, later) -> str | None:
         args = [self._value_ref(a, scope, unit, later, name, i) for i, a in enumerate(v.args)]
         for kw in v.kwargs:
-            self.diags.error("E0302", f"a recurrent layer takes one input sequence; its initial states are the "
+            self.diags.error("E0315", f"a recurrent layer takes one input sequence; its initial states are the "
                                       f"settings `state = h0` / `cell_state = c0`, not '{kw.name}'", kw.span)
         if len(v.args) != 1:
             self.diags.error("E0311", f"a recurrent layer takes exactly one input value, got {len(v.args)}", v.span)
