@@ -240,6 +240,12 @@ class SpecResourceError(SpecError):
     """A spec whose parameters, activation memory or check work exceed the budgets."""
 
 
+class InputError(ValueError, TypeError):
+    """A compiled model refused a runtime input: a wrong shape or dtype, or ids outside the axis they index. The
+    message names the input and what it must be. (Both a ``ValueError`` and a ``TypeError``, as the checks it
+    replaces raised one or the other.)"""
+
+
 _CLASS_BY_KIND = {
     "syntax": SpecSyntaxError,
     "name": SpecNameError,

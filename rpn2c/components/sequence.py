@@ -16,6 +16,7 @@ from torch import nn
 
 from rpn2c.components.base import Op, ShapeRuleError, example_model
 from rpn2c.components.registry import HP, register
+from rpn2c.errors import InputError
 from rpn2c.ir.types import Dim, TensorType, is_known, items, vector
 
 _TOKENS = "input x: tokens[B, 6]"
@@ -83,11 +84,11 @@ class _EmbeddingModule(nn.Module):
 def check_token_ids(x: torch.Tensor, vocab: int) -> None:
     """Raise a clear error unless ``x`` holds integer ids in ``[0, vocab)`` (the first offender is named)."""
     if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-        raise TypeError(f"embedding(vocab = {vocab}) reads integer token ids, got a {x.dtype} tensor")
+        raise InputError(f"embedding(vocab = {vocab}) reads integer token ids, got a {x.dtype} tensor")
     bad = (x < 0) | (x >= vocab)
     if bool(bad.any()):
         at = tuple(int(i) for i in bad.nonzero()[0])
-        raise ValueError(f"embedding(vocab = {vocab}): token id {int(x[at])} at index {at} is out of range "
+        raise InputError(f"embedding(vocab = {vocab}): token id {int(x[at])} at index {at} is out of range "
                          f"[0, {vocab})")
 
 

@@ -102,6 +102,7 @@ class _GraphXi(XiModule):
 
     def matrix(self, q, c, aux, size=None):
         n = size if size is not None else (c.shape[-2] if self.axis == "instance" else c.shape[-1])
+        structure.check_edge_ids(aux["edges"], n, self.hp.edges.name, self.axis)
         m = self._from_adjacency(self._adjacency(aux, n, q.dtype, q.device))
         return m if self.axis == "instance" else m.T
 
@@ -119,6 +120,7 @@ class _GraphXi(XiModule):
     def apply(self, z, q, c, aux, kernel: str | None = None):
         zz = z if self.axis == "instance" else z.transpose(-1, -2)
         n = zz.shape[-2]
+        structure.check_edge_ids(aux["edges"], n, self.hp.edges.name, self.axis)
         op = self.operator(aux, n, zz.dtype) if kernel == "spmm" else None
         if op is not None:
             y = self._propagate(zz, None, None, None, n, operator=op)

@@ -11,6 +11,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from rpn2c.errors import InputError
 from rpn2c.ir.graph import Graph, Node
 from rpn2c.ir.types import TensorType
 from rpn2c.lower.heads import LayerModule
@@ -132,13 +133,13 @@ class _InputCheck(NamedTuple):
     def __call__(self, name: str, value: torch.Tensor) -> torch.Tensor:
         """Validate a runtime input (known dims must match); add an implicit batch axis."""
         if not isinstance(value, torch.Tensor):
-            raise TypeError(f"input '{name}' must be a tensor, got {type(value).__name__}")
+            raise InputError(f"input '{name}' must be a tensor, got {type(value).__name__}")
         if value.dim() != len(self.shape):
-            raise ValueError(f"input '{name}' must be {self.text} ({len(self.shape)} dims), "
+            raise InputError(f"input '{name}' must be {self.text} ({len(self.shape)} dims), "
                              f"got shape {tuple(value.shape)}")
         for i, (want, have) in enumerate(zip(self.shape, value.shape)):
             if want is not None and want != have:
-                raise ValueError(f"input '{name}' must be {self.text}: dimension {i} is {have}, expected {want}")
+                raise InputError(f"input '{name}' must be {self.text}: dimension {i} is {have}, expected {want}")
         if self.time_major:
             return value.transpose(0, 1)
         return value if self.batched else value.unsqueeze(0)

@@ -65,6 +65,7 @@ from rpn2c.functional.structure.chain import (  # noqa: F401
     chain_exp_apply,
 )
 from rpn2c.functional.structure.graph import (  # noqa: F401
+    check_edge_ids,
     coalesce_edges,
     graph_norm_weights,
     graph_adjacency,
