@@ -103,8 +103,12 @@ class CompiledModel(nn.Module):
         missing = [n for n in names if n not in env]
         if missing:
             raise TypeError(f"{self._name} is missing inputs: {', '.join(missing)}")
+        sizes: dict[str, tuple[int, str]] = {}  # a symbol's size, from the first input that has it
         for name in names:
-            env[name] = self._input_checks[name](name, env[name])
+            check = self._input_checks[name]
+            value = check(name, env[name])
+            check.agree(name, env[name], sizes)  # on the input as given, whose axes the symbols name
+            env[name] = value
         return env
 
     def extra_repr(self) -> str:
@@ -122,13 +126,25 @@ class _InputCheck(NamedTuple):
     shape: tuple[int | None, ...]
     batched: bool
     time_major: bool
+    symbols: tuple[str | None, ...] = ()  # the symbol of each runtime dimension (None: a fixed size)
 
     @classmethod
     def of(cls, t: TensorType) -> "_InputCheck":
         shape = t.shape if t.batched else t.shape[1:]
         if t.time_major:
             shape = (shape[1], shape[0], *shape[2:])
-        return cls(str(t), tuple(d if isinstance(d, int) else None for d in shape), t.batched, t.time_major)
+        return cls(str(t), tuple(d if isinstance(d, int) else None for d in shape), t.batched, t.time_major,
+                   tuple(d if isinstance(d, str) else None for d in shape))
+
+    def agree(self, name: str, value: torch.Tensor, sizes: dict[str, tuple[int, str]]) -> None:
+        """Every input gives a symbol one size (``B`` of a mask is the batch of the features it masks)."""
+        for i, (symbol, have) in enumerate(zip(self.symbols, value.shape)):
+            if symbol is None:
+                continue
+            want, other = sizes.setdefault(symbol, (have, name))
+            if want != have:
+                raise InputError(f"input '{name}' must be {self.text}: dimension {i} ({symbol}) is {have}, but "
+                                 f"input '{other}' has {symbol} = {want}")
 
     def __call__(self, name: str, value: torch.Tensor) -> torch.Tensor:
         """Validate a runtime input (known dims must match); add an implicit batch axis."""

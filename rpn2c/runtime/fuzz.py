@@ -91,8 +91,8 @@ def random_inputs(graph, gen, hostile: bool = False) -> list:
         shape = t.shape if t.batched else t.shape[1:]
         if t.time_major:
             shape = (shape[1], shape[0], *shape[2:])
-        symbol = items if t.kind == "mask" and items is not None else None
-        shape = [(symbol or dims.get(d, 3)) if isinstance(d, str) else d for d in shape]
+        symbol = items if t.kind == "mask" and items is not None else None  # not the batch axis B
+        shape = [((symbol if d != "B" else None) or dims.get(d, 3)) if isinstance(d, str) else d for d in shape]
         if t.kind == "edges":
             out.append(torch.randint(0, low + 3 if hostile else low, shape, generator=gen))
         elif t.kind == "tokens":

@@ -59,7 +59,7 @@ def _value(rng: random.Random, ann, refs: list[str]) -> str | None:
     if ann is int:
         return rng.choice(["1", "2", "3", "4", "2", "3", "0", "-1", "8", "64", "100000"])
     if ann is float:
-        return rng.choice(["0.5", "1.0", "0.1", "2.0", "0.0", "-1.0", "1e30"])
+        return rng.choice(["0.5", "1.0", "0.1", "2.0", "0.0", "-1.0", "1e30", "1e-06", "1e-12", "0.999"])
     if ann is str:
         return rng.choice(['"x"', '"mean"', '"edges"'])
     return rng.choice(["1", "0.5", "true", '"x"'])
@@ -155,9 +155,17 @@ _EXTRA_SETTINGS = ["channels = 2", "heads = 2", "post = [relu]", "post = [layer_
                    "fusion = concat", "groups = 2", "channels = 3", "heads = 3"]
 
 
+_SLOTS = ("kappa", "psi", "xi_attribute", "xi_instance", "xi_attribute_post", "xi_instance_prior", "pi", "fusion",
+          "channel_fusion")
+_INPUT_NAME = re.compile(r"^\s*input\s+([A-Za-z_]\w*)\s*:\s*(edges|block_mask|edge_weight|tokens)", re.M)
+
+
 def vary(rng: random.Random, text: str) -> str:
-    """A valid-leaning variant of a working spec: small integers changed, head settings added (a grammar-level
-    edit that keeps the statement structure)."""
+    """A valid-leaning variant of a working spec: small integers changed, head settings added (fixed ones, or a
+    registry component in a random slot with drawn hyper-parameters, naming the spec's edge and mask inputs): a
+    grammar-level edit that keeps the statement structure."""
+    refs = [m[1] for m in _INPUT_NAME.finditer(text)]
+
     def number(m):
         return rng.choice(["1", "2", "3", "4", "5", "8"]) if rng.random() < 0.3 else m.group()
 
@@ -167,7 +175,11 @@ def vary(rng: random.Random, text: str) -> str:
             line = re.sub(r"(?<![\w.])[0-9]+(?![\w.])", number, line)
         lines.append(line)
         if re.match(r"\s*out = ", line) and rng.random() < 0.5:
-            lines.append("    " + rng.choice(_EXTRA_SETTINGS))
+            if rng.random() < 0.5:
+                lines.append("    " + rng.choice(_EXTRA_SETTINGS))
+            else:
+                slot = rng.choice(_SLOTS)
+                lines.append(f"    {slot} = {_component(rng, slot, refs)}")
     return "\n".join(lines)
 
 

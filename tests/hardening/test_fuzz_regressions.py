@@ -69,6 +69,43 @@ def test_token_ids_and_shapes_are_refused_as_input_errors():
         model(torch.zeros(2, dtype=torch.int64))
 
 
+MASKED = """model m {{
+  input x: {x}
+  input mask: block_mask[{mask}]
+  y = head(x) {{
+    kappa = combinatorial_compression
+    xi_instance = bilinear({key} = mask)
+    out = 2
+  }}
+  return y
+}}
+"""
+
+
+def test_a_symbol_takes_one_size_across_the_inputs():
+    """Found as "size of tensor a (2) must match ... (3)" in SDPA: a [B, T] key padding given 3 rows for a batch of
+    2 (a block_mask with a bilinear ξ after a compressing κ)."""
+    model = rpn2c.compile(MASKED.format(x="sequence[B, T, 3]", mask="B, T", key="key_padding"))
+    x = torch.randn(2, 4, 3)
+    assert model(x, torch.zeros(2, 4, dtype=torch.bool)).shape == (2, 4, 2)
+    with pytest.raises(InputError, match=r"input 'mask' must be block_mask\[B, T\]: dimension 0 \(B\) is 3, but "
+                                         r"input 'x' has B = 2"):
+        model(x, torch.zeros(3, 4, dtype=torch.bool))
+    with pytest.raises(InputError, match=r"dimension 1 \(T\) is 5, but input 'x' has T = 4"):
+        model(x, mask=torch.zeros(2, 5, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_a_mask_that_cannot_fit_the_scores_is_refused_by_name(reference):
+    """Found as a broadcast RuntimeError in SDPA: a [T, T] key padding over an unbatched graph of 4 nodes."""
+    model = rpn2c.compile(MASKED.format(x="nodes[N, 3]", mask="T, T", key="key_padding"), reference=reference)
+    with pytest.raises(InputError, match=r"mask 'mask' \(key_padding\) has shape \[4, 4\], which does not fit the "
+                                         r"attention scores \[1, 4\]"):
+        model(torch.randn(4, 3), torch.zeros(4, 4, dtype=torch.bool))
+    ok = rpn2c.compile(MASKED.format(x="nodes[N, 3]", mask="N", key="key_padding"), reference=reference)
+    assert ok(torch.randn(4, 3), torch.tensor([False, True, False, False])).shape == (4, 2)
+
+
 def test_pagerank_that_needs_millions_of_power_steps_is_a_located_error():
     """Found as a forward pass running for minutes (alpha = 1e-06: 27.6 million power steps)."""
     with pytest.raises(rpn2c.SpecTypeError) as info:
