@@ -103,6 +103,8 @@ CATALOG: dict[str, ErrorCode] = _codes(
     E("E0206", "duplicate name", "'{name}' is already defined", "rename the value, parameter or head"),
     E("E0207", "used before definition", "'{name}' is used before it is defined {detail}",
       "define values in dataflow order; a head's `tie` names an earlier head"),
+    E("E0208", "reserved name", "'{name}' is a Python keyword, which the compiled model cannot use as a name",
+      "rename the value, input or head: the compiled model makes Python names and torch module attributes of them"),
     # ---- E03xx types and hyper-parameters
     E("E0301", "component in the wrong slot", "'{name}' is a {family} component; '{slot}' takes {families}",
       "move the component to a slot of its family (`rpn2c list` shows each family)", True),

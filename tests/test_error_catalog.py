@@ -120,3 +120,22 @@ def test_an_imported_file_over_the_size_bound_is_refused(tmp_path):
     with pytest.raises(rpn2c.SpecGraphError) as info:
         rpn2c.check_file(main)
     assert info.value.codes == ["E0515"] and "5,242,880 bytes" in str(info.value)
+
+
+def test_reserved_names_cover_what_torch_defines():
+    """E0208's lists hold every attribute a compiled model, a block scope and a layer's heads already have (a
+    value or head of that name broke ``add_module``); a new torch version that adds one fails here."""
+    import torch.nn as nn
+
+    from rpn2c.check.reserved import HEADS_ATTRIBUTES, MODEL_ATTRIBUTES, MODULE_ATTRIBUTES, reserved
+    from rpn2c.lower.build import _Scope
+
+    def attrs(o):
+        return {n for n in set(dir(o)) | set(vars(o)) if not (n.startswith("__") and n.endswith("__"))}
+
+    model = rpn2c.compile("model m {\n  input x: vector[B, 4]\n  y = head(x) { out = 2 }\n  return y\n}\n")
+    assert attrs(_Scope()) | attrs(nn.Module()) <= MODULE_ATTRIBUTES
+    assert attrs(model) - {"y"} <= MODULE_ATTRIBUTES | MODEL_ATTRIBUTES
+    assert attrs(nn.ModuleDict()) <= MODULE_ATTRIBUTES | HEADS_ATTRIBUTES
+    assert reserved("keys", "value") is None and reserved("keys", "head") and reserved("graph", "input") is None
+    assert reserved("class", "input") and reserved("__dict__", "value") and reserved("h1", "head") is None

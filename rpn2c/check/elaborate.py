@@ -14,6 +14,7 @@ import networkx as nx
 from rpn2c.check.budget import Guard, Limits, head_elements, per_sample
 from rpn2c.check.heads import LayerShapeError, build_layer, infer_layer, resolve_use
 from rpn2c.check.loader import Unit
+from rpn2c.check.reserved import reserved
 from rpn2c.check.recurrent import build_recurrent, infer_recurrent
 from rpn2c.check.values import INVALID, Scope, evaluate
 from rpn2c.components.base import ShapeRuleError
@@ -119,6 +120,8 @@ class Elaborator:
                 if stmt.name in scope.values or stmt.name in scope.params:
                     self.diags.error("E0206", f"'{stmt.name}' is already defined", stmt.span)
                     continue
+                if inputs is None and (why := reserved(stmt.name, "input")):
+                    self.diags.error("E0208", why, stmt.span, suggestion=f"rename it, e.g. '{stmt.name}_'")
                 if inputs is None:
                     scope.values[stmt.name] = self._model_input(stmt, scope, unit)
                 else:
@@ -131,6 +134,8 @@ class Elaborator:
                 if stmt.name in scope.values or stmt.name in scope.params:
                     self.diags.error("E0206", f"'{stmt.name}' is already defined", stmt.span)
                     continue
+                if why := reserved(stmt.name, "value"):
+                    self.diags.error("E0208", why, stmt.span, suggestion=f"rename it, e.g. '{stmt.name}_'")
                 scope.values[stmt.name] = self._value(stmt.name, stmt.value, stmt.span, unit, scope,
                                                       assigned_later)
             elif isinstance(stmt, ast.Return):

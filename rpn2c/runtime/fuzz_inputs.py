@@ -256,13 +256,36 @@ def mutate_bytes(rng: random.Random, text: str) -> bytes:
     return bytes(data)
 
 
+_SWEEP_TYPES = ["vector[B, 4]", "vector[B, 1]", "sequence[B, T, 3]", "sequence[B, 1, 1]", "image[B, 2, 6, 6]",
+                "nodes[N, 3]", "set[B, 3, 4]", "signal[B, 2, 8]", "volume[B, 1, 4, 4, 4]"]
+_SWEEP_SLOTS = ("kappa", "psi", "xi_attribute", "xi_instance", "xi_attribute_post", "xi_instance_prior", "pi", "pre",
+                "post")
+
+
+def sweep(rng: random.Random) -> str:
+    """One head over one input type with one to three registry components in random slots (drawn hyper-parameters,
+    edge and mask inputs to name): every entry meets every slot and type, a few at a time."""
+    settings = []
+    for _ in range(rng.randint(1, 3)):
+        slot = rng.choice(_SWEEP_SLOTS)
+        comp = _component(rng, slot, ["edges", "mask"])
+        settings.append(f"{slot} = [{comp}]" if slot in ("pre", "post") else f"{slot} = {comp}")
+    kw = rng.choice(["head", "head", "compress"])
+    if kw == "head":
+        settings.append(f"out = {rng.choice([1, 2, 3])}")
+    mask = rng.choice(["T, T", "B, T", "N", "T"])
+    return (f"model m {{\n  input x: {rng.choice(_SWEEP_TYPES)}\n  input edges: edges[2, E]\n"
+            f"  input mask: block_mask[{mask}]\n  y = {kw}(x) {{\n    " + "\n    ".join(settings) +
+            "\n  }\n  return y\n}\n")
+
+
 def make_input(seed: int, seeds: list[tuple[str, str]]) -> tuple[str, str | bytes]:
-    """(origin, input) number ``seed``: generated (free or a variant of a seed) 40%, token-mutated 40%,
-    byte-damaged 20%."""
+    """(origin, input) number ``seed``: generated (a free spec, a one-head registry sweep, or a variant of a seed)
+    40%, token-mutated 40%, byte-damaged 20%."""
     rng = random.Random(seed)
     which = seed % 5
     if which == 0:
-        return "generated", generate(rng)
+        return ("generated", generate(rng)) if seed % 10 == 0 else ("sweep", sweep(rng))
     name, text = seeds[rng.randrange(len(seeds))]
     if which == 1:
         return f"varied:{name}", vary(rng, text)
