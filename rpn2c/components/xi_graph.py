@@ -82,6 +82,7 @@ class _GraphXi(XiModule):
         """The edge list of the literal matrix when it is the 1-hop adjacency (hybrid's sparse path), else None."""
         if self.hp.hops != 1 or self.hp.mode != "power":
             return None
+        structure.check_edge_ids(aux["edges"], n, self.hp.edges.name, self.axis)
         return self.edge_list(aux, n, dtype, device)
 
     def _adjacency(self, aux, n, dtype, device):

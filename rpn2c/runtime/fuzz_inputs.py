@@ -210,7 +210,8 @@ def mutate(rng: random.Random, text: str) -> str:
         elif op == "rename":
             idents = sorted({m.group() for m in toks if m.group()[0].isalpha() or m.group()[0] == "_"})
             old = rng.choice(idents)
-            new = rng.choice(["x", "y", "head", "relu", "zz", "model", "B", "edges", "none", "heads", old + "2"])
+            new = rng.choice(["x", "y", "head", "relu", "zz", "model", "B", "edges", "none", "heads", old + "2",
+                              "lambda", "self", "graph", "values", "train", "__init__"])
             text = re.sub(rf"\b{re.escape(old)}\b", new, text, count=rng.randint(0, 3))
         elif op == "nest":
             m = rng.choice(toks)

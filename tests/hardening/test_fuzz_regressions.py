@@ -33,6 +33,7 @@ def _model(settings: str):
     "xi_instance = multihop_graph(edges = edges, hops = 2)",
     "xi_instance = pagerank(edges = edges)",
     "xi_instance = graph_attention(edges = edges)",
+    'xi_instance = hybrid(parts = ["graph", "bilinear"], edges = edges, softmax = false, normalize = "softmax")',
 ])
 @pytest.mark.parametrize("reference", [False, True])
 def test_edge_ids_beyond_the_nodes_are_refused_by_name(settings, reference):
