@@ -137,7 +137,10 @@ class _InputCheck(NamedTuple):
                    tuple(d if isinstance(d, str) else None for d in shape))
 
     def agree(self, name: str, value: torch.Tensor, sizes: dict[str, tuple[int, str]]) -> None:
-        """Every input gives a symbol one size (``B`` of a mask is the batch of the features it masks)."""
+        """Every input gives a symbol one size (``B`` of a mask is the batch of the features it masks); a traced
+        or exported graph leaves this to its own shape guards."""
+        if torch.compiler.is_compiling():
+            return
         for i, (symbol, have) in enumerate(zip(self.symbols, value.shape)):
             if symbol is None:
                 continue
