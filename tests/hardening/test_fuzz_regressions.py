@@ -119,6 +119,20 @@ def test_pagerank_that_needs_millions_of_power_steps_is_a_located_error():
     rpn2c.check(GRAPH.format(settings="xi_instance = pagerank(edges = edges, alpha = 0.01)"))
 
 
+def test_a_manifold_kappa_propagates_nan_as_torch_does():
+    """Found by the held-out lanes: a recurrence with decay = 1e30 overflowed to NaN, and scikit-learn's Isomap
+    refused the NaN rows with a ValueError; a κ passes non-finite input on as NaN, as any torch op does."""
+    pytest.importorskip("sklearn")
+    model = rpn2c.compile("model m {\n  input x: sequence[B, 6, 4]\n  y = head(x) {\n    kappa = isomap(k = 2)\n"
+                          "    out = 3\n  }\n  return y\n}\n").double().eval()
+    x = torch.randn(2, 6, 4, dtype=torch.float64)
+    assert torch.isfinite(model(x)).all()
+    x[0, 2, 1] = float("nan")
+    with torch.no_grad():
+        y = model(x)
+    assert y.shape == (2, 6, 3) and torch.isnan(y).any()
+
+
 # ------------------------------------------------------------------------------------------------ the harness
 def test_minimise_keeps_the_failure_and_drops_the_rest(monkeypatch):
     from rpn2c.runtime import fuzz_lanes
