@@ -21,6 +21,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from torch import nn
 
 from rpn2c.components.base import Interdependence, ShapeRuleError, XiModule
+from rpn2c.components.psi import MAX_FROZEN
 from rpn2c.components.registry import HP, lookup, register
 from rpn2c.functional import reconciliation as recon
 from rpn2c.functional import structure
@@ -83,10 +84,20 @@ class _Fabricated(nn.Module):
 
 
 def _psi_count(psi: str, n: int, D: int, kwargs: dict) -> int:
+    """ψ's parameter count, once its hyper-parameters and frozen matrices (drawn on the meta device) are valid."""
+    frozen = 0
     try:
-        return recon.get_reconciliation(psi).num_params(n, D, **kwargs)
+        spec = recon.get_reconciliation(psi)
+        count = spec.num_params(n, D, **kwargs)
+        if spec.make_buffers is not None:
+            bufs = spec.make_buffers(n, D, generator=None, dtype=torch.float32, device="meta", **kwargs)
+            frozen = sum(b.numel() for b in bufs.values())
     except ValueError as exc:
         raise ShapeRuleError(f"reconciliation '{psi}' for a {n} x {D} matrix: {exc}") from None
+    if frozen > MAX_FROZEN:
+        raise ShapeRuleError(f"reconciliation '{psi}' keeps {frozen:,} frozen random entries for a {n} x {D} "
+                             f"matrix (at most {MAX_FROZEN:,})")
+    return count
 
 
 # ------------------------------------------------------------------------------------------------ parameterised
