@@ -8,6 +8,7 @@ them, sorted by position, so a user sees every error in a file at once (miniwdl 
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -48,6 +49,141 @@ class Diagnostic:
 # Code ranges: E01xx syntax, E02xx names, E03xx types/hyper-parameters, E04xx shapes, E05xx graph/imports,
 # E06xx resource budgets.
 CODE_KINDS = {"E01": "syntax", "E02": "name", "E03": "type", "E04": "shape", "E05": "graph", "E06": "resource"}
+
+
+@dataclass(frozen=True)
+class ErrorCode:
+    """One entry of the error catalog: a stable code, a short title, the message's shape and what fixes it.
+
+    ``template`` names the variable parts in braces (``'{name}' is defined twice``; other braces are literal); a
+    diagnostic's message has that shape, possibly with more detail. ``fix`` says the editor offers a quick fix (replace the name with the
+    diagnostic's did-you-mean suggestion).
+    """
+
+    code: str
+    title: str
+    template: str
+    help: str
+    fix: bool = False
+
+    @property
+    def kind(self) -> str:
+        return CODE_KINDS[self.code[:3]]
+
+
+def _codes(*entries: ErrorCode) -> dict[str, ErrorCode]:
+    return {e.code: e for e in entries}
+
+
+E = ErrorCode
+#: Every error code rpn2c reports, declared once (``docs/errors.md`` is generated from it).
+CATALOG: dict[str, ErrorCode] = _codes(
+    # ---- E01xx syntax
+    E("E0101", "unexpected character", "unexpected character '{char}'",
+      "delete the character, or type the ASCII one meant (a typographic quote or dash is a common cause)"),
+    E("E0102", "unexpected token", "unexpected {token}",
+      "the help line lists what the grammar accepts here; a missing `=`, `,` or bracket just before is common"),
+    E("E0103", "unexpected end of file", "unexpected end of file (an unclosed '{', '(' or '['?)",
+      "close the open brace, parenthesis or bracket"),
+    E("E0104", "not UTF-8", "the file is not valid UTF-8: byte 0x{byte} at offset {offset}", "save the spec as UTF-8"),
+    E("E0105", "literal out of range", "{literal} is out of range ({bound})",
+      "integers have at most 18 digits and numbers are finite 64-bit floats"),
+    E("E0106", "nesting too deep", "the spec nests more than {depth} levels deep here {detail}",
+      "split the expression into named values or parameters"),
+    E("E0107", "spec too long", "the spec is longer than {chars} characters", "split the spec into imported files"),
+    # ---- E02xx names
+    E("E0201", "unknown component, operation or block", "unknown {family} component '{name}'",
+      "use a registry entry (`rpn2c list`) or a block defined in the file; the help line names the closest", True),
+    E("E0202", "unknown name", "unknown value '{name}'",
+      "define the value, parameter or import before using it; the help line names the closest", True),
+    E("E0203", "duplicate definition", "'{name}' is defined twice", "rename one of the models or blocks"),
+    E("E0204", "unknown tensor type", "unknown tensor type '{kind}'",
+      "use vector, sequence, image, signal, volume, set, nodes, edges, tokens, block_mask, …", True),
+    E("E0205", "duplicate import alias", "import alias '{alias}' is used twice", "give each import its own alias"),
+    E("E0206", "duplicate name", "'{name}' is already defined", "rename the value, parameter or head"),
+    E("E0207", "used before definition", "'{name}' is used before it is defined {detail}",
+      "define values in dataflow order; a head's `tie` names an earlier head"),
+    E("E0208", "reserved name", "'{name}' is a Python keyword, which the compiled model cannot use as a name",
+      "rename the value, input or head: the compiled model makes Python names and torch module attributes of them"),
+    # ---- E03xx types and hyper-parameters
+    E("E0301", "component in the wrong slot", "'{name}' is a {family} component; '{slot}' takes {families}",
+      "move the component to a slot of its family (`rpn2c list` shows each family)", True),
+    E("E0302", "unknown hyper-parameter or parameter", "'{name}' has no hyper-parameter '{key}' (it takes: {known})",
+      "spell the key as the component, block or model declares it; the help line names the closest", True),
+    E("E0303", "bad hyper-parameter value", "bad value for '{key}' of '{name}': {why}",
+      "give a value of the type and range the message names (`rpn2c list NAME` shows each hyper-parameter)"),
+    E("E0304", "unknown setting", "unknown {kind} setting '{key}'",
+      "use a setting the head, layer or recurrent layer declares; the help line names the closest", True),
+    E("E0305", "positional hyper-parameter", "hyper-parameters of '{name}' are keyword arguments (`key = value`)",
+      "write `name(key = value)`"),
+    E("E0306", "value of the wrong kind", "'{op}' needs numbers, got {left} and {right}",
+      "arithmetic and negation take numbers; calls are not values in settings"),
+    E("E0307", "division by zero", "division by zero", "make the divisor non-zero"),
+    E("E0308", "given twice", "setting '{key}' is given twice", "keep one of the two"),
+    E("E0309", "bad tensor type", "'{kind}' takes {n} dimensions, got {m}",
+      "give the declared number of dimensions, each a positive integer or a symbol; an edge list has 2 rows"),
+    E("E0310", "expected a tensor value", "expected a tensor value (a name or a call)",
+      "pass a value defined by a head, layer, operation, block call or input; literals go in settings"),
+    E("E0311", "wrong number of inputs", "'{name}' takes {n} input value(s), got {m}",
+      "pass as many positional inputs as the operation or block declares"),
+    E("E0312", "missing parameter", "'{name}' needs a value for its parameter '{param}'",
+      "pass the parameter at the call (`block(x, p = 1)`) or give it a default"),
+    E("E0313", "layer without heads", "a layer needs at least one `head name { ... }`",
+      "declare the layer's heads inside its braces"),
+    E("E0314", "arithmetic out of range", "'{op}' gives a value out of range {detail}",
+      "keep integers below 10**18 and numbers finite"),
+    E("E0315", "unexpected keyword input", "a {kind} takes one input and an optional `context = value`, not '{key}'",
+      "pass one positional input; a layer's context is `context = value`, a recurrent layer's initial states are "
+      "the settings `state = h0` / `cell_state = c0`"),
+    E("E0390", "cannot import a torch module", "{path} {cls}: {why}",
+      "the message names the module and option; rewrite it as a spec or use a supported option"),
+    # ---- E04xx shapes
+    E("E0401", "block input type mismatch", "input '{name}' expects {want}, but the call passes {have}",
+      "pass a value of the declared type, or declare the block input without a type"),
+    E("E0402", "shapes do not agree in a head or layer", "{why}",
+      "the message names the component and the shapes; the note shows the head's input"),
+    E("E0403", "operation input shapes do not agree", "{why}",
+      "make the operation's inputs agree as the message says (only the sample axis and size-1 axes broadcast)"),
+    # ---- E05xx graph and imports
+    E("E0501", "import without a file", "imports need a file: compile with rpn2c.compile_file(path)",
+      "check the spec from a file (`rpn2c check FILE`, `rpn2c.check_file`)"),
+    E("E0502", "import outside the project root", "import '{path}' leaves the project root {root}",
+      "keep imported files under the project root, or pass another root"),
+    E("E0503", "import cycle", "import cycle: {chain}", "break the cycle by moving shared blocks to a third file"),
+    E("E0504", "missing import", "cannot find imported file '{path}'", "fix the path (relative to the importing file)"),
+    E("E0505", "no model", "the file defines no `model`", "add a `model name { ... }` or name the model to check"),
+    E("E0506", "two returns", "more than one `return`", "return several values from one `return a, b`"),
+    E("E0507", "missing return", "{kind} '{name}' has no `return`", "end the model or block with `return value`"),
+    E("E0508", "recursive block", "'{name}' instantiates itself (recursive blocks are not allowed)",
+      "use `repeat(n) block(x)` for a stack of copies"),
+    E("E0509", "block returns several values", "a block returns exactly one value", "return one value"),
+    E("E0510", "import path too long", "import path is {n} characters long (at most {limit})", "shorten the path"),
+    E("E0511", "NUL in import path", "import path contains a NUL character", "remove the NUL character"),
+    E("E0512", "import path cannot be resolved", "cannot resolve import '{path}': {why}",
+      "fix the path: it loops through symbolic links or the file system refuses it"),
+    E("E0513", "import is a directory", "import '{path}' is a directory, not a spec file", "name a .rpn file"),
+    E("E0514", "import is not a regular file", "import '{path}' is not a regular file (a device, FIFO or socket)",
+      "name a .rpn file"),
+    E("E0515", "imported file too large", "imported file '{path}' is {size} bytes (at most {limit})",
+      "split the imported file"),
+    # ---- E06xx resource budgets
+    E("E0601", "parameter budget", "'{node}' brings the model to {count} parameters ({here} here); the budget is "
+      "{budget}", "shrink the layer, or raise the budget with --max-params / limits={'max_params': n}"),
+    E("E0602", "activation memory budget", "'{node}' brings the activations to {bytes} per sample ({here} here); "
+      "the budget is {budget}", "shrink the layer, or raise the budget with --max-memory / limits={'max_memory': n}"),
+    E("E0603", "check work budget", "{what} expands to about {count} nodes or heads; the check allows {budget} in "
+      "all ({used} used before it)", "repeat fewer times, or raise the budget with --max-work / "
+      "limits={'max_work': n}"),
+)
+del E
+
+
+def template_pattern(code: str) -> "re.Pattern[str]":
+    """A regular expression for messages of ``code``: the template's text with each ``{part}`` any text; a
+    message may add detail after it."""
+    parts = re.split(r"\{[a-z_]+\}", CATALOG[code].template)
+    body = "(.+?)".join(re.escape(p) for p in parts)
+    return re.compile(body + "(.*)", re.S)
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
@@ -104,6 +240,12 @@ class SpecGraphError(SpecError):
 
 class SpecResourceError(SpecError):
     """A spec whose parameters, activation memory or check work exceed the budgets."""
+
+
+class InputError(ValueError, TypeError):
+    """A compiled model refused a runtime input: a wrong shape or dtype, or ids outside the axis they index. The
+    message names the input and what it must be. (Both a ``ValueError`` and a ``TypeError``, as the checks it
+    replaces raised one or the other.)"""
 
 
 _CLASS_BY_KIND = {
@@ -175,3 +317,27 @@ def _excerpt(sources: dict[str, str], span: Span, color: str, reset: str) -> lis
     width = max(1, min(end, len(src) + 1) - start)
     gutter = f"{span.line:>4} | "
     return [gutter + src, " " * (len(gutter) + start - 1) + color + "^" * width + reset]
+
+
+_KIND_TITLES = {"syntax": "Syntax (E01xx)", "name": "Names (E02xx)", "type": "Types and hyper-parameters (E03xx)",
+                "shape": "Shapes (E04xx)", "graph": "Graph and imports (E05xx)", "resource": "Resource budgets (E06xx)"}
+
+
+def render_error_codes_markdown() -> str:
+    """``docs/errors.md``: one table row per code of :data:`CATALOG`, grouped by kind."""
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    out = ["# Error codes", "",
+           "Generated from `rpn2c.errors.CATALOG` (`python -c \"from rpn2c.errors import render_error_codes_markdown as r; "
+           "print(r(), end='')\" > docs/errors.md`); "
+           "`tests/test_error_catalog.py` fails while it is stale.", "",
+           "Every diagnostic is `file:line:col: error[CODE]: message`, with the source line, a caret, notes and a "
+           "`help:` line. *Quick fix*: the editor offers to replace the name with the did-you-mean suggestion.", ""]
+    for kind, title in _KIND_TITLES.items():
+        out += [f"## {title}", "", "| code | title | message | what fixes it | quick fix |", "|---|---|---|---|---|"]
+        out += [f"| {e.code} | {cell(e.title)} | `{cell(e.template)}` | {cell(e.help)} | {'yes' if e.fix else ''} |"
+                for e in CATALOG.values() if e.kind == kind]
+        out.append("")
+    return "\n".join(out)
+

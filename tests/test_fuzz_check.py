@@ -10,11 +10,13 @@ from hypothesis import strategies as st
 from hypothesis.extra.lark import from_lark
 
 import rpn2c
-from rpn2c.runtime.fuzz import mutate
+from rpn2c.runtime.fuzz import is_hostile, run_one
+from rpn2c.runtime.fuzz_inputs import make_input, mutate, seed_specs
 from rpn2c.syntax.parser import _parser
 
 RUNS = {"examples": 0}
 ROOT = Path(__file__).resolve().parent.parent
+SEEDS = seed_specs()
 SPECS = {p.name: p.read_text(encoding="utf-8") for p in sorted((ROOT / "specs").glob("*.rpn"))}
 
 
@@ -65,6 +67,17 @@ def mutations(draw):
 @given(mutations())
 def test_mutated_specs(text):
     check_ends_cleanly(text)
+
+
+@settings(max_examples=_n(40), deadline=None)
+@given(st.integers(0, 2**48))
+def test_fuzz_inputs_check_compile_and_run(seed):
+    """The long lanes' property on hypothesis-drawn seeds: generated, varied, mutated or damaged specs (and hostile
+    inputs) end in success, a located SpecError or a clear InputError, never a traceback or a time-out."""
+    RUNS["examples"] += 1
+    origin, source = make_input(seed, SEEDS)
+    out = run_one(source, time_limit=20.0, hostile=is_hostile(seed))
+    assert out.status != "failure", f"seed {seed} ({origin}): {out.detail}\n{out.trace}"
 
 
 def test_shipped_specs_check():

@@ -14,6 +14,7 @@ import networkx as nx
 from rpn2c.check.budget import Guard, Limits, head_elements, per_sample
 from rpn2c.check.heads import LayerShapeError, build_layer, infer_layer, resolve_use
 from rpn2c.check.loader import Unit
+from rpn2c.check.reserved import reserved
 from rpn2c.check.recurrent import build_recurrent, infer_recurrent
 from rpn2c.check.instances import REPORTED, Instances
 from rpn2c.check.relations import RELATION, refuse_matrix, relation_call
@@ -121,6 +122,8 @@ class Elaborator(Tying, Instances):
                 if stmt.name in scope.values or stmt.name in scope.params:
                     self.diags.error("E0206", f"'{stmt.name}' is already defined", stmt.span)
                     continue
+                if inputs is None and (why := reserved(stmt.name, "input")):
+                    self.diags.error("E0208", why, stmt.span, suggestion=f"rename it, e.g. '{stmt.name}_'")
                 if inputs is None:
                     scope.values[stmt.name] = self._model_input(stmt, scope, unit)
                 else:
@@ -140,6 +143,8 @@ class Elaborator(Tying, Instances):
                 if stmt.name in scope.values or stmt.name in scope.params:
                     self.diags.error("E0206", f"'{stmt.name}' is already defined", stmt.span)
                     continue
+                if why := reserved(stmt.name, "value"):
+                    self.diags.error("E0208", why, stmt.span, suggestion=f"rename it, e.g. '{stmt.name}_'")
                 scope.values[stmt.name] = self._value(stmt.name, stmt.value, stmt.span, unit, scope,
                                                       assigned_later)
             elif isinstance(stmt, ast.Return):
@@ -296,7 +301,7 @@ class Elaborator(Tying, Instances):
         ctx_id = None
         for kw in v.kwargs:
             if kw.name != "context":
-                self.diags.error("E0302", f"a {getattr(v, 'kind', 'layer')} takes one input and an optional "
+                self.diags.error("E0315", f"a {getattr(v, 'kind', 'layer')} takes one input and an optional "
                                           f"`context = value`, not '{kw.name}'", kw.span)
                 continue
             ctx_id = self._value_ref(kw.value, scope, unit, later, name, 99)
@@ -342,7 +347,7 @@ class Elaborator(Tying, Instances):
     def _recurrent(self, name, v, unit, scope, later) -> str | None:
         args = [self._value_ref(a, scope, unit, later, name, i) for i, a in enumerate(v.args)]
         for kw in v.kwargs:
-            self.diags.error("E0302", f"a recurrent layer takes one input sequence; its initial states are the "
+            self.diags.error("E0315", f"a recurrent layer takes one input sequence; its initial states are the "
                                       f"settings `state = h0` / `cell_state = c0`, not '{kw.name}'", kw.span)
         if len(v.args) != 1:
             self.diags.error("E0311", f"a recurrent layer takes exactly one input value, got {len(v.args)}", v.span)

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rpn2c.check.reserved import reserved
 from rpn2c.components.base import Interdependence, Kappa, ShapeRuleError, XiContext
 from rpn2c.components.xi import GridXi as GridXiLike
 from rpn2c.components.registry import REGISTRY, SLOT_FAMILIES, FAMILIES, ValueRef, lookup, names
@@ -177,6 +178,8 @@ def build_layer(kind: str, head_decls, settings, scope: Scope, diags: Diagnostic
         for h in head_decls:
             if h.name in names_seen:
                 diags.error("E0206", f"head name '{h.name}' is used twice in this layer", h.span)
+            elif why := reserved(h.name, "head"):
+                diags.error("E0208", why, h.span, suggestion=f"rename it, e.g. '{h.name}_'")
             names_seen.add(h.name)
             hs = {}
             for s in h.settings:

@@ -62,6 +62,13 @@ class _Functional(Reconciliation):
             self.spec.param_shapes(n, D, **self.fhp())
         except ValueError as exc:
             return f"{self.name}: {exc}"
+        if self.spec.make_buffers is not None and isinstance(n, int) and isinstance(D, int):
+            # the frozen matrices' sizes, drawn on the meta device (nothing allocated)
+            bufs = self.spec.make_buffers(n, D, **self.fhp(), generator=None, dtype=torch.float32, device="meta")
+            frozen = sum(b.numel() for b in bufs.values())
+            if frozen > MAX_FROZEN:
+                return (f"{self.name} keeps {frozen:,} frozen random entries for n = {n}, D = {D} (at most "
+                        f"{MAX_FROZEN:,}); lower out or the hidden width, or compress the input first")
         return None
 
     def count(self, n, D):

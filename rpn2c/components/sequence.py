@@ -13,6 +13,7 @@ from pydantic import Field
 
 from rpn2c.components.base import Op, ShapeRuleError, example_model
 from rpn2c.components.registry import HP, register
+from rpn2c.errors import InputError
 from rpn2c.ir.types import Dim, TensorType, is_known, items, vector
 
 if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
@@ -69,11 +70,11 @@ def check_token_ids(x: torch.Tensor, vocab: int) -> None:
     import torch
 
     if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-        raise TypeError(f"embedding(vocab = {vocab}) reads integer token ids, got a {x.dtype} tensor")
+        raise InputError(f"embedding(vocab = {vocab}) reads integer token ids, got a {x.dtype} tensor")
     bad = (x < 0) | (x >= vocab)
     if bool(bad.any()):
         at = tuple(int(i) for i in bad.nonzero()[0])
-        raise ValueError(f"embedding(vocab = {vocab}): token id {int(x[at])} at index {at} is out of range "
+        raise InputError(f"embedding(vocab = {vocab}): token id {int(x[at])} at index {at} is out of range "
                          f"[0, {vocab})")
 
 

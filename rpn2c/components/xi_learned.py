@@ -17,6 +17,7 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from rpn2c.components.base import Interdependence, ShapeRuleError
+from rpn2c.components.psi import MAX_FROZEN, frozen_entries
 from rpn2c.components.registry import HP, lookup, register
 from rpn2c.functional import reconciliation as recon
 from rpn2c.ir.types import is_known
@@ -43,10 +44,18 @@ def _psi_kwargs(psi: str, values: dict) -> dict:
 
 
 def _psi_count(psi: str, n: int, D: int, kwargs: dict) -> int:
+    """ψ's parameter count, once its hyper-parameters and frozen matrices (drawn on the meta device) are valid."""
+    frozen = 0
     try:
-        return recon.get_reconciliation(psi).num_params(n, D, **kwargs)
+        spec = recon.get_reconciliation(psi)
+        count = spec.num_params(n, D, **kwargs)
+        frozen = frozen_entries(spec, n, D, kwargs)
     except ValueError as exc:
         raise ShapeRuleError(f"reconciliation '{psi}' for a {n} x {D} matrix: {exc}") from None
+    if frozen > MAX_FROZEN:
+        raise ShapeRuleError(f"reconciliation '{psi}' keeps {frozen:,} frozen random entries for a {n} x {D} "
+                             f"matrix (at most {MAX_FROZEN:,})")
+    return count
 
 
 # ------------------------------------------------------------------------------------------------ parameterised

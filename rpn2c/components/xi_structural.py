@@ -385,6 +385,9 @@ class MultihopGraph(Graph):
     HP = _MultihopGraphHP
 
 
+MAX_PAGERANK_STEPS = 10_000  # (1 − α)^K ≤ tol: α = 0.15 needs 170, α = 0.003 about 9,200
+
+
 class _PageRankHP(HP):
     edges: ValueRef
     weight: Optional[ValueRef] = None
@@ -394,13 +397,18 @@ class _PageRankHP(HP):
     alpha: float = Field(0.15, gt=0, le=1, description="teleport probability α (toolkit c)")
     method: Literal["power", "solve"] = Field("power", description="power iteration (sparse) or dense solve")
     tol: float = Field(1e-12, gt=0, lt=1, description="power iteration: stop when (1 − α)^{K+1} ≤ tol")
-    iters: Optional[int] = Field(None, ge=0, description="power iteration count (default from tol)")
+    iters: Optional[int] = Field(None, ge=0, le=MAX_PAGERANK_STEPS,
+                                 description="power iteration count (default from tol)")
 
     @model_validator(mode="after")
     def _converges(self):
         if self.norm == "none" and self.method == "power":
             raise ValueError('the power series of an unnormalised Â need not converge: normalise it or use '
                              'method = "solve"')
+        steps = structure.pagerank_iterations(self.alpha, self.tol) if self.iters is None else self.iters
+        if self.method == "power" and steps > MAX_PAGERANK_STEPS:
+            raise ValueError(f"alpha = {self.alpha:g} with tol = {self.tol:g} needs {steps:,} power steps (at most "
+                             f"{MAX_PAGERANK_STEPS:,}): raise alpha or tol, or use method = \"solve\"")
         return self
 
 

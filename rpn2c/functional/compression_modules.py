@@ -422,9 +422,11 @@ class ManifoldCompression(nn.Module):
 
     def _embed(self, X: Any) -> Any:
         rows = X.shape[0]
-        if rows <= self.k + 1 or rows < 4:  # too few rows to embed into k dims: embed into fewer, pad with zeros
-            import numpy as np
+        import numpy as np
 
+        if not np.isfinite(X).all():  # NaN or ±inf in, NaN out (as a torch op propagates them; scikit-learn refuses)
+            return np.full((rows, self.k), np.nan)
+        if rows <= self.k + 1 or rows < 4:  # too few rows to embed into k dims: embed into fewer, pad with zeros
             out = np.zeros((rows, self.k))
             k = min(self.k, rows - 2)
             if rows >= 4 and k >= 1:

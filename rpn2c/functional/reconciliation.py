@@ -453,12 +453,9 @@ def random_matrix_adaption_buffers(n: int, D: int, *, r: int = 2, std: float | s
 
 
 def random_matrix_adaption_fabricate(params, n, D, *, r: int = 2, std: float | str = 1.0) -> Tensor:
-    """VeRA, eq (164): ``ψ = Λ1 A Λ2 Bᵀ``, ``Λ1 = diag(λ1 ∈ R^n)``, ``Λ2 = diag(λ2 ∈ R^r)``; ``l = n + r``."""
-    import torch
-
-    L1 = torch.diag_embed(params["lambda1"])
-    L2 = torch.diag_embed(params["lambda2"])
-    return L1 @ params["A"] @ L2 @ params["B"].mT
+    """VeRA, eq (164): ``ψ = Λ1 A Λ2 Bᵀ``, ``Λ1 = diag(λ1 ∈ R^n)``, ``Λ2 = diag(λ2 ∈ R^r)``; ``l = n + r``. The
+    diagonal factors scale A's rows and columns (never an ``n × n`` matrix: n = 10⁵ would be 40 GB)."""
+    return (params["lambda1"][:, None] * params["A"] * params["lambda2"]) @ params["B"].mT
 
 
 def random_matrix_adaption_apply(x, params, n, D, *, r: int = 2, std: float | str = 1.0) -> Tensor:

@@ -11,6 +11,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from rpn2c.errors import InputError
 from rpn2c.ir.graph import Graph, Node
 from rpn2c.ir.types import TensorType
 from rpn2c.lower.heads import LayerModule
@@ -144,8 +145,12 @@ class CompiledModel(nn.Module):
         missing = [n for n in names if n not in env]
         if missing:
             raise TypeError(f"{self._name} is missing inputs: {', '.join(missing)}")
+        sizes: dict[str, tuple[int, str]] = {}  # a symbol's size, from the first input that has it
         for name in names:
-            env[name] = self._input_checks[name](name, env[name])
+            check = self._input_checks[name]
+            value = check(name, env[name])
+            check.agree(name, env[name], sizes)  # on the input as given, whose axes the symbols name
+            env[name] = value
         return env
 
     def extra_repr(self) -> str:
@@ -163,24 +168,39 @@ class _InputCheck(NamedTuple):
     shape: tuple[int | None, ...]
     batched: bool
     time_major: bool
+    symbols: tuple[str | None, ...] = ()  # the symbol of each runtime dimension (None: a fixed size)
 
     @classmethod
     def of(cls, t: TensorType) -> "_InputCheck":
         shape = t.shape if t.batched else t.shape[1:]
         if t.time_major:
             shape = (shape[1], shape[0], *shape[2:])
-        return cls(str(t), tuple(d if isinstance(d, int) else None for d in shape), t.batched, t.time_major)
+        return cls(str(t), tuple(d if isinstance(d, int) else None for d in shape), t.batched, t.time_major,
+                   tuple(d if isinstance(d, str) else None for d in shape))
+
+    def agree(self, name: str, value: torch.Tensor, sizes: dict[str, tuple[int, str]]) -> None:
+        """Every input gives a symbol one size (``B`` of a mask is the batch of the features it masks); a traced
+        or exported graph leaves this to its own shape guards."""
+        if torch.compiler.is_compiling():
+            return
+        for i, (symbol, have) in enumerate(zip(self.symbols, value.shape)):
+            if symbol is None:
+                continue
+            want, other = sizes.setdefault(symbol, (have, name))
+            if want != have:
+                raise InputError(f"input '{name}' must be {self.text}: dimension {i} ({symbol}) is {have}, but "
+                                 f"input '{other}' has {symbol} = {want}")
 
     def __call__(self, name: str, value: torch.Tensor) -> torch.Tensor:
         """Validate a runtime input (known dims must match); add an implicit batch axis."""
         if not isinstance(value, torch.Tensor):
-            raise TypeError(f"input '{name}' must be a tensor, got {type(value).__name__}")
+            raise InputError(f"input '{name}' must be a tensor, got {type(value).__name__}")
         if value.dim() != len(self.shape):
-            raise ValueError(f"input '{name}' must be {self.text} ({len(self.shape)} dims), "
+            raise InputError(f"input '{name}' must be {self.text} ({len(self.shape)} dims), "
                              f"got shape {tuple(value.shape)}")
         for i, (want, have) in enumerate(zip(self.shape, value.shape)):
             if want is not None and want != have:
-                raise ValueError(f"input '{name}' must be {self.text}: dimension {i} is {have}, expected {want}")
+                raise InputError(f"input '{name}' must be {self.text}: dimension {i} is {have}, expected {want}")
         if self.time_major:
             return value.transpose(0, 1)
         return value if self.batched else value.unsqueeze(0)

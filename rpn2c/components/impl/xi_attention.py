@@ -17,6 +17,7 @@ class _BilinearXi(XiModule):
     axis = "instance"
 
     def __init__(self, hp, mq, mc, rank, aux_types):
+from rpn2c.errors import InputError
         super().__init__()
         self.hp = hp
         self.full = rank is None
@@ -49,6 +50,23 @@ class _BilinearXi(XiModule):
             key_padding=aux["key_padding"] if hp.key_padding is not None else None,
             padding_mode=self.modes.get("key_padding", "block"), literal=literal, rows=rows, cols=cols)
 
+    def _check_masks(self, aux, batch, nq, nc) -> None:
+        """Each mask input fits the scores ``[B, Nq, Nc]`` (an ``InputError`` naming it otherwise): its symbols
+        are sizes only the inputs fix, e.g. a ``[T, T]`` key_padding given to an unbatched graph."""
+        if torch.compiler.is_compiling():
+            return
+        for key, tail in (("attn_mask", (nq, nc)), ("key_padding", (nc,))):
+            ref = getattr(self.hp, key)
+            if ref is None:
+                continue
+            shape = tuple(aux[key].shape)
+            lead, end = shape[:-len(tail)], shape[-len(tail):]
+            if (len(shape) < len(tail) or len(lead) > 1 or (lead and lead[0] not in (1, batch))
+                    or any(a not in (1, b) for a, b in zip(end, tail))):
+                raise InputError(f"mask '{ref.name}' ({key}) has shape {list(shape)}, which does not fit the "
+                                 f"attention scores [{', '.join(map(str, (batch, *tail)))}] "
+                                 f"({'[B, Nq or 1, Nc] or [Nq or 1, Nc]' if len(tail) == 2 else '[B, Nc] or [Nc]'})")
+
     def entry_bias(self, aux, nq, nc):
         """``bias(rows, cols, dtype)``: the additive mask at the entries ``(rows, cols)`` (causal, window, attn_mask
         and key_padding terms), as :func:`structure.bilinear_entries` takes it."""
@@ -64,6 +82,7 @@ class _BilinearXi(XiModule):
     def matrix(self, q, c, aux, size=None):
         qq, kk = self._qk(q, c, aux)
         logits = (qq @ kk.transpose(-1, -2)) * self.scale
+        self._check_masks(aux, q.shape[0] if q.dim() == 3 else 1, q.shape[-2], c.shape[-2])
         mask = self._additive_mask(aux, q.shape[-2], c.shape[-2], q.dtype, q.device, literal=True)
         if not self.hp.softmax:
             # without softmax a blocked pair has weight 0 (not -inf); finite additive masks are added
@@ -92,6 +111,7 @@ class _BilinearXi(XiModule):
         if (kernel == "flex_attention" and flex_op.supported(qq, kk, values)
                 and flex_op.worthwhile(qq.shape[-2], kk.shape[-2], self.hp.window)):
             return windowed_flex_attention(qq, kk, values, self.hp.window, self.hp.causal, self.scale)
+        self._check_masks(aux, qq.shape[0] if qq.dim() >= 3 else 1, qq.shape[-2], kk.shape[-2])
         mask = self._additive_mask(aux, qq.shape[-2], kk.shape[-2], qq.dtype, qq.device)
         if mask is not None and qq.dim() == 4 and mask.dim() == 3:
             mask = mask.unsqueeze(1)  # [B, 1, Nq|1, Nc]: broadcast over heads

@@ -42,6 +42,7 @@ class _GraphXi(XiModule):
         """The edge list of the literal matrix when it is the 1-hop adjacency (hybrid's sparse path), else None."""
         if self.hp.hops != 1 or self.hp.mode != "power":
             return None
+        structure.check_edge_ids(aux["edges"], n, self.hp.edges.name, self.axis)
         return self.edge_list(aux, n, dtype, device)
 
     def _adjacency(self, aux, n, dtype, device):
@@ -62,6 +63,7 @@ class _GraphXi(XiModule):
 
     def matrix(self, q, c, aux, size=None):
         n = size if size is not None else (c.shape[-2] if self.axis == "instance" else c.shape[-1])
+        structure.check_edge_ids(aux["edges"], n, self.hp.edges.name, self.axis)
         m = self._from_adjacency(self._adjacency(aux, n, q.dtype, q.device))
         return m if self.axis == "instance" else m.T
 
@@ -79,6 +81,7 @@ class _GraphXi(XiModule):
     def apply(self, z, q, c, aux, kernel: str | None = None):
         zz = z if self.axis == "instance" else z.transpose(-1, -2)
         n = zz.shape[-2]
+        structure.check_edge_ids(aux["edges"], n, self.hp.edges.name, self.axis)
         op = self.operator(aux, n, zz.dtype) if kernel == "spmm" else None
         if op is not None:
             y = self._propagate(zz, None, None, None, n, operator=op)

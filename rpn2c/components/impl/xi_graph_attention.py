@@ -47,6 +47,7 @@ class _GraphAttentionXi(XiModule):
     def matrix(self, q, c, aux, size=None):
         """The literal A [..., Nq, Nc]: multiplicity m_ij of edge j → i, A_ij = m_ij e^{s_ij} / Σ_k m_ik e^{s_ik}."""
         nq, nc = q.shape[-2], c.shape[-2]
+        structure.check_edge_ids(aux["edges"], min(nq, nc), self.hp.edges.name)
         src, dst = aux["edges"].to(q.device).long()
         mult = torch.zeros(nq, nc, dtype=q.dtype, device=q.device)
         mult = mult.index_put((dst, src), torch.ones_like(src, dtype=q.dtype), accumulate=True)
@@ -64,6 +65,7 @@ class _GraphAttentionXi(XiModule):
 
     def apply(self, z, q, c, aux):
         nq, nc = q.shape[-2], c.shape[-2]
+        structure.check_edge_ids(aux["edges"], min(nq, nc), self.hp.edges.name)
         src, dst, valid = structure.attention_edges(aux["edges"], min(nq, nc), self.hp.self_loops, q.device)
         s_dst, s_src = self.scores(q, c)
         e = F.leaky_relu(s_src.index_select(-1, src) + s_dst.index_select(-1, dst), self.hp.negative_slope)

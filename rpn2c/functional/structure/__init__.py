@@ -60,8 +60,8 @@ from rpn2c.functional.structure.patches import (  # noqa: F401
 _LAZY = {name: module for module, names in {
     "chain": ("chain_matrix", "chain_edges", "multihop_chain", "chain_inverse_approx", "chain_exponential", "shift",
               "chain_apply", "chain_spectral_apply", "chain_inverse_apply", "chain_exp_apply"),
-    "graph": ("coalesce_edges", "graph_norm_weights", "graph_adjacency", "graph_propagate", "multihop_graph",
-              "multihop_propagate", "pagerank_matrix", "pagerank_iterations", "pagerank_propagate", "attention_edges",
+    "graph": ("check_edge_ids", "coalesce_edges", "graph_norm_weights", "graph_adjacency", "graph_propagate",
+              "multihop_graph", "multihop_propagate", "pagerank_matrix", "pagerank_iterations", "pagerank_propagate", "attention_edges",
               "edge_softmax", "edge_aggregate", "DENSE_MAX", "DENSE_RATIO"),
     "band": ("band_blocked", "band_matrix", "band_outside"),
     "masks": ("additive_mask", "mask_term"),

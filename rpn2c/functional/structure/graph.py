@@ -10,6 +10,7 @@ from typing import Callable, Literal
 import torch
 from torch import Tensor
 
+from rpn2c.errors import InputError
 from rpn2c.functional.structure._common import _to_sparse, SparseFormat
 from rpn2c.functional.structure.chain import _multihop
 
@@ -157,6 +158,21 @@ def graph_adjacency(
     if sparse:
         return _to_sparse(torch.stack([dst, src]), w, (n, n), sparse)
     return dense_from_edges(src, dst, w, n)
+
+
+def check_edge_ids(edges: Tensor, n: int, name: str = "edges", axis: str = "instance") -> None:
+    """Raise an :class:`InputError` naming the input, its largest id and the axis size unless every id of the edge
+    list lies in ``[0, n)`` (eager calls; a compiled graph skips the check, as an embedding's does)."""
+    if torch.compiler.is_compiling() or edges.numel() == 0:
+        return
+    if edges.is_floating_point() or edges.is_complex() or edges.dtype == torch.bool:
+        raise InputError(f"edge list '{name}' must hold integer node ids, got a {edges.dtype} tensor")
+    lo, hi = (int(v) for v in torch.aminmax(edges))
+    if lo < 0 or hi >= n:
+        what = ("node" if axis == "instance" else "feature") + ("" if n == 1 else "s")
+        bad = lo if lo < 0 else hi
+        raise InputError(f"edge list '{name}' holds id {bad}, but the graph it indexes has {n} {what} (the "
+                         f"{axis} axis this graph ξ runs over): ids must lie in [0, {n})")
 
 
 def dense_from_edges(src: Tensor, dst: Tensor, w: Tensor, n: int) -> Tensor:

@@ -1,0 +1,171 @@
+"""What the long fuzz lanes found, each pinned: a model refuses inputs it cannot take with an ``InputError`` that names
+the input, and the lane runner survives a hang, records it and minimises failures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import rpn2c
+from rpn2c.errors import InputError
+
+GRAPH = """model m {{
+  input x: nodes[N, 4]
+  input edges: edges[2, E]
+  y = head(x) {{
+    {settings}
+    out = 2
+  }}
+  return y
+}}
+"""
+
+
+def _model(settings: str):
+    torch.manual_seed(0)
+    return rpn2c.compile(GRAPH.format(settings=settings)).double()
+
+
+@pytest.mark.parametrize("settings", [
+    "xi_instance = graph(edges = edges)",
+    "xi_instance = multihop_graph(edges = edges, hops = 2)",
+    "xi_instance = pagerank(edges = edges)",
+    "xi_instance = graph_attention(edges = edges)",
+    'xi_instance = hybrid(parts = ["graph", "bilinear"], edges = edges, softmax = false, normalize = "softmax")',
+])
+@pytest.mark.parametrize("reference", [False, True])
+def test_edge_ids_beyond_the_nodes_are_refused_by_name(settings, reference):
+    """Found as a bare IndexError (or a RuntimeError from index_add) in the graph code."""
+    torch.manual_seed(0)
+    model = rpn2c.compile(GRAPH.format(settings=settings), reference=reference).double()
+    x = torch.randn(4, 4, dtype=torch.float64)
+    assert model(x, torch.tensor([[0, 1, 3], [1, 2, 0]])).shape == (4, 2)  # in range: runs
+    with pytest.raises(InputError, match=r"edge list 'edges' holds id 7, .* 4 nodes .*\[0, 4\)"):
+        model(x, torch.tensor([[0, 7, 3], [1, 2, 0]]))
+    with pytest.raises(InputError, match="holds id -1"):
+        model(x, torch.tensor([[0, -1], [1, 2]]))
+
+
+def test_edge_ids_beyond_a_compressed_feature_axis_are_refused():
+    """A graph ξ over the attribute axis after a compression to 1 feature: ids index features, and only 0 exists."""
+    model = _model("kappa = pca(k = 1)\n    xi_attribute_post = graph(edges = edges)")
+    x = torch.randn(4, 4, dtype=torch.float64)
+    assert model(x, torch.zeros(2, 3, dtype=torch.int64)).shape == (4, 2)
+    with pytest.raises(InputError) as info:
+        model(x, torch.tensor([[0, 1], [1, 0]]))
+    assert "'edges' holds id 1" in str(info.value) and "1 feature (the attribute axis" in str(info.value)
+    assert isinstance(info.value, ValueError)  # what the checks it replaced raised
+
+
+def test_token_ids_and_shapes_are_refused_as_input_errors():
+    model = rpn2c.compile("model m {\n  input t: tokens[B, T]\n  y = embedding(t, vocab = 5, dim = 3)\n"
+                          "  return y\n}\n")
+    with pytest.raises(InputError, match=r"token id 5 .* out of range \[0, 5\)"):
+        model(torch.tensor([[1, 5]]))
+    with pytest.raises(InputError, match="integer token ids"):
+        model(torch.rand(1, 2))
+    with pytest.raises(InputError, match="input 't' must be tokens"):
+        model(torch.zeros(2, dtype=torch.int64))
+
+
+MASKED = """model m {{
+  input x: {x}
+  input mask: block_mask[{mask}]
+  y = head(x) {{
+    kappa = combinatorial_compression
+    xi_instance = bilinear({key} = mask)
+    out = 2
+  }}
+  return y
+}}
+"""
+
+
+def test_a_symbol_takes_one_size_across_the_inputs():
+    """Found as "size of tensor a (2) must match ... (3)" in SDPA: a [B, T] key padding given 3 rows for a batch of
+    2 (a block_mask with a bilinear ξ after a compressing κ)."""
+    model = rpn2c.compile(MASKED.format(x="sequence[B, T, 3]", mask="B, T", key="key_padding"))
+    x = torch.randn(2, 4, 3)
+    assert model(x, torch.zeros(2, 4, dtype=torch.bool)).shape == (2, 4, 2)
+    with pytest.raises(InputError, match=r"input 'mask' must be block_mask\[B, T\]: dimension 0 \(B\) is 3, but "
+                                         r"input 'x' has B = 2"):
+        model(x, torch.zeros(3, 4, dtype=torch.bool))
+    with pytest.raises(InputError, match=r"dimension 1 \(T\) is 5, but input 'x' has T = 4"):
+        model(x, mask=torch.zeros(2, 5, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_a_mask_that_cannot_fit_the_scores_is_refused_by_name(reference):
+    """Found as a broadcast RuntimeError in SDPA: a [T, T] key padding over an unbatched graph of 4 nodes."""
+    model = rpn2c.compile(MASKED.format(x="nodes[N, 3]", mask="T, T", key="key_padding"), reference=reference)
+    with pytest.raises(InputError, match=r"mask 'mask' \(key_padding\) has shape \[4, 4\], which does not fit the "
+                                         r"attention scores \[1, 4\]"):
+        model(torch.randn(4, 3), torch.zeros(4, 4, dtype=torch.bool))
+    ok = rpn2c.compile(MASKED.format(x="nodes[N, 3]", mask="N", key="key_padding"), reference=reference)
+    assert ok(torch.randn(4, 3), torch.tensor([False, True, False, False])).shape == (4, 2)
+
+
+def test_pagerank_that_needs_millions_of_power_steps_is_a_located_error():
+    """Found as a forward pass running for minutes (alpha = 1e-06: 27.6 million power steps)."""
+    with pytest.raises(rpn2c.SpecTypeError) as info:
+        rpn2c.check(GRAPH.format(settings="xi_instance = pagerank(edges = edges, alpha = 1e-06)"))
+    assert info.value.codes == ["E0303"] and "27,631,007 power steps" in str(info.value)
+    with pytest.raises(rpn2c.SpecTypeError):
+        rpn2c.check(GRAPH.format(settings="xi_instance = pagerank(edges = edges, iters = 1000000000)"))
+    # the dense solve has no steps, and alpha = 0.01 (2,749 steps) stays allowed
+    rpn2c.check(GRAPH.format(settings='xi_instance = pagerank(edges = edges, alpha = 1e-06, method = "solve")'))
+    rpn2c.check(GRAPH.format(settings="xi_instance = pagerank(edges = edges, alpha = 0.01)"))
+
+
+def test_a_manifold_kappa_propagates_nan_as_torch_does():
+    """Found by the held-out lanes: a recurrence with decay = 1e30 overflowed to NaN, and scikit-learn's Isomap
+    refused the NaN rows with a ValueError; a κ passes non-finite input on as NaN, as any torch op does."""
+    pytest.importorskip("sklearn")
+    model = rpn2c.compile("model m {\n  input x: sequence[B, 6, 4]\n  y = head(x) {\n    kappa = isomap(k = 2)\n"
+                          "    out = 3\n  }\n  return y\n}\n").double().eval()
+    x = torch.randn(2, 6, 4, dtype=torch.float64)
+    assert torch.isfinite(model(x)).all()
+    x[0, 2, 1] = float("nan")
+    with torch.no_grad():
+        y = model(x)
+    assert y.shape == (2, 6, 3) and torch.isnan(y).any()
+
+
+# ------------------------------------------------------------------------------------------------ the harness
+def test_minimise_keeps_the_failure_and_drops_the_rest(monkeypatch):
+    from rpn2c.runtime import fuzz_lanes
+    from rpn2c.runtime.fuzz import Outcome
+
+    def fake(text, *args, **kwargs):
+        text = text.decode() if isinstance(text, bytes) else text
+        return Outcome("failure", "boom") if "BOOM" in text and "keep" in text else Outcome("ok")
+
+    monkeypatch.setattr(fuzz_lanes, "run_one", fake)
+    source = "model m {\n  input x: vector[B, 4]\n  keep = head(x) { out = 2 }\n  y = BOOM(keep)\n  return y\n}\n"
+    small = fuzz_lanes.minimise(source, "boom")
+    assert "BOOM" in small and "keep" in small and len(small) < 20, small
+    assert fuzz_lanes.minimise("model m {}", "boom") == "model m {}"  # not failing: left as it is
+
+
+def test_a_lane_killed_by_timeout_records_the_input_in_flight(tmp_path, monkeypatch):
+    """A hang in C code ignores the per-input alarm: the outer ``timeout`` kills the lane, and the runner records a
+    failure and goes on (here the lane is killed while it starts, before its first input)."""
+    from rpn2c.runtime import fuzz_lanes
+
+    monkeypatch.setattr(fuzz_lanes, "GRACE", -1.5)
+    report = fuzz_lanes.run_lanes(1, 2.6, 123, tmp_path)
+    assert report["failures"] >= 1 and all("lane killed" in k for k in report["failure_kinds"])
+    assert json.loads((tmp_path / "report.json").read_text())["failures"] == report["failures"]
+    saved = (tmp_path / "failure_000.rpn").read_text()
+    assert saved.startswith("# fuzz failure: lane killed") and "seed 123" in saved
+
+
+def test_a_lane_streams_its_counts_and_failures(tmp_path):
+    from rpn2c.runtime.fuzz_lanes import lane
+
+    data = lane(500, 0.5, tmp_path)
+    assert data["inputs"] >= 1 and sum(data["counts"].values()) == data["inputs"]
+    assert json.loads((tmp_path / "progress.json").read_text())["next"] == 500 + data["inputs"]
+    assert (tmp_path / "failures.jsonl").read_text() == "" and not (tmp_path / "inflight").exists()
