@@ -41,6 +41,22 @@ def _generator(seed: int) -> torch.Generator:
     return torch.Generator(device="cpu").manual_seed(int(seed))
 
 
+MAX_FROZEN = 2**28  # entries (1 GiB in float32) of the frozen random matrices one ψ keeps
+
+
+def frozen_entries(spec, n: int, D: int, kwargs: dict) -> int:
+    """How many frozen random entries ψ keeps for an n x D matrix: 0 below the bound n·D·max(1, integer settings),
+    which holds every family's frozen matrices (so small specs check without torch), else drawn on the meta
+    device (nothing allocated)."""
+    ints = [v for v in kwargs.values() if isinstance(v, int) and not isinstance(v, bool)]
+    if spec.make_buffers is None or n * D * max([1, *ints]) <= MAX_FROZEN:
+        return 0
+    import torch
+
+    bufs = spec.make_buffers(n, D, **kwargs, generator=None, dtype=torch.float32, device="meta")
+    return sum(b.numel() for b in bufs.values())
+
+
 class _Functional(Reconciliation):
     """Base of the entries: ``functional`` names the family in ``RECONCILIATIONS``; HP fields of the same names as
     the family's keyword hyper-parameters are passed through; ``seed`` draws the frozen buffers."""
@@ -63,9 +79,7 @@ class _Functional(Reconciliation):
         except ValueError as exc:
             return f"{self.name}: {exc}"
         if self.spec.make_buffers is not None and isinstance(n, int) and isinstance(D, int):
-            # the frozen matrices' sizes, drawn on the meta device (nothing allocated)
-            bufs = self.spec.make_buffers(n, D, **self.fhp(), generator=None, dtype=torch.float32, device="meta")
-            frozen = sum(b.numel() for b in bufs.values())
+            frozen = frozen_entries(self.spec, n, D, self.fhp())
             if frozen > MAX_FROZEN:
                 return (f"{self.name} keeps {frozen:,} frozen random entries for n = {n}, D = {D} (at most "
                         f"{MAX_FROZEN:,}); lower out or the hidden width, or compress the input first")

@@ -49,6 +49,8 @@ def _psi_count(psi: str, n: int, D: int, kwargs: dict) -> int:
     try:
         spec = recon.get_reconciliation(psi)
         count = spec.num_params(n, D, **kwargs)
+        if psi == "masking" and not 0 <= kwargs.get("p", 0.5) <= 1:  # else only its frozen mask's draw refuses it
+            raise ValueError(f"masking p must be in [0, 1], got {kwargs['p']}")
         frozen = frozen_entries(spec, n, D, kwargs)
     except ValueError as exc:
         raise ShapeRuleError(f"reconciliation '{psi}' for a {n} x {D} matrix: {exc}") from None

@@ -10,6 +10,7 @@ from torch import nn
 
 from rpn2c.components.impl.base import XiModule
 from rpn2c.components.xi_attention import default_scale, windowed_flex_attention
+from rpn2c.errors import InputError
 from rpn2c.functional import flex_op, structure
 
 
@@ -17,7 +18,6 @@ class _BilinearXi(XiModule):
     axis = "instance"
 
     def __init__(self, hp, mq, mc, rank, aux_types):
-from rpn2c.errors import InputError
         super().__init__()
         self.hp = hp
         self.full = rank is None
