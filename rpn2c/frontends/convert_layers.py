@@ -137,6 +137,18 @@ def _pool(m, ctx: Context, rank: int, how: str, kernel, stride, padding, dilatio
     return ctx.head(x, [f"kappa = {kappa}({', '.join(args)})"], comment=comment, kind="compress", name=name)
 
 
+def _length_symbol(ctx: Context, x: Value) -> str:
+    """The sequence-length symbol of a new token input: T, or the next free one (S, U, ...) when another input
+    already holds T with another example length (a translation model's source and target)."""
+    taken = {sym: inp.example.shape[axis] for inp in ctx.builder.inputs for axis, sym in inp.item_dims.items()
+             if sym is not None}
+    length = x.shape[1]
+    for sym in ("T", "S", "U", "L", *(f"T{i}" for i in range(2, 99))):
+        if taken.get(sym, length) == length:
+            return sym
+    return "T"
+
+
 def max_pool(m, ctx: Context) -> Value:
     """nn.MaxPoolNd = a compression head: κ = patch_max (ceil_mode kept), ψ = eye."""
     if m.return_indices:
@@ -384,7 +396,7 @@ def embedding(m: nn.Embedding, ctx: Context) -> Value:
     if x.kind is None:
         if len(x.shape) != 2 or x.dtype is None or x.dtype.is_floating_point or x.dtype == torch.bool:
             ctx.fail(None, f"expected batched integer ids [B, T], got {x.dtype} {list(x.shape)}")
-        ctx.declare(x, "tokens", "tokens[B, {items}]", item_axis=1, item_symbol="T")
+        ctx.declare(x, "tokens", "tokens[B, {items}]", item_axis=1, item_symbol=_length_symbol(ctx, x))
     elif x.kind != "tokens":
         ctx.fail(None, f"it reads token ids, got a {x.kind} value {list(x.shape)}")
     kwargs = f"vocab = {m.num_embeddings}, dim = {m.embedding_dim}"

@@ -56,12 +56,14 @@ from rpn2c.functional.structure.patches import (  # noqa: F401
     aggregation_matrix,
 )
 
+from rpn2c.functional.structure.counts import pagerank_iterations  # noqa: F401,E402  (torch-free: shape rules)
+
 # the builders below need torch at import (custom operators among them): each module is imported on first use
 _LAZY = {name: module for module, names in {
     "chain": ("chain_matrix", "chain_edges", "multihop_chain", "chain_inverse_approx", "chain_exponential", "shift",
               "chain_apply", "chain_spectral_apply", "chain_inverse_apply", "chain_exp_apply"),
     "graph": ("check_edge_ids", "coalesce_edges", "graph_norm_weights", "graph_adjacency", "graph_propagate",
-              "multihop_graph", "multihop_propagate", "pagerank_matrix", "pagerank_iterations", "pagerank_propagate", "attention_edges",
+              "multihop_graph", "multihop_propagate", "pagerank_matrix", "pagerank_propagate", "attention_edges",
               "edge_softmax", "edge_aggregate", "DENSE_MAX", "DENSE_RATIO"),
     "band": ("band_blocked", "band_matrix", "band_outside"),
     "masks": ("additive_mask", "mask_term"),
@@ -89,7 +91,7 @@ __all__ = [
     "padding_matrix",
     "aggregation_matrix",
 ]
-__all__ += list(_LAZY)
+__all__ += [*_LAZY, "pagerank_iterations"]
 
 
 def __getattr__(name: str):

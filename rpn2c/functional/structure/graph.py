@@ -4,7 +4,6 @@ dense-or-CSR choice of the cached operator (``graph_cache``), gather/scatter pro
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Literal
 
 import torch
@@ -13,6 +12,7 @@ from torch import Tensor
 from rpn2c.errors import InputError
 from rpn2c.functional.structure._common import _to_sparse, SparseFormat
 from rpn2c.functional.structure.chain import _multihop
+from rpn2c.functional.structure.counts import pagerank_iterations  # noqa: F401  (also read by shape rules)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -163,7 +163,7 @@ def graph_adjacency(
 def check_edge_ids(edges: Tensor, n: int, name: str = "edges", axis: str = "instance") -> None:
     """Raise an :class:`InputError` naming the input, its largest id and the axis size unless every id of the edge
     list lies in ``[0, n)`` (eager calls; a compiled graph skips the check, as an embedding's does)."""
-    if torch.compiler.is_compiling() or edges.numel() == 0:
+    if torch.compiler.is_compiling() or edges.numel() == 0 or edges.device.type == "meta":
         return
     if edges.is_floating_point() or edges.is_complex() or edges.dtype == torch.bool:
         raise InputError(f"edge list '{name}' must hold integer node ids, got a {edges.dtype} tensor")
@@ -297,15 +297,6 @@ def pagerank_matrix(A: Tensor, alpha: float = 0.15) -> Tensor:
         A = A.to_dense()
     eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
     return torch.linalg.solve(eye - (1.0 - alpha) * A, alpha * eye.expand_as(A))
-
-
-def pagerank_iterations(alpha: float, tol: float) -> int:
-    """Power iterations ``K`` with ``(1-α)^{K+1} ≤ tol``: the truncation bound of :func:`pagerank_propagate`."""
-    if not 0.0 < alpha <= 1.0:
-        raise ValueError("alpha must be in (0, 1]")
-    if alpha == 1.0:
-        return 0
-    return max(math.ceil(math.log(tol) / math.log(1.0 - alpha)) - 1, 0)
 
 
 def pagerank_propagate(
