@@ -192,3 +192,15 @@ def test_bad_ties_and_parameters_are_located_errors(body, code, words):
             + body + "\n  return " + body.split("\n")[-1].split("=")[0].strip() + "\n}")
     message = _error(text)
     assert f"error[{code}]" in message and words in message, message
+
+
+@pytest.mark.parametrize("slot, call", [
+    ("xi_instance_prior", "graph_attention(edges = e, rank = 3, share_psi = true)"),
+    ("xi_instance", 'hybrid(parts = ["graph_attention", "graph"], edges = e, p1_rank = 3, p1_share_psi = true)'),
+])
+def test_share_psi_outside_the_heads_own_instance_slot_is_a_located_error(slot, call):
+    """GAT's one projection is the head's ψ: a graph_attention reading it anywhere else would have no ψ to read."""
+    text = (f"model m {{\n  input x: nodes[5, 4]\n  input e: edges[2, 6]\n  y = head(x) {{\n    {slot} = {call}\n"
+            "    out = 3\n  }\n  return y\n}\n")
+    message = _error(text)
+    assert "error[E0402]" in message and "share_psi" in message, message

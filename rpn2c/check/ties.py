@@ -176,6 +176,13 @@ class Tying:
         of its transpose with ``transpose = true``."""
         ok = True
         for h, t in zip(node.layer.heads, node.trace["heads"]):
+            for slot, use in h.xi.items():
+                parts = [part for part, _ in getattr(use.component, "parts", ())]
+                if any(getattr(c.hp, "share_psi", False) for c in parts) or (
+                        slot != "xi_instance" and getattr(use.component.hp, "share_psi", False)):
+                    self.diags.error("E0402", "share_psi = true scores with the head's own ψ: graph_attention takes "
+                                              "it only as the head's xi_instance itself", use.span)
+                    ok = False
             xi = h.xi.get("xi_instance")
             if xi is not None and getattr(xi.component.hp, "share_psi", False):
                 ok = _check_share_psi(h, t, xi, self.diags) and ok
