@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rpn2c.frontends.torch_import import Context, Value, lit, per_axis, register_converter
+from rpn2c.frontends.torch_import import LENGTH_SYMBOLS, Context, Value, lit, per_axis, register_converter
 
 
 def _tuple(v, rank: int) -> tuple[int, ...]:
@@ -143,7 +143,7 @@ def _length_symbol(ctx: Context, x: Value) -> str:
     taken = {sym: inp.example.shape[axis] for inp in ctx.builder.inputs for axis, sym in inp.item_dims.items()
              if sym is not None}
     length = x.shape[1]
-    for sym in ("T", "S", "U", "L", *(f"T{i}" for i in range(2, 99))):
+    for sym in LENGTH_SYMBOLS:
         if taken.get(sym, length) == length:
             return sym
     return "T"

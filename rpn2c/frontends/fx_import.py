@@ -53,7 +53,7 @@ from torch import nn
 from rpn2c.errors import Diagnostic, Span, SpecTypeError
 from rpn2c.frontends import fx_layout, fx_params
 from rpn2c.frontends.torch_import import (
-    ERROR_CODE, RESERVED, Context, RecordedCall, SpecBuilder, TorchImportError, Value, class_name, convert_module,
+    ERROR_CODE, LENGTH_SYMBOLS, RESERVED, Context, RecordedCall, SpecBuilder, TorchImportError, Value, class_name, convert_module,
     find_converter, library_of, lit,
 )
 
@@ -626,7 +626,7 @@ class _GraphConverter:
             sym = inp.item_dims.get(axis)
             if sym is None or seen.setdefault(sym, inp) is inp:
                 continue
-            new = next(c for c in ("S", "U", "L", *(f"T{i}" for i in range(2, 99))) if c not in used)
+            new = next(c for c in LENGTH_SYMBOLS[1:] if c not in used)
             used.add(new)
             seen[new] = inp
             inp.item_dims[axis] = new

@@ -76,10 +76,6 @@ def _is_param(gm, target) -> bool:
         return False
 
 
-def _name(node: fx.Node) -> Any:
-    return node.target if node.op == "call_method" else node.target
-
-
 def convert(conv, node: fx.Node, args: tuple, kwargs: dict) -> Any:
     """The node's spec value when it reads a parameter, positions or a mask made in forward, else :data:`PASS`."""
     flat: list = []
@@ -95,12 +91,12 @@ def convert(conv, node: fx.Node, args: tuple, kwargs: dict) -> Any:
         scaled = _scalar(conv, node, args, kwargs)
         if scaled is not PASS:
             return scaled
-        if node.op in ("call_method", "call_function") and _name(node) in ("eq", operator.eq, torch.eq, "ne",
+        if node.op in ("call_method", "call_function") and node.target in ("eq", operator.eq, torch.eq, "ne",
                                                                            operator.ne, torch.ne):
             return _token_mask(conv, node, args)
         return PASS
     first = args[0] if args else None
-    name = _name(node)
+    name = node.target
     out = conv.values.get(node)
     if isinstance(first, Positions) and name in ("unsqueeze", "expand", "expand_as", torch.unsqueeze,
                                                  operator.getitem, "contiguous", "to"):
@@ -132,7 +128,7 @@ def convert(conv, node: fx.Node, args: tuple, kwargs: dict) -> Any:
 def _scalar(conv, node: fx.Node, args: tuple, kwargs: dict) -> Any:
     """``x * c``, ``c * x``, ``x / c`` with a Python number c = the processing ``scale(by = c)``; ``x + P`` with P
     the sinusoidal table of x's length and width (a positional-encoding buffer) = ``sinusoidal_position(x)``."""
-    name = _name(node)
+    name = node.target
     if len(args) != 2 or kwargs:
         return PASS
     a, b = args
@@ -328,7 +324,7 @@ def _token_mask(conv, node: fx.Node, args: tuple) -> Any:
     ids = args[0]
     ctx = conv.ctx(node)
     ctx.declare(ids, "tokens", f"tokens[B, {ids.shape[1]}]" if len(ids.shape) == 2 else "tokens[B, T]")
-    keep = _name(node) in ("ne", operator.ne, torch.ne)
+    keep = node.target in ("ne", operator.ne, torch.ne)
     y = ctx.op("token_mask", [ids], f"pad = {args[1]}" + (", keep = true" if keep else ""), kind="mask",
                prefix="mask", comment=f"{ctx.where()} -> token_mask: True where ids {'!=' if keep else '=='} "
                                       f"{args[1]}")

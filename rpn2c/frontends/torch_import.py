@@ -44,6 +44,8 @@ from rpn2c.frontends.sharing import share_weights
 from rpn2c.syntax.format import literal as lit
 
 ERROR_CODE = "E0390"
+# sequence-length symbols in the order inputs take them (a second, independent length gets S, then U, ...)
+LENGTH_SYMBOLS = ("T", "S", "U", "L", *(f"T{i}" for i in range(2, 99)))
 
 # words a spec value may not be called: grammar keywords and the operations/processing the importer emits
 RESERVED = {
