@@ -20,6 +20,7 @@ from rpn2c.errors import (
     SpecTypeError,
     Span,
 )
+from rpn2c.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -30,21 +31,7 @@ __all__ = [
 
 globals().pop("check")  # the subpackage, bound by the import above: ``rpn2c.check`` is the entry point below
 
-_LAZY = {"check": "api", "check_file": "api", "compile": "api", "compile_file": "api",  # the checker, registry
-         "TorchSpec": "frontends", "from_torch": "frontends"}  # torch
-
-
-def __getattr__(name: str):
-    """The entry points, imported on first access (``rpn2c --help`` and ``rpn2c fmt`` need none of them)."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rpn2c' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"rpn2c.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+_LAZY = {"check": ".api", "check_file": ".api", "compile": ".api", "compile_file": ".api",  # the checker, registry
+         "TorchSpec": ".frontends", "from_torch": ".frontends"}  # torch
+# the entry points, imported on first access (``rpn2c --help`` and ``rpn2c fmt`` need none of them)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rpn2c"
 RANK = {
-    "errors": 0,
+    "errors": 0, "lazy": 0,  # located errors; names a module imports on first access
     "functional": 1, "syntax": 1, "data": 1,  # pure maths, the parser, data sets: no other stage
     "ir": 2,  # types, the IR graph, shape traces
     "components": 3,  # the registry: schema, shape rule, parameters, implementation

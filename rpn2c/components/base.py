@@ -16,6 +16,7 @@ from typing import ClassVar, TYPE_CHECKING
 
 from rpn2c.components.registry import Component
 from rpn2c.ir.types import Dim, TensorType
+from rpn2c.lazy import lazy_exports
 
 if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
     import torch
@@ -249,9 +250,4 @@ class Op(Component):
 _IMPL = ("PsiModule", "XiModule")  # the module bases, kept importable from here (importing torch on first access)
 
 
-def __getattr__(name: str):
-    if name in _IMPL:
-        from rpn2c.components.impl import base
-
-        return getattr(base, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, dict.fromkeys(_IMPL, "rpn2c.components.impl.base"), globals())[0]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TYPE_CHECKING
 
+from rpn2c.lazy import lazy_exports
 from rpn2c.functional.expansion import (
     TransformSpec,
     _dim_extended,
@@ -341,10 +342,5 @@ _MODULES = ("CombinatorialProbabilisticCompression", "IncrementalFeatureClusteri
             "IncrementalVarianceThreshold", "ManifoldCompression", "NaiveProbabilisticCompression", "RandomProjection")
 
 
-def __getattr__(name: str):
-    """The stateful compressions of (c), imported on first access (they subclass ``torch.nn.Module``)."""
-    if name in _MODULES:
-        from rpn2c.functional import compression_modules
-
-        return getattr(compression_modules, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# the stateful compressions of (c), imported on first access (they subclass ``torch.nn.Module``)
+__getattr__ = lazy_exports(__name__, dict.fromkeys(_MODULES, "rpn2c.functional.compression_modules"), globals())[0]

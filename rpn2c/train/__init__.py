@@ -12,7 +12,7 @@ A run's options, folder and run.yaml are :mod:`rpn2c.train.run`; the command lin
 (``train``), ``rpn2c.runtime.predict_cli`` (``eval``, ``predict``) and ``rpn2c.runtime.show``.
 """
 
-from importlib import import_module
+from rpn2c.lazy import lazy_exports
 
 _EXPORTS = {
     "Binding": "binding", "bind": "binding",
@@ -24,8 +24,5 @@ __all__ = ["BindError", "Binding", "CheckpointMismatch", "ConfigError", "History
            "evaluate", "fit", "loss_fn", "predict", "seed_everything"]
 
 
-def __getattr__(name: str):
-    """Lazy exports: ``import rpn2c.train.config`` (the CLI parser) does not pull in torch and the datasets."""
-    if name in _EXPORTS:
-        return getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# lazy exports: ``import rpn2c.train.config`` (the CLI parser) does not pull in torch and the datasets
+__getattr__ = lazy_exports(__name__, {name: f".{module}" for name, module in _EXPORTS.items()}, globals())[0]

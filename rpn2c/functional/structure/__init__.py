@@ -57,6 +57,7 @@ from rpn2c.functional.structure.patches import (  # noqa: F401
 )
 
 from rpn2c.functional.structure.counts import pagerank_iterations  # noqa: F401,E402  (torch-free: shape rules)
+from rpn2c.lazy import lazy_exports  # noqa: E402
 
 # the builders below need torch at import (custom operators among them): each module is imported on first use
 _LAZY = {name: module for module, names in {
@@ -94,18 +95,6 @@ __all__ = [
 __all__ += [*_LAZY, "pagerank_iterations"]
 
 
-def __getattr__(name: str):
-    """A builder of the chain, graph, band, masks, bilinear or graph-cache module, imported on first access (they
-    import torch, and the checker reads only the patch shapes above)."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+# a builder of the chain, graph, band, masks, bilinear or graph-cache module, imported on first access (they import
+# torch, and the checker reads only the patch shapes above)
+__getattr__, __dir__ = lazy_exports(__name__, {name: f".{module}" for name, module in _LAZY.items()}, globals())
