@@ -210,3 +210,20 @@ def test_gpu_workloads_match_and_step_at_tiny_sizes(name):
         _, step = harness.step_fns(module, ins, harness.amp_dtype(w, args), "cpu")
         step()
         assert all(p.grad is None for p in module.parameters())
+
+
+def test_kernel_counts_of_a_step_are_deterministic_and_fewer_for_packed_attention(tmp_path, capsys):
+    """``python -m benchmarks.kernels``: one profiled training step per side; the converted encoder layer (packed
+    heads, one SDPA) launches fewer top-level operators than nn.TransformerEncoderLayer, the same count twice."""
+    import json
+
+    from benchmarks import kernels
+
+    out = tmp_path / "k.json"
+    assert kernels.main(["--quick", "--workload", "transformer", "--json", str(out)]) == 0
+    row = json.loads(out.read_text())["rows"][0]
+    assert 0 < row["rpn2c"] < row["hand"]
+    assert f"| {row['rpn2c']} | {row['hand']} |" in capsys.readouterr().out
+    pair = W.WORKLOADS["lstm"].build(W.sizes_for(W.WORKLOADS["lstm"], True))
+    (x,) = pair.inputs(False)
+    assert kernels.count_step(pair.hand, (x,), "cpu") == kernels.count_step(pair.hand, (x,), "cpu")

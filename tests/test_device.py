@@ -84,8 +84,10 @@ def _loss(outputs) -> torch.Tensor:
     return sum(o.square().mean() for o in outputs if o.is_floating_point())
 
 
-def _assert_step_matches(got_model, want_model, got_values, want_values, out_tol, grad_tol):
-    """One forward and backward of each: equal outputs and parameter gradients (compared on the CPU)."""
+def _assert_step_matches(got_model, want_model, got_values, want_values, out_tol, grad_tol, grad_scale=0.0):
+    """One forward and backward of each: equal outputs and parameter gradients (compared on the CPU). A gradient's
+    absolute tolerance grows by ``grad_scale`` times its largest entry: float32 sums over many items (a sum pool
+    over 512 tokens) reach 1e4 and reassociate to ~1e-3 absolute, far above ``atol`` at the entries near 0."""
     want, got = _outputs(want_model(*want_values)), _outputs(got_model(*got_values))
     assert len(got) == len(want)
     for w, g in zip(want, got):
@@ -95,7 +97,9 @@ def _assert_step_matches(got_model, want_model, got_values, want_values, out_tol
     for (name, p), q in zip(got_model.named_parameters(), want_model.parameters()):
         if q.grad is not None:
             assert p.grad is not None, name
-            assert_close(p.grad.cpu(), q.grad.cpu(), **grad_tol, msg=name)
+            want_grad = q.grad.cpu()
+            tol = dict(grad_tol, atol=grad_tol["atol"] + grad_scale * float(want_grad.abs().max()))
+            assert_close(p.grad.cpu(), want_grad, **tol, msg=lambda m, name=name: f"{name}: {m}")
 
 
 @pytest.mark.parametrize("path, model", MODELS, ids=IDS)
@@ -122,7 +126,7 @@ def test_specs_compile_with_inductor_on_cuda(path, model, no_tf32):
     compiled = copy.deepcopy(eager)
     values = [v.to(DEVICE) for v in values]
     _assert_step_matches(torch.compile(compiled, fullgraph=True), eager, values, values,
-                         {"rtol": 1e-4, "atol": 1e-5}, {"rtol": 1e-3, "atol": 1e-5})
+                         {"rtol": 1e-4, "atol": 1e-5}, {"rtol": 1e-3, "atol": 1e-5}, grad_scale=1e-5)
 
 
 def _backbone(name):

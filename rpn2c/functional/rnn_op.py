@@ -63,6 +63,14 @@ def autocast_dtype(kernel: str, device_type: str, dtype: torch.dtype, autocast: 
 
 
 @torch.compiler.assume_constant_result
+def exporting() -> bool:
+    """``torch.export`` is capturing the graph (its own flag, read once per trace). Not
+    ``torch.compiler.is_exporting()``: dynamo before torch 2.13 folds that to True under ``torch.compile`` too."""
+    flag = getattr(torch.compiler, "_is_exporting_flag", None)
+    return bool(flag) if flag is not None else torch.compiler.is_exporting()
+
+
+@torch.compiler.assume_constant_result
 def _onednn_enabled() -> bool:
     """oneDNN on (``torch.backends.mkldnn.enabled``), a constant to the tracer."""
     return torch._C._get_mkldnn_enabled()
@@ -102,6 +110,21 @@ def _taped(kernel, x, hx, weights, has_bias, layers, bidirectional):
         return _run(kernel, leaves[0], leaves[1:n], leaves[n:], has_bias, layers, bidirectional, True), leaves
 
 
+def unaliased(tensors: list[Tensor], inputs) -> list[Tensor]:
+    """``tensors`` with every one that shares storage with an input or an earlier one copied, as a custom op's
+    returns must be: cuDNN's backward writes the weight gradients into one flat buffer and returns views of it."""
+    seen = {t.untyped_storage().data_ptr() for t in inputs}
+    out = []
+    for t in tensors:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in seen:
+            t = t.clone(memory_format=torch.contiguous_format)
+            ptr = t.untyped_storage().data_ptr()
+        seen.add(ptr)
+        out.append(t)
+    return out
+
+
 def _define(kernel: str):
     """``rpn2c::<kernel>`` and ``rpn2c::<kernel>_backward``, the forward differentiable through the latter."""
 
@@ -125,8 +148,8 @@ def _define(kernel: str):
             out, leaves = tape[1:] if tape is not None else _taped(kernel, x, hx, weights, has_bias, layers,
                                                                     bidirectional)
             grads = torch.autograd.grad(out, leaves, grad, allow_unused=True)
-        return [torch.zeros(t.shape, dtype=t.dtype, device=t.device) if g is None else g.contiguous()
-                for g, t in zip(grads, leaves)]
+        return unaliased([torch.zeros(t.shape, dtype=t.dtype, device=t.device) if g is None else g.contiguous()
+                          for g, t in zip(grads, leaves)], (grad, output, x, *hx, *weights))
 
     forward.__doc__ = (f"The output sequence ``[B, T, H·directions]`` of a stacked ``{kernel}`` without dropout "
                        "(batch-first).")

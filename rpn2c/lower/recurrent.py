@@ -93,7 +93,7 @@ class RecurrentModule(nn.Module):
         """The fused kernel runs as the opaque op ``rpn2c::<kernel>``: inside a compiled graph, wherever
         AOTAutograd would otherwise unroll it over time steps (:func:`rnn_op.compiled_route`); never in an
         exported program, which must load and run without rpn2c (torch.export, ONNX)."""
-        return (torch.compiler.is_compiling() and not torch.compiler.is_exporting()
+        return (torch.compiler.is_compiling() and not rnn_op.exporting()
                 and rnn_op.compiled_route(self.cell.kernel(), x.device.type, x.dtype, grad) == "opaque")
 
     def _dropout_between_ops(self, x, grad: bool) -> bool:

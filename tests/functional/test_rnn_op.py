@@ -130,3 +130,32 @@ def test_the_op_runs_in_its_inputs_dtype_under_autocast():
 ])
 def test_the_op_is_fed_the_dtype_eager_autocast_runs_the_kernel_in(kernel, device, dtype, autocast, want):
     assert rnn_op.autocast_dtype(kernel, device, dtype, autocast) == want
+
+
+def test_exporting_is_true_under_torch_export_only():
+    """The flag that keeps torch's own kernel in an exported program: False eagerly and under torch.compile
+    (dynamo before torch 2.13 folds ``torch.compiler.is_exporting()`` to True there), True under torch.export."""
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            return x + 1 if rnn_op.exporting() else x - 1
+
+    x = torch.zeros(2)
+    assert Probe()(x).tolist() == [-1.0, -1.0]
+    torch._dynamo.reset()
+    assert torch.compile(Probe(), fullgraph=True, backend="eager")(x).tolist() == [-1.0, -1.0]
+    assert torch.export.export(Probe(), (x,)).module()(x).tolist() == [1.0, 1.0]
+
+
+def test_backward_returns_share_no_storage_with_each_other_or_the_inputs():
+    """A custom op may not return aliases: views of one flat gradient buffer (cuDNN's weight gradients) and an
+    input passed through are copied, each value kept; a tensor of its own is returned as it is."""
+    flat = torch.arange(12.0)
+    given = torch.ones(3)
+    own = torch.full((2,), 7.0)
+    out = rnn_op.unaliased([flat[:6].view(2, 3), flat[6:], given, own], (given,))
+    assert [t.tolist() for t in out] == [[[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], list(range(6, 12)), [1.0] * 3, [7.0] * 2]
+    storages = [t.untyped_storage().data_ptr() for t in out] + [given.untyped_storage().data_ptr()]
+    assert len(set(storages)) == len(storages)
+    assert out[0].untyped_storage().data_ptr() == flat.untyped_storage().data_ptr()  # the first view is kept
+    assert out[3] is own
