@@ -16,7 +16,6 @@ from pygls.lsp.client import LanguageClient
 import rpn2c
 from rpn2c.components.registry import REGISTRY, SLOT_FAMILIES, lookup, names
 from rpn2c.passes import optimize
-from rpn2c.runtime.cli import main
 from rpn2c.runtime.lsp_features import VIEW_OUTPUT
 from rpn2c.syntax.format import format_program
 from rpn2c.syntax.parser import parse
@@ -249,11 +248,38 @@ def test_formatting_returns_the_rpn2c_fmt_text(session, workspace):
         lsp.DocumentFormattingParams(doc(path), opts)))) == []
 
 
-def test_lsp_without_pygls_names_the_extra(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "pygls", None)
-    monkeypatch.setitem(sys.modules, "pygls.lsp.server", None)
-    assert main(["lsp"]) == 2
-    assert 'pip install "rpn2c[lsp]"' in capsys.readouterr().err
+def test_the_server_runs_without_a_protocol_library(monkeypatch):
+    """`rpn2c lsp` is plain JSON-RPC: with pygls and lsprotocol unimportable it answers, publishes and exits."""
+    import io
+
+    from rpn2c.runtime.lsp import Server
+    from rpn2c.runtime.lsp_wire import read_message, write_message
+
+    for name in ("pygls", "pygls.lsp.server", "lsprotocol", "lsprotocol.types"):
+        monkeypatch.setitem(sys.modules, name, None)
+    uri = (ROOT / "specs" / "cnn.rpn").as_uri()
+    rx = io.BytesIO()
+    for message in ({"id": 1, "method": "initialize", "params": {"capabilities": {}}},
+                    {"method": "initialized", "params": {}},
+                    {"method": "textDocument/didOpen", "params": {"textDocument": {
+                        "uri": uri, "languageId": "rpn", "version": 3, "text": CNN.replace("out = 16", "out = nope")}}},
+                    {"id": 2, "method": "textDocument/nope", "params": {}},
+                    {"id": 3, "method": "shutdown"}, {"method": "exit"}):
+        write_message(rx, message)
+    rx.seek(0)
+    tx = io.BytesIO()
+    assert Server(rx, tx).serve() == 0
+    tx.seek(0)
+    out = []
+    while (message := read_message(tx)) is not None:
+        out.append(message)
+    assert out[0]["id"] == 1 and out[0]["result"]["serverInfo"]["name"] == "rpn2c"
+    (published,) = [m["params"] for m in out if m.get("method") == "textDocument/publishDiagnostics"]
+    assert published["uri"] == uri and published["version"] == 3
+    (diag,) = published["diagnostics"]
+    assert diag["code"] == "E0202" and "'nope'" in diag["message"] and diag["severity"] == 1
+    assert next(m for m in out if m.get("id") == 2)["error"]["code"] == -32601  # method not found
+    assert next(m for m in out if m.get("id") == 3)["result"] is None
 
 
 def test_ranges_are_in_the_clients_utf16_units(session, workspace):

@@ -1,5 +1,6 @@
 """Start-up stays fast: importing the package, checking and formatting a spec, ``rpn2c --help`` and the language
-server's first diagnostic import neither torch nor ``torch._dynamo`` (importing torch alone costs seconds).
+server's first diagnostic import neither torch nor ``torch._dynamo`` (importing torch alone costs seconds), nor an LSP
+library (the server speaks JSON-RPC itself; ``lsprotocol.types`` alone is a third of a second).
 
 Each case runs in a fresh interpreter (``sys.modules`` of this test process already holds torch) and reports which
 of the heavy modules it loaded; the language server is driven over stdio with real LSP messages.
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "torch._dynamo")
+HEAVY = ("torch", "torch._dynamo", "pygls", "lsprotocol")  # the server needs no LSP library either
 REPORT = "import sys; print(json.dumps([m for m in HEAVY if m in sys.modules]))"
 
 

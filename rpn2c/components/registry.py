@@ -59,7 +59,7 @@ SLOT_FAMILIES: dict[str, tuple[str, ...]] = {
 class HP(BaseModel):
     """Base of every hyper-parameter schema: unknown keys are errors, values are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True, defer_build=True)
 
 
 class Component:

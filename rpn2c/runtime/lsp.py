@@ -1,22 +1,46 @@
-"""``rpn2c lsp``: a language server for `.rpn` files on pygls (the ``lsp`` extra), speaking over stdin/stdout.
+"""``rpn2c lsp``: a language server for `.rpn` files, speaking the LSP over stdin/stdout.
 
-Diagnostics come from the real checker on every change (all errors, their codes, did-you-mean hints as quick
-fixes), hover and completion from the component registry, formatting from ``rpn2c fmt``; the analysis itself is
-:mod:`rpn2c.runtime.editor`.
+Diagnostics come from the real checker (all errors, their codes, did-you-mean hints as quick fixes), checked again
+once typing pauses (``DEBOUNCE``; ``initializationOptions.debounce_ms`` overrides) and at once on open and save; the
+requests (hover, completion, definition, formatting, outline, references, signature help, inlay hints, code lenses,
+``rpn2c.viewOutput``) are :mod:`rpn2c.runtime.lsp_features`. The wire is :mod:`rpn2c.runtime.lsp_wire`: plain
+JSON-RPC with no protocol library, so the first diagnostics arrive as soon as the checker has loaded.
 """
 
 from __future__ import annotations
 
-import asyncio
+import queue
 import re
+import sys
+import threading
+import time
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
-from rpn2c.errors import Span, SpecError
-from rpn2c.runtime.common import EXIT_OK, _Usage
+from rpn2c.errors import Span
+from rpn2c.runtime.common import EXIT_OK
+from rpn2c.runtime.lsp_wire import (INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, SERVER_NOT_INITIALIZED,
+                                    Document, ResponseError, read_message, write_message)
 
 NAME = "rpn2c"
-DEBOUNCE = 0.15  # seconds without a change before a changed document is checked (``debounce_ms`` overrides)
-INSTALL_HINT = "`rpn2c lsp` needs the language-server packages: pip install \"rpn2c[lsp]\""
+VIEW_OUTPUT = "rpn2c.viewOutput"
+CAPABILITIES = {
+    "positionEncoding": "utf-16",
+    "textDocumentSync": {"openClose": True, "change": 2, "save": {"includeText": False}},  # 2: incremental
+    "hoverProvider": True,
+    "completionProvider": {"triggerCharacters": ["=", "(", ",", "[", "."], "resolveProvider": True},
+    "definitionProvider": True,
+    "documentFormattingProvider": True,
+    "codeActionProvider": {"codeActionKinds": ["quickfix"]},
+    "documentSymbolProvider": True,
+    "referencesProvider": True,
+    "signatureHelpProvider": {"triggerCharacters": ["(", ","], "retriggerCharacters": ["="]},
+    "inlayHintProvider": {"resolveProvider": False},
+    "codeLensProvider": {"resolveProvider": False},
+    "executeCommandProvider": {"commands": [VIEW_OUTPUT]},
+}
+DEBOUNCE = 0.15  # seconds without a change before a changed document is checked
+ERROR, LOG_ERROR = 1, 1  # DiagnosticSeverity.Error, MessageType.Error
 _SUGGESTED = re.compile(r"did you mean '([A-Za-z_][A-Za-z0-9_.]*)'\?")
 
 
@@ -29,206 +53,228 @@ def register(sub) -> None:
 
 
 def cmd_lsp(args) -> int:
-    create_server().start_io()
-    return EXIT_OK
+    return Server(sys.stdin.buffer, sys.stdout.buffer).serve()
 
 
-def create_server():
-    """A pygls ``LanguageServer`` with every feature registered; a usage error names the extra when pygls is
-    missing."""
-    try:
-        from lsprotocol import types as lsp
-        from pygls.lsp.server import LanguageServer
-        from pygls.workspace.position_codec import ServerTextPosition, ServerTextRange
-    except ImportError:
-        raise _Usage(INSTALL_HINT) from None
-    from rpn2c import __version__
-    from rpn2c.runtime import editor, lsp_features
+def uri_path(uri: str) -> Path | None:
+    """The file a ``file:`` URI names (None for other schemes)."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "file":
+        return None
+    path = unquote(parsed.path)
+    if re.match(r"^/[A-Za-z]:", path):  # file:///C:/... on Windows
+        path = path[1:]
+    return Path(path)
 
-    server = LanguageServer(NAME, __version__)
-    server.debounce = DEBOUNCE
 
-    def document(uri: str):
-        doc = server.workspace.get_text_document(uri)
-        path = Path(doc.path) if doc.path else None
-        return doc, doc.source, path
+def span_range(doc: Document, span: Span) -> dict:
+    """The client range of a 1-based checker span (at least one character wide)."""
+    line, col = max(span.line - 1, 0), max(span.col - 1, 0)
+    end_line, end_col = max(span.end_line - 1, line), max(span.end_col - 1, 0)
+    if (end_line, end_col) <= (line, col):
+        end_line, end_col = line, col + 1
+    return doc.client_range(line, col, end_line, end_col)
 
-    def span_range(span) -> lsp.Range:
-        line, col = max(span.line - 1, 0), max(span.col - 1, 0)
-        end_line, end_col = max(span.end_line - 1, line), max(span.end_col - 1, 0)
-        if (end_line, end_col) <= (line, col):
-            end_line, end_col = line, col + 1
-        return lsp.Range(lsp.Position(line, col), lsp.Position(end_line, end_col))
 
-    def client_range(doc, rng: lsp.Range) -> lsp.Range:
-        server_range = ServerTextRange(ServerTextPosition(rng.start.line, rng.start.character),
-                                       ServerTextPosition(rng.end.line, rng.end.character))
-        return doc.range_to_client_units(server_range)
+class Server:
+    """One client on ``rx``/``tx``: the LSP lifecycle, open documents, cached analyses and debounced checks."""
 
-    def to_lsp(doc, text: str, file: str, d) -> lsp.Diagnostic:
-        message, related = d.message, []
-        if d.span.file == file:
-            rng = client_range(doc, span_range(d.span))
-        else:  # an error inside an imported file: shown on the import that brings it in
-            rng = client_range(doc, _import_range(text, d.span.file, span_range))
-            message = f"{d.span}: {d.message}"
-        for span, note in d.notes:
-            if span.file == file:
-                related.append(lsp.DiagnosticRelatedInformation(
-                    lsp.Location(doc.uri, client_range(doc, span_range(span))), note))
-        if d.suggestion:
-            message += f"\nhelp: {d.suggestion}"
-        match = _SUGGESTED.search(d.suggestion or "")
-        data = {"replace": match[1]} if match and d.span.file == file else None
-        return lsp.Diagnostic(rng, message, severity=lsp.DiagnosticSeverity.Error, code=d.code, source=NAME,
-                              related_information=related or None, data=data)
+    def __init__(self, rx, tx, debounce: float = DEBOUNCE):
+        self.rx, self.tx, self.debounce = rx, tx, debounce
+        self.docs: dict[str, Document] = {}
+        self.cache: dict[str, object] = {}  # uri -> the analysis of its latest checked text
+        self.due: dict[str, float] = {}  # uri -> when its debounced check runs
+        self.checks = 0
+        self.state = "new"  # new -> running -> shut down
+        self.inbox: queue.Queue = queue.Queue()
+        self.requests = {"initialize": self.initialize, "shutdown": self.shutdown}
+        self.features: dict | None = None  # the other requests' handlers, loaded after ``initialize`` is answered
+        self.notifications = {"initialized": None, "exit": None, "textDocument/didOpen": self.did_open,
+                              "textDocument/didChange": self.did_change, "textDocument/didSave": self.did_save,
+                              "textDocument/didClose": self.did_close,
+                              "workspace/didChangeConfiguration": None}
 
-    cache: dict[str, object] = {}  # uri -> the analysis of its latest checked text
-    timers: dict[str, asyncio.TimerHandle] = {}
-    server.checks = 0  # how many times a text was checked (the debounce keeps it below the changes)
+    # -------------------------------------------------------------------------------------------- loop
+    def serve(self) -> int:
+        """Answer messages until ``exit`` (0 after ``shutdown``, else 1) or the end of input."""
+        threading.Thread(target=self._read, daemon=True).start()
+        while True:
+            wait = min(self.due.values(), default=None)
+            try:
+                item = self.inbox.get(timeout=None if wait is None else max(wait - time.monotonic(), 0))
+            except queue.Empty:
+                self._publish_due()
+                continue
+            if item is None:
+                return EXIT_OK
+            if isinstance(item, ResponseError):
+                self._send({"id": None, "error": {"code": item.code, "message": str(item)}})
+                continue
+            if item.get("method") == "exit":
+                return EXIT_OK if self.state == "shut down" else 1
+            self._dispatch(item)
 
-    def analysis_of(uri: str):
+    def _read(self) -> None:
+        while True:
+            try:
+                message = read_message(self.rx)
+            except ResponseError as exc:
+                self.inbox.put(exc)
+                continue
+            self.inbox.put(message)
+            if message is None:
+                return
+
+    def _dispatch(self, message: dict) -> None:
+        method, params, ident = message.get("method"), message.get("params") or {}, message.get("id")
+        if method is None:
+            return  # a response to a request of ours: none are sent
+        if ident is None:
+            handler = self.notifications.get(method)
+            if handler is not None and self.state == "running":
+                self._guarded(handler, params)
+            return
+        try:
+            if method != "initialize" and self.state == "new":
+                raise ResponseError(SERVER_NOT_INITIALIZED, f"'{method}' before 'initialize'")
+            if self.state == "shut down":
+                raise ResponseError(INVALID_REQUEST, f"'{method}' after 'shutdown'")
+            handler = self.requests.get(method) or self.feature(method)
+            if handler is None:
+                raise ResponseError(METHOD_NOT_FOUND, f"method not found: {method}")
+            self._send({"id": ident, "result": handler(params)})
+        except ResponseError as exc:
+            self._send({"id": ident, "error": {"code": exc.code, "message": str(exc)}})
+        except Exception as exc:  # a bug in a feature answers its request, the server stays up
+            self._send({"id": ident, "error": {"code": INTERNAL_ERROR, "message": f"{type(exc).__name__}: {exc}"}})
+
+    def feature(self, method: str):
+        """The handler of request ``method`` among the features (:mod:`rpn2c.runtime.lsp_features`), or None."""
+        if self.features is None:
+            from rpn2c.runtime import lsp_features
+
+            self.features = lsp_features.requests(self)
+        return self.features.get(method)
+
+    def _guarded(self, handler, params) -> None:
+        try:
+            handler(params)
+        except Exception as exc:  # a notification has no answer: tell the user in the editor's log
+            self.notify("window/logMessage", {"type": LOG_ERROR, "message": f"rpn2c: {type(exc).__name__}: {exc}"})
+
+    def _send(self, message: dict) -> None:
+        write_message(self.tx, message)
+
+    def notify(self, method: str, params: dict) -> None:
+        self._send({"method": method, "params": params})
+
+    # -------------------------------------------------------------------------------------------- lifecycle
+    def initialize(self, params: dict) -> dict:
+        from rpn2c import __version__
+
+        options = params.get("initializationOptions")
+        debounce = options.get("debounce_ms") if isinstance(options, dict) else None
+        if isinstance(debounce, (int, float)) and not isinstance(debounce, bool) and 0 <= debounce <= 10_000:
+            self.debounce = debounce / 1000
+        self.state = "running"
+        return {"capabilities": CAPABILITIES, "serverInfo": {"name": NAME, "version": __version__}}
+
+    def shutdown(self, params) -> None:
+        self.state = "shut down"
+        return None
+
+    # -------------------------------------------------------------------------------------------- documents
+    def document(self, uri: str) -> Document:
+        """An open document, or the file the URI names read from disk."""
+        doc = self.docs.get(uri)
+        if doc is not None:
+            return doc
+        path = uri_path(uri)
+        try:
+            text = path.read_text(encoding="utf-8") if path is not None else ""
+        except OSError:
+            text = ""
+        return Document(uri, text)
+
+    def analysis_of(self, uri: str):
         """The analysis of the document's current text: cached while the text is unchanged."""
         from rpn2c.runtime.analysis import analyse
 
-        doc, text, path = document(uri)
-        a = cache.get(uri)
-        if a is None or a.text != text:
-            server.checks += 1
-            a = cache[uri] = analyse(text, str(path) if path else uri, path=path)
+        doc, path = self.document(uri), uri_path(uri)
+        a = self.cache.get(uri)
+        if a is None or a.text != doc.text:
+            self.checks += 1
+            a = self.cache[uri] = analyse(doc.text, str(path) if path else uri, path=path)
         return a
 
-    def publish(uri: str, version: int | None = None) -> None:
-        timers.pop(uri, None)
-        doc, text, path = document(uri)
-        a = analysis_of(uri)  # imports confined as `rpn2c check` does
-        items = [to_lsp(doc, text, a.file, d) for d in a.diagnostics]
-        server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri, items, version))
+    def publish(self, uri: str) -> None:
+        self.due.pop(uri, None)
+        doc = self.document(uri)
+        a = self.analysis_of(uri)
+        params = {"uri": uri, "diagnostics": [self._diagnostic(doc, a.file, d) for d in a.diagnostics]}
+        if doc.version is not None:
+            params["version"] = doc.version
+        self.notify("textDocument/publishDiagnostics", params)
 
-    def publish_later(uri: str, version: int | None) -> None:
-        """Check once typing pauses: each change restarts the wait; the latest text wins."""
-        if uri in timers:
-            timers.pop(uri).cancel()
-        timers[uri] = asyncio.get_running_loop().call_later(server.debounce, lambda: publish(uri, version))
+    def _publish_due(self) -> None:
+        now = time.monotonic()
+        for uri in [u for u, t in self.due.items() if t <= now]:
+            self._guarded(self.publish, uri)
 
-    @server.feature(lsp.INITIALIZE)
-    def initialize(ls, params: lsp.InitializeParams):
-        options = params.initialization_options if isinstance(params.initialization_options, dict) else {}
-        debounce = options.get("debounce_ms")
-        if isinstance(debounce, (int, float)) and not isinstance(debounce, bool) and 0 <= debounce <= 10_000:
-            server.debounce = debounce / 1000
+    def _diagnostic(self, doc: Document, file: str, d) -> dict:
+        message, related = d.message, []
+        if d.span.file == file:
+            rng = span_range(doc, d.span)
+        else:  # an error inside an imported file: shown on the import that brings it in
+            rng = span_range(doc, _import_span(doc.text, d.span.file))
+            message = f"{d.span}: {d.message}"
+        for span, note in d.notes:
+            if span.file == file:
+                related.append({"location": {"uri": doc.uri, "range": span_range(doc, span)}, "message": note})
+        if d.suggestion:
+            message += f"\nhelp: {d.suggestion}"
+        out = {"range": rng, "message": message, "severity": ERROR, "source": NAME}
+        if d.code:
+            out["code"] = d.code
+        if related:
+            out["relatedInformation"] = related
+        match = _SUGGESTED.search(d.suggestion or "")
+        if match and d.span.file == file:
+            out["data"] = {"replace": match[1]}
+        return out
 
-    @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
-    def did_open(ls, params: lsp.DidOpenTextDocumentParams):
-        publish(params.text_document.uri, params.text_document.version)
+    def did_open(self, params: dict) -> None:
+        item = params["textDocument"]
+        self.docs[item["uri"]] = Document(item["uri"], item.get("text", ""), item.get("version"))
+        self.publish(item["uri"])
 
-    @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
-    def did_change(ls, params: lsp.DidChangeTextDocumentParams):
-        publish_later(params.text_document.uri, params.text_document.version)
+    def did_change(self, params: dict) -> None:
+        """Apply the changes; check once typing pauses (each change restarts the wait; the latest text wins)."""
+        ident = params["textDocument"]
+        doc = self.docs.get(ident["uri"])
+        if doc is None:
+            return
+        for change in params.get("contentChanges", []):
+            doc.apply(change)
+        doc.version = ident.get("version", doc.version)
+        self.due[doc.uri] = time.monotonic() + self.debounce
 
-    @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
-    def did_save(ls, params: lsp.DidSaveTextDocumentParams):
-        cache.pop(params.text_document.uri, None)  # an imported file may have changed on disk
-        publish(params.text_document.uri)
+    def did_save(self, params: dict) -> None:
+        uri = params["textDocument"]["uri"]
+        self.cache.pop(uri, None)  # an imported file may have changed on disk
+        if uri in self.docs:
+            self.publish(uri)
 
-    @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
-    def did_close(ls, params: lsp.DidCloseTextDocumentParams):
-        cache.pop(params.text_document.uri, None)
-        if params.text_document.uri in timers:
-            timers.pop(params.text_document.uri).cancel()
-        server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(params.text_document.uri, []))
-
-    def position(doc, pos: lsp.Position) -> tuple[int, int]:
-        p = doc.position_from_client_units(pos)
-        return p.line, p.character
-
-    @server.feature(lsp.TEXT_DOCUMENT_HOVER)
-    def hover(ls, params: lsp.HoverParams):
-        doc, text, path = document(params.text_document.uri)
-        line, col = position(doc, params.position)
-        h = lsp_features.value_hover(analysis_of(params.text_document.uri), text, line, col) or editor.hover(
-            text, line, col, path=path)
-        if h is None:
-            return None
-        rng = lsp.Range(lsp.Position(h.line, h.col), lsp.Position(h.line, h.end_col))
-        return lsp.Hover(lsp.MarkupContent(lsp.MarkupKind.Markdown, h.markdown), client_range(doc, rng))
-
-    kinds = {"component": lsp.CompletionItemKind.Function, "hyper-parameter": lsp.CompletionItemKind.Property,
-             "setting": lsp.CompletionItemKind.Field, "keyword": lsp.CompletionItemKind.Keyword,
-             "block": lsp.CompletionItemKind.Class, "module": lsp.CompletionItemKind.Module,
-             "parameter": lsp.CompletionItemKind.Variable}
-
-    @server.feature(lsp.TEXT_DOCUMENT_COMPLETION,
-                    lsp.CompletionOptions(trigger_characters=["=", "(", ",", "[", "."], resolve_provider=True))
-    def completion(ls, params: lsp.CompletionParams):
-        doc, text, path = document(params.text_document.uri)
-        items = editor.complete(text, *position(doc, params.position), path=path)
-        return lsp.CompletionList(is_incomplete=False, items=[
-            lsp.CompletionItem(c.label, kind=kinds[c.kind], detail=c.detail or None,
-                               documentation=lsp.MarkupContent(lsp.MarkupKind.Markdown, c.documentation)
-                               if c.documentation else None,
-                               data={"family": c.family} if c.family else None)
-            for c in items])
-
-    @server.feature(lsp.COMPLETION_ITEM_RESOLVE)
-    def completion_resolve(ls, item: lsp.CompletionItem):
-        """A component's full documentation, fetched only for the item the user looks at."""
-        family = item.data.get("family") if isinstance(item.data, dict) else None
-        entry = editor.component(item.label, (family,)) if family in editor.FAMILIES else None
-        if entry is not None:
-            item.documentation = lsp.MarkupContent(lsp.MarkupKind.Markdown, editor.component_markdown(entry))
-        return item
-
-    @server.feature(lsp.TEXT_DOCUMENT_DEFINITION)
-    def definition(ls, params: lsp.DefinitionParams):
-        doc, text, path = document(params.text_document.uri)
-        out = []
-        for loc in editor.definition(text, *position(doc, params.position), path=path):
-            rng = lsp.Range(lsp.Position(loc.line, loc.col), lsp.Position(loc.line, loc.end_col))
-            if loc.path is None or (path is not None and loc.path == path.resolve()):
-                out.append(lsp.Location(doc.uri, client_range(doc, rng)))
-            else:
-                out.append(lsp.Location(loc.path.as_uri(), rng))
-        return out or None
-
-    @server.feature(lsp.TEXT_DOCUMENT_FORMATTING)
-    def formatting(ls, params: lsp.DocumentFormattingParams):
-        doc, text, path = document(params.text_document.uri)
-        try:
-            formatted = editor.format_text(text, str(path) if path else params.text_document.uri)
-        except SpecError:
-            return None  # the diagnostics already show the parse error
-        if formatted == text:
-            return []
-        end = doc.client_position_at_offset(len(text)) if text else lsp.Position(0, 0)
-        return [lsp.TextEdit(lsp.Range(lsp.Position(0, 0), end), formatted)]
-
-    @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION,
-                    lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix]))
-    def code_action(ls, params: lsp.CodeActionParams):
-        doc = server.workspace.get_text_document(params.text_document.uri)
-        actions = []
-        for diag in params.context.diagnostics:
-            replace = (diag.data or {}).get("replace") if isinstance(diag.data, dict) else None
-            if diag.source != NAME or not replace:
-                continue
-            current = doc.text_in_client_range(diag.range)
-            name = re.match(r"[A-Za-z_][A-Za-z0-9_.]*", current)
-            if name is None:
-                continue
-            start = diag.range.start
-            rng = lsp.Range(start, lsp.Position(start.line, start.character + len(name[0])))
-            edit = lsp.WorkspaceEdit(changes={doc.uri: [lsp.TextEdit(rng, replace)]})
-            actions.append(lsp.CodeAction(f"Change '{name[0]}' to '{replace}'", kind=lsp.CodeActionKind.QuickFix,
-                                          diagnostics=[diag], edit=edit, is_preferred=True))
-        return actions or None
-
-    lsp_features.register(server, lsp, document, client_range, analysis_of)
-    return server
+    def did_close(self, params: dict) -> None:
+        uri = params["textDocument"]["uri"]
+        self.docs.pop(uri, None)
+        self.cache.pop(uri, None)
+        self.due.pop(uri, None)
+        self.notify("textDocument/publishDiagnostics", {"uri": uri, "diagnostics": []})
 
 
-def _import_range(text: str, file: str, span_range):
-    """The range of the ``import`` that brings in ``file`` (matched by file name), else of the first import."""
+def _import_span(text: str, file: str) -> Span:
+    """The span of the ``import`` that brings in ``file`` (matched by file name), else of the first import."""
     from rpn2c.runtime.editor import outline
 
     imports = outline(text).imports
@@ -237,5 +283,5 @@ def _import_range(text: str, file: str, span_range):
     if tok is None and imports:
         tok = next(iter(imports.values()))[1]
     if tok is None:
-        return span_range(Span(file, 1, 1, 1, 2))
-    return span_range(Span(file, tok.line, tok.column, tok.end_line, tok.end_column))
+        return Span(file, 1, 1, 1, 2)
+    return Span(file, tok.line, tok.column, tok.end_line, tok.end_column)
