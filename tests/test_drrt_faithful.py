@@ -120,9 +120,8 @@ def test_drrt_equals_the_seed_equations(reference):
     model = rpn2c.compile_file(SPEC, reference=reference).double()
     theirs = dict(module.named_parameters())
     link = links(module)
-    state = {k: torch.zeros_like(v) for k, v in model.state_dict().items()}  # b_hh: the seed has one b_h
-    state |= {k: theirs[t].detach() * f for k, (t, f) in link.items()}
-    assert set(state) == set(link) | {f"{r}.bias_hh_l0" for r in RNNS}
+    state = {k: theirs[t].detach() * f for k, (t, f) in link.items()}
+    assert set(state) == set(model.state_dict())  # every spec value is one of the seed's, b_h once
     model.load_state_dict(state, strict=True)
     a, b = _rand(3, N, FA), _rand(3, M, FB, seed=1)
     want, got = module(a, b), model(a, b)
@@ -131,16 +130,13 @@ def test_drrt_equals_the_seed_equations(reference):
     (want * w).sum().backward()
     (got * w).sum().backward()
     for k, p in model.named_parameters():  # each tensor once: a tied one under its first path
-        if k.endswith("bias_hh_l0"):  # b_h = b_ih + b_hh: both receive b_h's gradient
-            assert_close(p.grad, theirs[link[k.replace("hh", "ih")][0]].grad, msg=f"gradient of {k}")
-            continue
         t, f = link[k]
         assert_close(p.grad * f, theirs[t].grad, msg=f"gradient of {k}")
 
 
 def test_drrt_shares_w_t_and_one_score_pair():
     """W_t is one tensor for both directions; the four maps score with one (W_a', W_b') pair, the β maps with
-    its factors swapped; the free parameters are the torch module's (b_ih + b_hh is its one b_h)."""
+    its factors swapped; the free parameters are the torch module's, one b_h per recurrence included."""
     graph = rpn2c.check_file(SPEC)
     model = rpn2c.compile_file(SPEC)
     assert model.tba.psi.weight is model.tab.psi.weight
@@ -148,10 +144,9 @@ def test_drrt_shares_w_t_and_one_score_pair():
     assert model.bg.xi.w_q is model.ag.xi.w_k and model.bg.xi.w_k is model.ag.xi.w_q
     assert model.br.xi.w_q is model.ag.xi.w_k and model.br.xi.w_k is model.ag.xi.w_q
     assert {graph.node(r).tie for r in ("ar", "bg", "br")} == {"ag"} and graph.node("tba").tie == "tab"
-    torch_free = sum(p.numel() for p in DRRT().parameters())
-    b_hh = sum(model.get_submodule(r).bias_hh_l0.numel() for r in RNNS)
-    assert graph.param_count - b_hh == torch_free
+    assert graph.param_count == sum(p.numel() for p in DRRT().parameters())
     assert sum(p.numel() for p in model.parameters()) == graph.param_count
+    assert not any(hasattr(model.get_submodule(r), "bias_hh_l0") for r in RNNS)
 
 
 def test_drrt_maps_are_relations_recurred_over_rows():

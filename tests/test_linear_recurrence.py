@@ -94,11 +94,15 @@ def test_recurrence_matrix_is_seed_004s_block_toeplitz_matrix(reverse):
 
 
 # ------------------------------------------------------------------------------------------------ the cells
+def _bias(bias):
+    return f'"{bias}"' if isinstance(bias, str) else str(bias).lower()
+
+
 def _cell_text(cell, F, H, L, bi, bias, with_state):
     S = L * (2 if bi else 1)
     state = f"  input h0: state[{S}, B, {H}]\n" if with_state else ""
     return (f"model m {{\n  input x: sequence[B, T, {F}]\n{state}  y = recurrent(x) {{ cell = {cell}  out = {H}"
-            f"  layers = {L}  bidirectional = {str(bi).lower()}  bias = {str(bias).lower()}"
+            f"  layers = {L}  bidirectional = {str(bi).lower()}  bias = {_bias(bias)}"
             f"{'  state = h0' if with_state else ''} }}\n  return y\n}}\n")
 
 
@@ -122,13 +126,16 @@ def _cell_by_hand(model, cell, x, h0, L, bi):
 
 
 @given(cell=st.sampled_from(["linear", "diagonal"]), F=st.integers(1, 3), H=st.integers(1, 4), L=st.integers(1, 2),
-       bi=st.booleans(), bias=st.booleans(), with_state=st.booleans(), T=LENGTHS)
+       bi=st.booleans(), bias=st.sampled_from([True, False, "single"]), with_state=st.booleans(), T=LENGTHS)
 @settings(max_examples=_n(30), deadline=None)
 def test_linear_cells_equal_hand_written_loops_in_both_lowerings(cell, F, H, L, bi, bias, with_state, T):
+    """``bias = "single"`` (linear cell): ``h_t = A h_{t−1} + W_ih x_t + b``, one b; the diagonal cell has one."""
+    if cell == "diagonal" and bias == "single":
+        bias = True
     text = _cell_text(cell, F, H, L, bi, bias, with_state)
     S, G = L * (2 if bi else 1), H if cell == "diagonal" else H * H
-    per_layer = [H * F + G + (H if cell == "diagonal" else 2 * H) * bias]
-    per_layer += [H * H * (2 if bi else 1) + G + (H if cell == "diagonal" else 2 * H) * bias] * (L - 1)
+    b = 0 if not bias else H if cell == "diagonal" or bias == "single" else 2 * H
+    per_layer = [H * F + G + b] + [H * H * (2 if bi else 1) + G + b] * (L - 1)
     assert rpn2c.check(text).param_count == sum(per_layer) * (2 if bi else 1)
     x = _rand(2, T, F, seed=1)
     h0 = _rand(S, 2, H, seed=2) if with_state else None

@@ -137,6 +137,124 @@ def test_recurrent_errors_are_located(text, code, line):
     assert (diag.code, diag.span.line) == (code, line), info.value
 
 
+# ------------------------------------------------------------------------------------------------ one bias
+def _single_text(cell, F, H, L, bi, with_state, extra=""):
+    return _recurrent_text(cell, F, H, L, bi, True, False, with_state, extra).replace(
+        "bias = true", 'bias = "single"')
+
+
+def _elman_by_hand(x, h0, weights, L, bi, relu):
+    """Eq. 1 of seed 002 stacked: h_t = σ(U x_t + V h_{t−1} + b), ONE bias per layer and direction."""
+    sigma = torch.relu if relu else torch.tanh
+    dirs = 2 if bi else 1
+    out = x
+    for i in range(L):
+        outs = []
+        for d in range(dirs):
+            u, v, b = weights[i * dirs + d]
+            h = x.new_zeros(x.shape[0], v.shape[0]) if h0 is None else h0[i * dirs + d]
+            states = [None] * x.shape[1]
+            for t in (range(x.shape[1] - 1, -1, -1) if d else range(x.shape[1])):
+                h = sigma(out[:, t] @ u.T + h @ v.T + b)
+                states[t] = h
+            outs.append(torch.stack(states, 1))
+        out = torch.cat(outs, -1)
+    return out
+
+
+def _every_form(text, monkeypatch):
+    """The same spec in each form that runs it: the fused kernel, the kernel as the opaque op (what a compiled
+    graph runs), the time loop (no ``fused_recurrent`` rule) and the reference lowering's literal chain."""
+    from rpn2c.lower.build import CompiledModel
+    from rpn2c.lower.recurrent import RecurrentModule
+    from rpn2c.passes import optimize
+
+    yield "fused", rpn2c.compile(text).double()
+    with monkeypatch.context() as m:
+        m.setattr(RecurrentModule, "_opaque", lambda self, x, grad: True)
+        yield "opaque", rpn2c.compile(text).double()
+    loop = CompiledModel(optimize(rpn2c.check(text), disable={"fused_recurrent"})).double()
+    assert "lowering=loop" in repr(loop.y)
+    yield "loop", loop
+    yield "reference", rpn2c.compile(text, reference=True).double()
+
+
+@given(relu=st.booleans(), F=st.integers(1, 3), H=st.integers(1, 4), L=st.integers(1, 2), bi=st.booleans(),
+       with_state=st.booleans(), T=st.integers(1, 5))
+@settings(max_examples=_n(12), deadline=None)
+def test_a_single_bias_rnn_equals_a_hand_written_elman_rnn_in_every_form(relu, F, H, L, bi, with_state, T):
+    """``bias = "single"``: one vector b per layer and direction, added once — 32 fewer values than torch's two."""
+    cell = 'rnn(nonlinearity = "relu")' if relu else "rnn"
+    text = _single_text(cell, F, H, L, bi, with_state)
+    dirs = 2 if bi else 1
+    widths = [F] + [H * dirs] * (L - 1)
+    assert rpn2c.check(text).param_count == dirs * sum(H * d + H * H + H for d in widths)
+    S = L * dirs
+    weights = [(_rand(H, widths[s // dirs], seed=10 + s), _rand(H, H, seed=20 + s) / 2, _rand(H, seed=30 + s))
+               for s in range(S)]
+    leaves = [t.requires_grad_(True) for w in weights for t in w]
+    x, h0 = _rand(2, T, F, seed=1), (_rand(S, 2, H, seed=2) if with_state else None)
+    want = _elman_by_hand(x, h0, weights, L, bi, relu)
+    g = _rand(*want.shape, seed=3)
+    want_grads = torch.autograd.grad((want * g).sum(), leaves)
+    state = {f"y.{k}_l{i}{sfx}": t for i in range(L) for d, sfx in enumerate(("", "_reverse")[:dirs])
+             for k, t in zip(("weight_ih", "weight_hh", "bias_ih"), weights[i * dirs + d])}
+    with pytest.MonkeyPatch.context() as mp:  # not the fixture: hypothesis re-enters the test per example
+        for form, model in _every_form(text, mp):
+            model.load_state_dict({k: v.detach() for k, v in state.items()}, strict=True)
+            got = model(x, h0) if with_state else model(x)
+            assert_close(got, want, rtol=1e-10, atol=1e-10, msg=form)
+            params = [model.get_parameter(k) for k in state]
+            for k, a, b in zip(state, torch.autograd.grad((got * g).sum(), params), want_grads):
+                assert_close(a, b, rtol=1e-9, atol=1e-9, msg=f"{form}: gradient of {k}")
+
+
+@pytest.mark.parametrize("cell, cls", [("gru", torch.nn.GRU), ("lstm", torch.nn.LSTM)])
+def test_single_bias_gated_cells_are_torch_s_cells_with_a_zero_state_bias(cell, cls, monkeypatch):
+    """GRU/LSTM with ``bias = "single"``: torch's layer with ``b_hh = 0`` (for the GRU the one bias stays outside
+    the reset gate's product), in every form; ``b_hh`` is no parameter and gets no gradient."""
+    torch.manual_seed(0)
+    mod = cls(3, 4, num_layers=2, bidirectional=True, batch_first=True).double()
+    with torch.no_grad():
+        for name, p in mod.named_parameters():
+            if name.startswith("bias_hh"):
+                p.zero_()
+    text = _single_text(cell, 3, 4, 2, True, False)
+    ours = {f"y.{k}": v for k, v in mod.state_dict().items() if not k.startswith("bias_hh")}
+    assert rpn2c.check(text).param_count == sum(v.numel() for v in ours.values())
+    x = _rand(2, 5, 3)
+    want = mod(x)[0]
+    g = _rand(*want.shape, seed=3)
+    (want * g).sum().backward()
+    for form, model in _every_form(text, monkeypatch):
+        assert set(model.state_dict()) == set(ours)
+        model.load_state_dict(ours, strict=True)
+        got = model(x)
+        assert_close(got, want, rtol=1e-10, atol=1e-10, msg=form)
+        (got * g).sum().backward()
+        for k, p in model.named_parameters():
+            assert_close(p.grad, mod.get_parameter(k[2:]).grad, rtol=1e-9, atol=1e-9, msg=f"{form}: {k}")
+
+
+@pytest.mark.parametrize("cell", ["diagonal", "mingru", "gla"])
+def test_single_bias_is_refused_for_a_cell_with_one_bias_of_its_own(cell):
+    text = ("model m { input x: sequence[B, T, 2]\n"
+            f' y = recurrent(x) {{ cell = {cell}  out = 2\n  bias = "single" }} return y }}')
+    with pytest.raises(rpn2c.SpecError) as info:
+        rpn2c.check(text)
+    diag = info.value.diagnostics[0]
+    assert (diag.code, diag.span.line, diag.span.col) == ("E0303", 3, 10), info.value
+    assert "bias = true" in str(info.value)
+
+
+def test_bias_takes_true_false_or_single():
+    text = 'model m { input x: sequence[B, T, 2]\n y = recurrent(x) { out = 2  bias = "both" } return y }'
+    with pytest.raises(rpn2c.SpecError) as info:
+        rpn2c.check(text)
+    diag = info.value.diagnostics[0]
+    assert (diag.code, diag.span.line) == ("E0303", 2) and '"single"' in diag.message
+
+
 # ------------------------------------------------------------------------------------------------ groups
 @given(rank=st.integers(1, 2), groups=st.sampled_from([1, 2, 3]), cpg=st.integers(1, 2), opg=st.integers(1, 2),
        k=st.integers(1, 3), stride=st.integers(1, 2), dilation=st.integers(1, 2), pad=st.integers(0, 2),

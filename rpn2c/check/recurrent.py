@@ -1,7 +1,7 @@
 """``recurrent(x) { ... }`` settings -> :class:`RecurrentSpec`, and its shape and parameter-count rule.
 
-Per layer l and direction: ``W_ih`` [G·H, D_l], ``W_hh`` [G·H, D_s] and (with ``bias``) ``b_ih``, ``b_hh`` [G·H],
-with G the cell's gate count, ``D_l`` = κ's width on the layer input (F for l = 0, H·dirs after) and ``D_s`` =
+Per layer l and direction: ``W_ih`` [G·H, D_l], ``W_hh`` [G·H, D_s] and (with ``bias``) ``b_ih``, ``b_hh`` [G·H]
+(``bias = "single"``: ``b_ih`` only, the one bias of ``h_t = σ(U x_t + V h_{t−1} + b)``), with G the cell's gate count, ``D_l`` = κ's width on the layer input (F for l = 0, H·dirs after) and ``D_s`` =
 κ_state's width on H (the ``diagonal`` cell: ``W_ih`` [H, D_l], ``λ`` [H], ``b_ih`` [H]; a selective cell declares
 its own shapes). The output is the last layer's states (or a selective cell's readout), ``sequence[B, T, H·dirs]``.
 """
@@ -49,12 +49,13 @@ def build_recurrent(settings, scope: Scope, diags: Diagnostics, span: Span):
         diags.error("E0303", "a recurrent layer needs its hidden width: add `out = H`", span)
     layers = _int_setting(given["layers"], scope, diags) if "layers" in given else 1
     flags = {}
-    for key, default in (("bidirectional", False), ("bias", True)):
+    for key, default, allowed in (("bidirectional", False, ()), ("bias", True, ("single",))):
         flags[key] = default
         if key in given:
             v = evaluate(given[key].value, scope, diags, allow_values=False)
-            if v is not INVALID and not isinstance(v, bool):
-                diags.error("E0303", f"'{key}' must be true or false, got {v!r}", given[key].value.span)
+            if v is not INVALID and not isinstance(v, bool) and v not in allowed:
+                also = "".join(f", or \"{a}\"" for a in allowed)
+                diags.error("E0303", f"'{key}' must be true or false{also}, got {v!r}", given[key].value.span)
             elif v is not INVALID:
                 flags[key] = v
     dropout = 0.0
@@ -80,6 +81,11 @@ def build_recurrent(settings, scope: Scope, diags: Diagnostics, span: Span):
     if (cell.component.diagonal or cell.component.selective) and kappa_state.name != "identity":
         diags.error("E0303", f"the '{cell.name}' cell multiplies the state by a vector λ, so 'kappa_state' must be "
                              f"the identity, got '{kappa_state.name}'", given["kappa_state"].span)
+        return None
+    if flags["bias"] == "single" and not cell.component.two_biases:
+        diags.error("E0303", f"`bias = \"single\"` merges a cell's two biases b_ih, b_hh into one, but the "
+                             f"'{cell.name}' cell has one bias of its own: use `bias = true` or `bias = false`",
+                    given["bias"].value.span)
         return None
     if "state" in refs and not cell.component.takes_state:
         diags.error("E0303", f"the '{cell.name}' cell's state is not [B, H]: it starts from zero, remove 'state'",

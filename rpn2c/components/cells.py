@@ -27,6 +27,7 @@ class Cell(Component):
     selective: ClassVar[bool] = False  # decay and drive from x_t alone (``components.cells_selective``)
     takes_state: ClassVar[bool] = True  # accepts an initial `state = h0` [layers·dirs, B, H]
     same_width: ClassVar[bool] = False  # `out` must equal the layer's input width (channel-wise cells)
+    two_biases: ClassVar[bool] = True  # b_ih and b_hh, which `bias = "single"` makes one b_ih (b_hh = 0)
 
     @classmethod
     def example_template(cls) -> str:
@@ -37,12 +38,14 @@ class Cell(Component):
         """The name of the fused ``torch._VF`` kernel computing this cell over a whole sequence (None: none)."""
         raise NotImplementedError
 
-    def parameter_shapes(self, hidden: int, d_in: int, d_state: int, bias: bool) -> dict[str, tuple[int, ...]]:
+    def parameter_shapes(self, hidden: int, d_in: int, d_state: int, bias: bool | str) -> dict[str, tuple[int, ...]]:
         """Per layer and direction: name prefix -> shape, in torch's order (``weight_ih, weight_hh, bias_ih,
-        bias_hh``)."""
+        bias_hh``); ``bias = "single"`` keeps ``bias_ih`` only (one bias per gate block, added once)."""
         g = self.gates * hidden
         shapes = {"weight_ih": (g, d_in), "weight_hh": (g, d_state)}
-        return shapes | ({"bias_ih": (g,), "bias_hh": (g,)} if bias else {})
+        if not bias:
+            return shapes
+        return shapes | ({"bias_ih": (g,)} if bias == "single" else {"bias_ih": (g,), "bias_hh": (g,)})
 
     def state_gates(self, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """The state part ``r = κ_s(h_{t−1}) W_hhᵀ + b_hh`` (``h`` already expanded by κ_state)."""
@@ -148,6 +151,7 @@ class DiagonalCell(Cell):
     name = "diagonal"
     linear = True
     diagonal = True
+    two_biases = False
 
     def kernel(self):
         return None

@@ -26,6 +26,7 @@ class SelectiveCell(Cell):
     linear = True  # h_t = A_t h_{t−1} + u_t: linear in the state, so the scan and the matrix apply
     selective: ClassVar[bool] = True
     takes_state: ClassVar[bool] = False  # an initial `state = h0` of width H is the cell's own state
+    two_biases: ClassVar[bool] = False  # `bias` is the cell's own (b_Δ, b_α, …), never split in two
     same_width: ClassVar[bool] = False  # the output width equals the input width (channel-wise cells)
 
     def kernel(self):

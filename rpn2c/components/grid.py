@@ -36,6 +36,12 @@ class Geometry:
     padding_mode: str = "zeros"
     taps: tuple[tuple[int, ...], ...] | None = None  # kernel-box positions used; None = the whole box
     row_shift: int = 0  # hexagonal packing: odd rows of patches shifted this many cells along axis 2
+    layer_shift: tuple[tuple[int, int], ...] = ()  # sphere packings: depth layer k's shift (axes 1, 2), k mod len
+
+    @property
+    def staggered(self) -> bool:
+        """Centres off the strided lattice (offset rows or depth layers): no convolution or native pooling."""
+        return bool(self.row_shift or self.layer_shift)
 
     @property
     def rank(self) -> int:
@@ -99,7 +105,7 @@ class Geometry:
         """Keyword arguments of the ``rpn2c.functional.structure`` patch builders for this geometry."""
         return {"extent": spatial, "offsets": self.offsets(device), "stride": self.stride,
                 "pad_before": self.pad_before, "out_counts": self.out_spatial(spatial), "mode": self.padding_mode,
-                "row_shift": self.row_shift}
+                "row_shift": self.row_shift, "layer_shift": self.layer_shift}
 
     def patch_index(self, spatial: tuple[int, ...], device=None) -> torch.Tensor:
         """LongTensor [P, p]: flat (row-major) source position of every tap of every patch, -1 outside the grid.

@@ -253,14 +253,15 @@ class CentredCuboidHP(_PackingHP, CentredPatchHP):
 
 
 def _offsets_geometry(offsets: list[tuple[int, ...]], before: tuple[int, ...], after: tuple[int, ...],
-                      stride: tuple[int, ...], packing: str | None = None) -> Geometry:
+                      stride: tuple[int, ...], packing: str | None, shape: str) -> Geometry:
     """A centred patch given by centre-relative offsets as a masked kernel box (taps = offset + before); a
-    hexagonal packing offsets every other row of centres (:func:`structure.packing_row_shift`)."""
+    hexagonal packing offsets every other row of centres (:func:`structure.packing_row_shift`), a sphere packing
+    its depth layers too (:func:`structure.packing_layer_shift`)."""
     rank = len(before)
     taps = tuple(tuple(v + b for v, b in zip(row, before)) for row in offsets)
     kernel = tuple(b + a + 1 for b, a in zip(before, after))
     return Geometry(kernel, stride, (1,) * rank, before, after, "zeros", taps,
-                    structure.packing_row_shift(packing, stride))
+                    structure.packing_row_shift(packing, stride), structure.packing_layer_shift(shape, packing, stride))
 
 
 class CylinderHP(_PackingHP):
@@ -286,7 +287,7 @@ class CylinderHP(_PackingHP):
             stride = self._packed_stride("cylinder", (r,) if rank == 2 else (r, pd))
         else:
             stride = _per_axis(self.stride, rank, "stride")
-        return _offsets_geometry(offsets, before, after, stride, self.packing)
+        return _offsets_geometry(offsets, before, after, stride, self.packing, self._shape)
 
 
 class SphereHP(_PackingHP):
@@ -301,7 +302,7 @@ class SphereHP(_PackingHP):
             raise ShapeRuleError(f"a sphere patch needs a 3-D grid, got {rank}-D")
         r = self.radius
         stride = self._packed_stride("sphere", r) if self.packing is not None else _per_axis(self.stride, 3, "stride")
-        return _offsets_geometry(structure.sphere_rows(r), (r,) * 3, (r,) * 3, stride, self.packing)
+        return _offsets_geometry(structure.sphere_rows(r), (r,) * 3, (r,) * 3, stride, self.packing, self._shape)
 
 
 PatchShapeHP = Union[ConvPatchHP, CentredCuboidHP, CylinderHP, SphereHP]

@@ -52,7 +52,7 @@ def _skips_taps(metric: str) -> bool:
 def native_pooling(geo: Geometry, metric: str) -> bool:
     """Whether a patch compression is a native pooling kernel: zero padding, rank 1-3, max/min over full boxes
     (max_pool), or sum/mean over any patch mask (a depthwise convolution)."""
-    return (geo.padding_mode == "zeros" and 1 <= geo.rank <= 3 and geo.row_shift == 0
+    return (geo.padding_mode == "zeros" and 1 <= geo.rank <= 3 and not geo.staggered
             and (metric in ("sum", "mean") or (metric in ("max", "min") and geo.taps is None)))
 
 

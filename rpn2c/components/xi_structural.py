@@ -157,11 +157,12 @@ class _PatchBase(GridXi):
         stride = self.stride(rank)
         hp = self.hp
         shift = structure.packing_row_shift(hp.packing, stride)
+        layers = structure.packing_layer_shift(self.shape_kind, hp.packing, stride)
         if hp.style == "centred":
-            return Geometry(kernel, stride, (1,) * rank, before, after, "zeros", taps, shift)
+            return Geometry(kernel, stride, (1,) * rank, before, after, "zeros", taps, shift, layers)
         conv = PatchHP(size=list(kernel), stride=list(stride), pad=hp.pad, pad_after=hp.pad_after,
                        dilation=hp.dilation, padding_mode=hp.padding_mode)
-        return replace(conv.geometry(rank, taps), row_shift=shift)
+        return replace(conv.geometry(rank, taps), row_shift=shift, layer_shift=layers)
 
 
 def _taps(offsets: list[tuple[int, ...]], before: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
@@ -234,7 +235,8 @@ class SpherePatch(_PatchBase):
     """Sphere patch ξ: taps ∇i² + ∇j² + ∇k² ≤ r² on a 3-D grid (eq 65), padding or aggregation mode.
 
     Sizes r = 1, 2, 3, 4: 7, 33, 123, 257 taps. Centred or conv style as cylinder_patch; packing strategies of
-    catalog §3.4 (paper values by default, toolkit values with packing_convention = "toolkit", erratum 7).
+    catalog §3.4 (paper values by default, toolkit values with packing_convention = "toolkit", erratum 7); FCC and
+    hexagonal packings offset the rows and put each depth layer in the interstices of the one below (Fig 16).
     """
 
     name, family = "sphere_patch", "interdependence"
@@ -283,7 +285,8 @@ class GeometricPatch(_PatchBase):
     densest square; cylinder square and hexagonal; sphere simple-cubic / FCC / hexagonal), floored to integers
     (min 1, erratum 7: paper values by default), ceil(L/s) patches (erratum 5: the paper's 1 + floor(h/d) is off by
     one). Hexagonal (and face-centred cubic) packings offset every other row of centres by half a stride, as the
-    zig-zag of the paper's Figs 15–16 (not the rectangular lattice of eq 70 and the toolkit). The packing
+    zig-zag of the paper's Figs 15–16 (not the rectangular lattice of eq 70 and the toolkit); the sphere ones also
+    put each depth layer in the interstices of the one below (FCC period 3, hexagonal period 2). The packing
     size parameter is p (cuboid; (size − 1)//2 in conv style), r (sphere) or (r, p_d) (cylinder).
     """
 

@@ -166,7 +166,7 @@ class RecurrentSpec:
     hidden: int
     layers: int
     bidirectional: bool
-    bias: bool
+    bias: bool | str  # True: b_ih and b_hh; "single": b_ih only; False: none
     dropout: float
     kappa: Use
     kappa_state: Use

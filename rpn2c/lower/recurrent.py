@@ -2,6 +2,8 @@
 
 Parameters carry torch's names and layouts (``weight_ih_l0``, ``weight_hh_l0_reverse`` …, gate blocks stacked in
 ``nn.RNN``/``nn.GRU``/``nn.LSTM`` order), so weights move between rpn2c and torch by renaming the prefix only.
+``bias = "single"`` keeps ``bias_ih`` only (one bias ``b`` per gate block: ``h_t = σ(W_ih x_t + W_hh h_{t−1} + b)``,
+torch's layer with ``bias_hh = 0``); the fused kernel gets a zero constant in ``bias_hh``'s place.
 
 - reference: the paper's form taken literally. The state fed back to step t is ``(A H)_t + e_t ⊙ h_init``, with
   ``A`` the materialised chain matrix (``A[t, t−1] = 1`` forward, ``A[t, t+1] = 1`` backward), ``H`` the layer's
@@ -79,6 +81,11 @@ class RecurrentModule(nn.Module):
     def _weights(self, layer: int, direction: int) -> list[torch.Tensor]:
         return list(self._named(layer, direction).values())
 
+    def _kernel_weights(self, layer: int, direction: int) -> list[torch.Tensor]:
+        """The fused kernel's four tensors: with ``bias = "single"``, a zero ``b_hh`` (a constant, no parameter)."""
+        w = self._weights(layer, direction)
+        return w + [torch.zeros_like(w[2])] if self.spec.bias == "single" else w
+
     def _input_gates(self, x, w) -> torch.Tensor:
         """``a = κ(x) W_ihᵀ + b_ih`` for all steps at once, ``[B, T, G·H]``."""
         a = x @ w["weight_ih"].transpose(0, 1)
@@ -141,18 +148,19 @@ class RecurrentModule(nn.Module):
         (cuDNN on CUDA, oneDNN or native on CPU); compiled, the opaque op where the compiler would unroll it.
         An eval layer differentiated on CUDA runs the kernel's training form with dropout 0 (same values)."""
         spec = self.spec
-        flat = [w for i in range(first, first + layers) for d in range(spec.directions) for w in self._weights(i, d)]
+        flat = [w for i in range(first, first + layers) for d in range(spec.directions)
+                for w in self._kernel_weights(i, d)]
         sl = slice(first * spec.directions, (first + layers) * spec.directions)
         hx = [h0[sl].contiguous(), c0[sl].contiguous()][: self.cell.states]
         if self._opaque(x, grad):
             x, hx, flat = self._autocast(x, hx, flat)
             record = self.training and grad  # keep the tape where a backward is expected
             op = rnn_op.OPS[self.cell.kernel()][0]
-            return op(x, hx, flat, spec.bias, layers, spec.bidirectional, record)
+            return op(x, hx, flat, bool(spec.bias), layers, spec.bidirectional, record)
         kernel = getattr(torch._VF, self.cell.kernel())
         train = rnn_op.kernel_train(self.training, x.device.type, grad)
         dropout = spec.dropout if self.training else 0.0
-        result = kernel(x, tuple(hx) if len(hx) == 2 else hx[0], flat, spec.bias, layers, dropout, train,
+        result = kernel(x, tuple(hx) if len(hx) == 2 else hx[0], flat, bool(spec.bias), layers, dropout, train,
                         spec.bidirectional, True)
         return result[0]
 

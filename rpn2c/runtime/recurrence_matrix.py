@@ -151,7 +151,8 @@ def _gated(name, module, x) -> LayerMatrix:
                 sel[t * h:(t + 1) * h, (t * spec.directions + d) * h:(t * spec.directions + d + 1) * h] = torch.eye(h)
             block[:, 1, :, offsets[layer + 1]:offsets[layer + 2]] = (own @ sel).reshape(steps, g, -1)
             rows.append(block.flatten(0, 2))
-            b = torch.stack([w[2], w[3]]) if spec.bias else torch.zeros(2, g, dtype=torch.float64)
+            b = torch.stack([w[2], w[3] if len(w) > 3 else torch.zeros_like(w[2])]) if spec.bias else \
+                torch.zeros(2, g, dtype=torch.float64)
             biases.append(b.expand(steps, 2, g).flatten())
     m = torch.cat(rows)
     u = torch.cat([x.flatten().double()] + [o.flatten() for o in outs])

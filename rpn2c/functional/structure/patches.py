@@ -215,6 +215,27 @@ def packing_row_shift(strategy: str | None, stride: Sequence[int]) -> int:
     return int(stride[1]) // 2
 
 
+def packing_layer_shift(shape_kind: str, strategy: str | None, stride: Sequence[int]) -> tuple[tuple[int, int], ...]:
+    """The offset of successive depth layers of a sphere packing (§5.2.6, Fig 16): ``((Δh, Δw), …)`` per layer
+    class, layer ``k`` (index along the third axis) taking class ``k mod period``; ``()`` when no layer moves.
+
+    A layer's centres are the zig-zag rows of :func:`packing_row_shift` (distances ``d_h``, ``d_w``, odd rows
+    shifted by ``s = floor(d_w / 2)``). The paper puts each next layer "in the interstices" of the one below: over
+    the centroid of the triangle of neighbouring centres ``(0, 0), (0, d_w), (d_h, s)``, i.e. shifted by
+    ``(d_h / 3, (d_w + s) / 3)``. Face-centred cubic has "every third layer directly overlying its counterpart"
+    (ABC, period 3: class k shifted k times), hexagonal has "alternate layers directly overlie each other" (AB,
+    period 2). Shifts are floored to whole cells, the w part taken modulo ``d_w``. Square and cubic packings stack
+    layers directly (simple cubic: "stacked directly atop"); cylinder packings too — the paper packs their depth
+    as the cuboid's ("adhering to the principles established for cuboid patches", §5.2.5)."""
+    if shape_kind != "sphere" or len(stride) < 3 or strategy is None:
+        return ()
+    period = 3 if "face_centered" in strategy else 2 if "hexagonal" in strategy else 0
+    d_h, d_w = int(stride[0]), int(stride[1])
+    s = packing_row_shift(strategy, stride)
+    shifts = tuple((k * d_h // 3, (k * (d_w + s) // 3) % d_w) for k in range(period))
+    return shifts if any(any(v) for v in shifts) else ()
+
+
 def packing_strategies(shape_kind: str) -> tuple[str, ...]:
     """Strategy names accepted by :func:`packing_stride` for ``shape_kind`` in {cuboid, cylinder, sphere}."""
     try:
@@ -322,6 +343,7 @@ def patch_index(
     out_counts: Sequence[int] | None = None,
     mode: PaddingMode = "zeros",
     row_shift: int = 0,
+    layer_shift: Sequence[tuple[int, int]] = (),
 ) -> Tensor:
     """Flattened source position of every (patch, tap): ``LongTensor[P, p]``.
 
@@ -331,6 +353,9 @@ def patch_index(
     ``row_shift`` (hexagonal packing, :func:`packing_row_shift`) adds that many cells along the second axis to the
     patches of odd index along the first: every row keeps the same count, so an odd row's last centre may lie up
     to ``row_shift`` cells past the grid, its outside taps handled as any others (zeros: read 0).
+    ``layer_shift`` (sphere packings, :func:`packing_layer_shift`) moves the patches of index k along the third
+    axis by ``layer_shift[k mod len]`` cells along the first two axes, on top of the row shift; the same counts
+    per layer, so shifted centres may lie past the grid as the rows' do.
 
     Out-of-grid coordinates: ``"zeros"`` -> ``-1``; ``"circular"`` wraps (mod L); ``"reflect"`` mirrors without
     repeating the edge and ``"replicate"`` clamps, exactly as ``torch.nn.functional.pad`` wherever that is
@@ -350,6 +375,11 @@ def patch_index(
     if row_shift and ndim >= 2:  # odd rows of centres offset by half a stride (hexagonal packing)
         odd = (torch.arange(counts[0], device=dev) % 2).reshape(-1, *([1] * (ndim - 1)))
         grids = (grids[0], grids[1] + odd * int(row_shift), *grids[2:])
+    if layer_shift and ndim >= 3:  # depth layers in the interstices of the layer below (sphere packings)
+        table = torch.tensor(layer_shift, dtype=torch.long, device=dev).reshape(-1, 2)
+        by_layer = table[torch.arange(counts[2], device=dev) % len(table)]  # [counts_d, 2]
+        view = (1, 1, -1) + (1,) * (ndim - 3)
+        grids = (grids[0] + by_layer[:, 0].reshape(view), grids[1] + by_layer[:, 1].reshape(view), *grids[2:])
     origin = torch.stack([g.reshape(-1) for g in grids], dim=-1)  # [P, ndim]
     pos = origin[:, None, :] + offsets.to(origin.dtype)[None, :, :]  # [P, p, ndim]
     flat = torch.zeros(pos.shape[:2], dtype=torch.long, device=dev)
@@ -388,6 +418,7 @@ def padding_matrix(
     out_counts: Sequence[int] | None = None,
     mode: PaddingMode = "zeros",
     row_shift: int = 0,
+    layer_shift: Sequence[tuple[int, int]] = (),
     *,
     sparse: SparseFormat = False,
     device: torch.device | str | None = None,
@@ -402,7 +433,8 @@ def padding_matrix(
     import torch
 
     dev = offsets.device if device is None else torch.device(device)
-    idx = patch_index(extent, offsets.to(dev), stride, pad_before, out_counts, mode, row_shift).reshape(-1)
+    idx = patch_index(extent, offsets.to(dev), stride, pad_before, out_counts, mode, row_shift,
+                      layer_shift).reshape(-1)
     n, cols = math.prod([int(L) for L in extent]), idx.numel()
     dt = _dtype(dtype)
     col = torch.arange(cols, device=dev)
@@ -423,6 +455,7 @@ def aggregation_matrix(
     out_counts: Sequence[int] | None = None,
     mode: PaddingMode = "zeros",
     row_shift: int = 0,
+    layer_shift: Sequence[tuple[int, int]] = (),
     *,
     sparse: SparseFormat = False,
     device: torch.device | str | None = None,
@@ -437,7 +470,7 @@ def aggregation_matrix(
     import torch
 
     dev = offsets.device if device is None else torch.device(device)
-    idx = patch_index(extent, offsets.to(dev), stride, pad_before, out_counts, mode, row_shift)
+    idx = patch_index(extent, offsets.to(dev), stride, pad_before, out_counts, mode, row_shift, layer_shift)
     n, (P, p) = math.prod([int(L) for L in extent]), idx.shape
     dt = _dtype(dtype)
     col = torch.arange(P, device=dev)[:, None].expand(P, p).reshape(-1)

@@ -22,8 +22,9 @@ def _grid_head(s: Site) -> bool:
 
 
 def _lattice(s: Site) -> bool:
-    """Patch centres on a strided lattice (a convolution's windows); hexagonal packing's offset rows are not."""
-    return _grid_head(s) and s.trace.geometry.row_shift == 0
+    """Patch centres on a strided lattice (a convolution's windows); hexagonal packing's offset rows
+    and sphere packings' offset depth layers are not."""
+    return _grid_head(s) and not s.trace.geometry.staggered
 
 
 def _dims(s: Site):
@@ -88,7 +89,7 @@ GRID_RULES: tuple[Rule, ...] = (
          "whose backward is col2im, not an index scatter",
          "RPN 2 eq (26), §5.2; im2col", benefit=2, cost=_gather_cost, pattern=P("patches", "x"), rewrite=to("unfold")),
     Rule("gather_patches", "head", "grid",
-         lambda s: _grid_head(s) and (_grid_xi(s).mode == "padding" or s.trace.geometry.row_shift != 0),
+         lambda s: _grid_head(s) and (_grid_xi(s).mode == "padding" or s.trace.geometry.staggered),
          "patches by index (out-of-grid taps read 0; summed per patch in aggregation mode), then κ per patch and "
          "ψ: never the [N, P·p] matrix (any patch lattice, hexagonal packing's offset rows included)",
          "RPN 2 eq (26), §5.2", benefit=1, cost=_gather_cost, pattern=P("patches", "x"),
