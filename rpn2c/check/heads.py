@@ -251,7 +251,7 @@ def _build_head(name, hs: dict[str, ast.Setting], compress, scope, diags, span) 
         mapping = {True: "tied", False: "none", "tied": "tied", "untied": "untied", "none": "none"}
         if v is INVALID:
             return None
-        if v not in mapping or (isinstance(v, (int, float)) and not isinstance(v, bool)):
+        if not isinstance(v, (bool, str)) or v not in mapping:  # a list or a number: not a bias mode
             diags.error("E0303", f"'bias' must be true, false, \"tied\" or \"untied\", got {v!r}", hs["bias"].value.span)
             return None
         bias = mapping[v]

@@ -11,6 +11,7 @@ bins (unequal, overlapping windows): a pooling matrix (mean) or a per-bin max.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import ClassVar, Literal
 
@@ -21,6 +22,7 @@ from rpn2c.components.grid import Geometry, IntOrList, positive_per_axis
 from rpn2c.components.kappa import (CentredCuboidHP, ConvPatchHP, CylinderHP, PoolHP, SphereHP, ignore_fill,
                                     metric_kwargs)
 from rpn2c.components.registry import HP, register
+from rpn2c.ir.types import is_known
 
 
 def ceil_extension(geo: Geometry, spatial) -> tuple[int, ...]:
@@ -39,6 +41,22 @@ def ceil_extension(geo: Geometry, spatial) -> tuple[int, ...]:
             out -= 1
         extra.append(max(0, (out - 1) * s + span - (n + pb + pa)))
     return tuple(extra)
+
+
+MAX_PADDED = 2**28  # elements (1 GiB in float32) per sample of the padded grid or of one patch's taps
+
+
+def _check_extent(name: str, geo: Geometry, feat) -> None:
+    """Refuse patches whose padded grid or tap count per sample exceeds :data:`MAX_PADDED` (symbolic axes counted as
+    1): pooling over them allocates the padded grid, the reference lowering every tap."""
+    channels = feat[0] if is_known(feat[0]) else 1
+    padded = math.prod((n if is_known(n) else 1) + b + a for n, b, a in zip(feat[1:], geo.pad_before, geo.pad_after))
+    taps = math.prod(geo.kernel)
+    if channels * max(padded, taps) > MAX_PADDED:
+        raise ShapeRuleError(f"{name}: patches of {' × '.join(map(str, geo.kernel))} cells with pads "
+                             f"{list(geo.pad_before)}/{list(geo.pad_after)} make {channels * max(padded, taps):,} "
+                             f"elements per sample (at most {MAX_PADDED:,}); a patch wider than the grid only adds "
+                             "padding: lower its half-extents or size")
 
 
 def _skips_taps(metric: str) -> bool:
@@ -78,6 +96,7 @@ class _PatchPool(Kappa):
         if len(feat) < 2:
             raise ShapeRuleError(f"{self.name} pools over a grid; the input has flat features {feat}")
         geo, spatial = self.geometry(len(feat) - 1), tuple(feat[1:])
+        _check_extent(self.name, geo, feat)
         if self.ceil_mode:
             if geo.padding_mode != "zeros":
                 raise ShapeRuleError(f"{self.name}: ceil_mode = true needs padding_mode = \"zeros\" (as torch's "

@@ -399,8 +399,8 @@ class CombinatorialProbabilisticCompression(_Sampler):
 class ManifoldCompression(nn.Module):
     """Non-differentiable manifold embedding of each batch into k dims via scikit-learn (fit_transform per call).
 
-    A batch of r rows embeds into at most r − 2 dims (the rest are zeros) and neighbour counts are capped at r − 1,
-    so any batch size runs.
+    A batch of r rows embeds into at most r − 2 dims (the rest are zeros), Isomap into no more dims than its geodesic
+    kernel's large eigenvalues allow, and neighbour counts are capped at r − 1, so any batch size runs.
 
     ``method`` in isomap, tsne, lle, mds, spectral_embedding, smacof. The embedding is transductive: each batch is
     embedded on its own, on the CPU, with no gradient, so this is not a data-path operator; it exists for parity with
@@ -426,13 +426,31 @@ class ManifoldCompression(nn.Module):
 
         if not np.isfinite(X).all():  # NaN or ±inf in, NaN out (as a torch op propagates them; scikit-learn refuses)
             return np.full((rows, self.k), np.nan)
+        out = np.zeros((rows, self.k))
         if rows <= self.k + 1 or rows < 4:  # too few rows to embed into k dims: embed into fewer, pad with zeros
-            out = np.zeros((rows, self.k))
             k = min(self.k, rows - 2)
             if rows >= 4 and k >= 1:
-                out[:, :k] = type(self)(k, method=self.method, seed=self.seed, **self.kw)._embed_rows(X)
+                out[:, :k] = self._embed_into(X, k)
             return out
-        return self._embed_rows(X)
+        return self._embed_into(X, self.k)
+
+    def _embed_into(self, X: Any, k: int) -> Any:
+        """The rows embedded into ``k`` dims, or into the most dims below ``k`` the method gives, zeros after them:
+        Isomap's geodesic kernel has large negative eigenvalues when ``k`` nears the rows (its distances are not
+        Euclidean), and scikit-learn refuses to embed along them."""
+        import numpy as np
+
+        for dims in range(k, 0, -1):
+            try:
+                emb = (self if dims == self.k else type(self)(dims, method=self.method, seed=self.seed,
+                                                              **self.kw))._embed_rows(X)
+            except ValueError as exc:
+                if "negative eigenvalues" not in str(exc) or dims == 1:
+                    raise
+                continue
+            out = np.zeros((X.shape[0], k))
+            out[:, :dims] = emb
+            return out
 
     def _embed_rows(self, X: Any) -> Any:
         import sklearn.manifold as M

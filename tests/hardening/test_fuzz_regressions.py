@@ -133,6 +133,30 @@ def test_a_manifold_kappa_propagates_nan_as_torch_does():
     assert y.shape == (2, 6, 3) and torch.isnan(y).any()
 
 
+def test_readout_of_one_unbatched_graph_pools_its_nodes():
+    """Found by the held-out lanes: ``readout`` of ``nodes[N, F]`` (one graph, ``batch_as_items``) indexed a batch
+    axis the tensor does not have; it pools the N nodes into vector[1, F]."""
+    text = "model m {\n  input x: vector[B, 3]\n  n = batch_as_items(x)\n  y = readout(n, how = \"max\")\n  return y\n}\n"
+    x = torch.randn(5, 3)
+    for reference in (False, True):
+        assert torch.equal(rpn2c.compile(text, reference=reference)(x), x.amax(0, keepdim=True))
+
+
+def test_isomap_embeds_into_the_dims_its_kernel_allows():
+    """Found by the held-out lanes: Isomap into k dims of barely more than k rows met negative eigenvalues of its
+    geodesic kernel and scikit-learn refused (``ValueError``); it embeds into fewer dims, zeros after them."""
+    pytest.importorskip("sklearn")
+    model = rpn2c.compile("model m {\n  input x: sequence[B, 5, 8]\n  y = head(x) {\n    kappa = isomap(k = 8)\n"
+                          "    out = 4\n  }\n  return y\n}\n").double().eval()
+    kappa = next(m for m in model.modules() if type(m).__name__ == "ManifoldCompression")
+    x = torch.randn(2, 5, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(610120670))
+    with torch.no_grad():
+        emb = kappa(x).reshape(10, 8)
+        assert torch.isfinite(model(x)).all()
+    used = int((emb.abs().amax(0) > 0).sum())
+    assert 1 <= used < 8 and (emb[:, used:] == 0).all()
+
+
 # ------------------------------------------------------------------------------------------------ the harness
 def test_minimise_keeps_the_failure_and_drops_the_rest(monkeypatch):
     from rpn2c.runtime import fuzz_lanes
