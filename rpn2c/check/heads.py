@@ -401,7 +401,7 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span, label: 
                                   use.span)
         if data.kind == "grid" and not isinstance(comp, GridXiLike):
             raise LayerShapeError(f"on an image head only a grid patch ξ is supported as xi_attribute; "
-                                  f"use to_items() to treat positions as items", use.span)
+                                  "use to_items() to treat positions as items", use.span)
     params = 0
     if data.kind == "grid":
         c = _need_int(data.features, "the number of channels", span)

@@ -115,6 +115,8 @@ class Server:
             self._dispatch(item)
 
     def _read(self) -> None:
+        """Queue each message; stop after ``exit`` or at the end of input, so that no read of stdin is in flight
+        when the interpreter shuts down (a daemon thread inside a buffered read aborts its finalisation)."""
         while True:
             try:
                 message = read_message(self.rx)
@@ -122,7 +124,7 @@ class Server:
                 self.inbox.put(exc)
                 continue
             self.inbox.put(message)
-            if message is None:
+            if message is None or message.get("method") == "exit":
                 return
 
     def _dispatch(self, message: dict) -> None:

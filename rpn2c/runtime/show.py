@@ -37,24 +37,27 @@ def _random_inputs(graph, dims: dict[str, int]):
 
 
 def _model(args, graph):
-    """The reference-lowered model in float64 (trained weights with ``--checkpoint``) and its graph."""
+    """The reference-lowered model in float64 (trained weights with ``--checkpoint``), its graph, and the sizes of
+    the symbolic dims in the checkpoint's training data (random inputs default to them)."""
     if not args.from_checkpoint:
-        return graph, _compile(graph, reference=True).double()
+        return graph, _compile(graph, reference=True).double(), {}
+    from rpn2c.runtime.export_cli import trained_dims
     from rpn2c.train import checkpoint
 
     ckpt = _load_checkpoint(args.from_checkpoint)
     graph, _ = _graph(args, checkpoint.model_params(ckpt) or None)
     model = _compile(graph, reference=True)
     checkpoint.restore(ckpt, graph, model, path=args.from_checkpoint)
-    return graph, model.double()
+    return graph, model.double(), trained_dims(ckpt)
 
 
-def _inputs(args, graph):
-    """The model inputs (one data sample, the whole graph, or random) and a phrase saying which."""
+def _inputs(args, graph, trained: dict[str, int]):
+    """The model inputs (one data sample, the whole graph, or random, sized by ``--dim``, else by the training data
+    ``trained``, else by the defaults) and a phrase saying which."""
     from rpn2c.train.binding import bind
 
     if not args.data:
-        inputs = _random_inputs(graph, parse_dims(args.dim))
+        inputs = _random_inputs(graph, {**trained, **parse_dims(args.dim)})
         return inputs, "random input " + ", ".join(f"{k}{list(v.shape)}" for k, v in inputs.items())
     dataset = _dataset(args.data, args.seed)
     binding = bind(graph, dataset, args.spec)
@@ -98,8 +101,8 @@ def _show(args) -> int:
     if args.format == "npy" and len(layers) != 1:
         raise _Usage("--format npy holds one matrix: name a --layer (or use --format npz)")
     seed_everything(args.seed)
-    graph, model = _model(args, graph)
-    inputs, where = _inputs(args, graph)
+    graph, model, trained = _model(args, graph)
+    inputs, where = _inputs(args, graph, trained)
     if args.bounds:
         return _bounds(args, graph, model, inputs, where)
     if args.format == "png":

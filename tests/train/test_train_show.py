@@ -116,3 +116,17 @@ def test_show_refuses_what_it_cannot_draw(capsys, tmp_path, spec, argv, message)
     code, out, err = run_cli(capsys, "show", SPECS / f"{spec}.rpn", *argv, "--out", tmp_path / "m.png")
     assert code == 1 and out == "" and message in err and "Traceback" not in err
     assert not (tmp_path / "m.png").exists()
+
+
+def test_show_of_a_checkpoint_sizes_random_input_by_its_training_data(capsys, tmp_path):
+    """Without --data, the random input takes the symbolic sizes of the data the checkpoint was trained on
+    (sunspots: T = 12), not the defaults (8); --dim still overrides them."""
+    code, _, err = run_cli(capsys, "train", SPECS / "rnn_chain.rpn", "--data", "sunspots", "--param", "features=1",
+                           "--param", "classes=1", "--epochs", "1", "--out", tmp_path / "run", "--quiet")
+    assert code == 0, err
+    ckpt = tmp_path / "run" / "checkpoint.pt"
+    for extra, n in (([], 12), (["--dim", "T=5"], 5)):
+        code, out, err = run_cli(capsys, "show", SPECS / "rnn_chain.rpn", "--layer", "h1", "--checkpoint", ckpt,
+                                 "--out", tmp_path / "h1.png", *extra)
+        assert code == 0, err
+        assert out.splitlines()[0] == f"h1: xi_instance = chain: {n}×{n}, {n - 1} non-zero"
