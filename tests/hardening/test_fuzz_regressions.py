@@ -48,6 +48,21 @@ def test_edge_ids_beyond_the_nodes_are_refused_by_name(settings, reference):
         model(x, torch.tensor([[0, -1], [1, 2]]))
 
 
+def test_an_unchanged_edge_list_is_checked_once_and_a_changed_one_again():
+    """The id check reads the edges' extremes (a host synchronisation on a GPU) once per edge list: a second step on
+    the same tensor dispatches no aminmax; writing into it (its version counter moves) checks it again."""
+    from tests.op_count import count_ops
+
+    model = rpn2c.compile(GRAPH.format(settings="xi_instance = graph(edges = edges)"))
+    x, edges = torch.randn(4, 4), torch.tensor([[0, 1, 3], [1, 2, 0]])
+    first = count_ops(lambda: model(x, edges))
+    again = count_ops(lambda: model(x, edges))
+    assert first["aminmax"] >= 1 and again["aminmax"] == 0
+    edges[0, 1] = 9  # in place: the same storage, a new version
+    with pytest.raises(InputError, match="holds id 9"):
+        model(x, edges)
+
+
 def test_edge_ids_beyond_a_compressed_feature_axis_are_refused():
     """A graph ξ over the attribute axis after a compression to 1 feature: ids index features, and only 0 exists."""
     model = _model("kappa = pca(k = 1)\n    xi_attribute_post = graph(edges = edges)")

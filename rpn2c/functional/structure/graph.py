@@ -4,6 +4,7 @@ dense-or-CSR choice of the cached operator (``graph_cache``), gather/scatter pro
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Callable, Literal
 
 import torch
@@ -160,19 +161,40 @@ def graph_adjacency(
     return dense_from_edges(src, dst, w, n)
 
 
+_CHECKED: OrderedDict = OrderedDict()  # (storage, version, shape, strides, n) -> the edge list, held: storage not reused
+_KEEP_CHECKED = 16
+
+
 def check_edge_ids(edges: Tensor, n: int, name: str = "edges", axis: str = "instance") -> None:
     """Raise an :class:`InputError` naming the input, its largest id and the axis size unless every id of the edge
-    list lies in ``[0, n)`` (eager calls; a compiled graph skips the check, as an embedding's does)."""
+    list lies in ``[0, n)`` (eager calls; a compiled graph skips the check, as an embedding's does). An edge list
+    already checked against ``n`` and unchanged since (same storage and version counter) is not read again: on a
+    GPU each check copies its extremes to the host, a synchronisation per layer and step."""
     if torch.compiler.is_compiling() or edges.numel() == 0 or edges.device.type == "meta":
         return
     if edges.is_floating_point() or edges.is_complex() or edges.dtype == torch.bool:
         raise InputError(f"edge list '{name}' must hold integer node ids, got a {edges.dtype} tensor")
+    key = None if edges.is_inference() else (  # an inference tensor keeps no version counter: checked every call
+        edges.device, edges.dtype, edges.data_ptr(), edges._version, tuple(edges.shape), edges.stride(), n)
+    if key is not None and key in _CHECKED:
+        _CHECKED.move_to_end(key)
+        return
     lo, hi = (int(v) for v in torch.aminmax(edges))
     if lo < 0 or hi >= n:
         what = ("node" if axis == "instance" else "feature") + ("" if n == 1 else "s")
         bad = lo if lo < 0 else hi
         raise InputError(f"edge list '{name}' holds id {bad}, but the graph it indexes has {n} {what} (the "
                          f"{axis} axis this graph ξ runs over): ids must lie in [0, {n})")
+    if key is None:
+        return
+    _CHECKED[key] = edges
+    while len(_CHECKED) > _KEEP_CHECKED:
+        _CHECKED.popitem(last=False)
+
+
+def forget_checked_edges() -> None:
+    """Forget which edge lists were checked (and release them)."""
+    _CHECKED.clear()
 
 
 def dense_from_edges(src: Tensor, dst: Tensor, w: Tensor, n: int) -> Tensor:

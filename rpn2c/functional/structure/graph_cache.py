@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from rpn2c.functional.structure.graph import dense_from_edges, dense_pays, graph_norm_weights
+from rpn2c.functional.structure.graph import dense_from_edges, dense_pays, forget_checked_edges, graph_norm_weights
 from rpn2c.functional.structure.spmm import _csr, _csr_parts
 
 MAX_GRAPHS = 4  # operators kept (least recently used goes first)
@@ -90,8 +90,9 @@ def normalized_edges(edges: Tensor, weight: Tensor | None, n: int, dtype: torch.
 
 
 def clear_graph_cache() -> None:
-    """Forget every cached operator (and release the edge tensors the cache holds)."""
+    """Forget every cached operator and every checked edge list (and release the edge tensors both hold)."""
     _CACHE.clear()
+    forget_checked_edges()
 
 
 def _build(edges, weight, n, dtype, device, self_loops, norm, directed) -> _Operator:
