@@ -114,6 +114,9 @@ class _CombinatorialHP(HP):
         return self
 
 
+MAX_TUPLES = 2**22  # r-subsets (r = 1..d) of the features that a combinatorial κ enumerates and scores per sample
+
+
 class _Combinatorial(Kappa):
     family = "compression"
     OUTPUT: ClassVar[str] = "value"
@@ -127,6 +130,10 @@ class _Combinatorial(Kappa):
         if hp.d > m:
             raise ShapeRuleError(f"{self.name}: tuples of size d = {hp.d} need at least {hp.d} features, got {m}")
         avail = [math.comb(m, r) for r in range(1, hp.d + 1)]
+        if sum(avail) > MAX_TUPLES:
+            raise ShapeRuleError(f"{self.name}: tuples of up to d = {hp.d} of {m} features are {sum(avail):,} per "
+                                 f"sample, each scored every call (at most {MAX_TUPLES:,}); lower d or compress "
+                                 "the input first")
         cap = min(avail) if self._per_size() else sum(avail)
         if not hp.with_replacement and hp.k > cap:
             raise ShapeRuleError(f"{self.name}: k = {hp.k} exceeds the {cap} available tuples")

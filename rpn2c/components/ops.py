@@ -255,11 +255,8 @@ class PoolItems(Op):
         from rpn2c.components.impl.ops import _Lambda
 
         how, is_grid = self.hp.how, ins[0].kind == "grid"
-        unbatched = ins[0].kind == "items" and not ins[0].batched  # nodes[N, F] of one graph: vector[1, F]
 
         def pool(x):
-            if unbatched:
-                x = x.unsqueeze(0)
             x = x.flatten(2) if is_grid else x.transpose(1, 2)
             return x.amax(-1) if how == "max" else (x.sum(-1) if how == "sum" else x.mean(-1))
 

@@ -13,17 +13,12 @@ from rpn2c.components.registry import register
 from rpn2c.ir.types import items, vector
 
 
-def _identity():
-    from rpn2c.components.impl.identity import Identity
-
-    return Identity()
-
-
 @register
 class BatchAsItems(Op):
     """batch_as_items(x): vector[B, F] -> nodes[B, F], the B samples become the items of one sample (opt-in: an instance ξ after it mixes samples).
 
-    The identity on the data. Without it samples never interact; with it every instance ξ of the heads that read the
+    The identity on the data (inside the model it adds the implicit sample axis of one, as an unbatched input
+    has). Without it samples never interact; with it every instance ξ of the heads that read the
     result relates the samples of the batch, so an output depends on the whole batch (eval mode included).
     """
 
@@ -41,7 +36,9 @@ class BatchAsItems(Op):
         return items(1, t.batch, t.features, batched=False, role="nodes")
 
     def build(self, ins):
-        return _identity()
+        from rpn2c.components.impl.ops import _Lambda
+
+        return _Lambda(lambda x: x.unsqueeze(0))  # one implicit sample, as an unbatched input is held inside
 
 
 @register
@@ -59,4 +56,6 @@ class BatchAsSamples(Op):
         return vector(t.items, t.features)
 
     def build(self, ins):
-        return _identity()
+        from rpn2c.components.impl.ops import _Lambda
+
+        return _Lambda(lambda x: x.squeeze(0))

@@ -160,8 +160,12 @@ class _PatchBase(GridXi):
         layers = structure.packing_layer_shift(self.shape_kind, hp.packing, stride)
         if hp.style == "centred":
             return Geometry(kernel, stride, (1,) * rank, before, after, "zeros", taps, shift, layers)
-        conv = PatchHP(size=list(kernel), stride=list(stride), pad=hp.pad, pad_after=hp.pad_after,
-                       dilation=hp.dilation, padding_mode=hp.padding_mode)
+        try:
+            conv = PatchHP(size=list(kernel), stride=list(stride), pad=hp.pad, pad_after=hp.pad_after,
+                           dilation=hp.dilation, padding_mode=hp.padding_mode)
+        except ValueError as exc:  # pydantic's ValidationError: the derived conv patch is not one
+            raise ShapeRuleError(f"the patch is not a valid convolution window: {exc.errors()[0]['msg']}"
+                                 if hasattr(exc, "errors") else str(exc)) from None
         return replace(conv.geometry(rank, taps), row_shift=shift, layer_shift=layers)
 
 
@@ -274,6 +278,8 @@ class _GeometricHP(_ShapedPatchHP, _CylinderFields):
         for v in (self.half, self.half_after):
             if v is not None and any(x < 0 for x in ([v] if isinstance(v, int) else v)):
                 raise ValueError("half extents must be >= 0")
+        if self.size is not None and any(x < 1 for x in ([self.size] if isinstance(self.size, int) else self.size)):
+            raise ValueError("size must be >= 1 on every axis")
         return self
 
 

@@ -427,6 +427,8 @@ class ManifoldCompression(nn.Module):
         if not np.isfinite(X).all():  # NaN or ±inf in, NaN out (as a torch op propagates them; scikit-learn refuses)
             return np.full((rows, self.k), np.nan)
         out = np.zeros((rows, self.k))
+        if rows == 0 or np.ptp(X, axis=0).max(initial=0.0) == 0:  # one point, repeated: embedded at the origin
+            return out  # (t-SNE would divide its initial layout by a zero spread and crash in C)
         if rows <= self.k + 1 or rows < 4:  # too few rows to embed into k dims: embed into fewer, pad with zeros
             k = min(self.k, rows - 2)
             if rows >= 4 and k >= 1:

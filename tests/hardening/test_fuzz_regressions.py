@@ -149,8 +149,9 @@ def test_a_manifold_kappa_propagates_nan_as_torch_does():
 
 
 def test_readout_of_one_unbatched_graph_pools_its_nodes():
-    """Found by the held-out lanes: ``readout`` of ``nodes[N, F]`` (one graph, ``batch_as_items``) indexed a batch
-    axis the tensor does not have; it pools the N nodes into vector[1, F]."""
+    """Found by the held-out lanes: ``readout`` of ``nodes[N, F]`` made by ``batch_as_items`` indexed a batch axis
+    the tensor did not have (an unbatched input is held with a sample axis of one inside the model; the op now
+    makes one too); it pools the N nodes into vector[1, F]."""
     text = "model m {\n  input x: vector[B, 3]\n  n = batch_as_items(x)\n  y = readout(n, how = \"max\")\n  return y\n}\n"
     x = torch.randn(5, 3)
     for reference in (False, True):
@@ -170,6 +171,18 @@ def test_isomap_embeds_into_the_dims_its_kernel_allows():
         assert torch.isfinite(model(x)).all()
     used = int((emb.abs().amax(0) > 0).sum())
     assert 1 <= used < 8 and (emb[:, used:] == 0).all()
+
+
+@pytest.mark.parametrize("method", ["tsne", "isomap", "mds"])
+def test_a_manifold_kappa_embeds_one_repeated_point_at_the_origin(method):
+    """Found by the confirmation lanes: t-SNE of identical rows (a zero ξ before it) divided its initial layout by
+    a zero spread and crashed in C (a segmentation fault); one point, repeated, embeds at the origin."""
+    pytest.importorskip("sklearn")
+    from rpn2c.functional.compression_modules import ManifoldCompression
+
+    with torch.no_grad():
+        out = ManifoldCompression(2, method=method)(torch.full((2, 5, 3), 0.5))
+    assert out.shape == (2, 5, 2) and (out == 0).all()
 
 
 # ------------------------------------------------------------------------------------------------ the harness
