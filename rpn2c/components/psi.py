@@ -45,11 +45,12 @@ MAX_FROZEN = 2**28  # entries (1 GiB in float32) of the frozen random matrices o
 
 
 def frozen_entries(spec, n: int, D: int, kwargs: dict) -> int:
-    """How many frozen random entries ψ keeps for an n x D matrix: 0 below the bound n·D·max(1, integer settings),
-    which holds every family's frozen matrices (so small specs check without torch), else drawn on the meta
-    device (nothing allocated)."""
+    """How many frozen random entries ψ keeps for an n x D matrix: 0 below the bound n·D·max(1, integer settings)
+    plus the product of the two largest of n, D and the settings, which holds every family's frozen matrices (so
+    small specs check without torch), else drawn on the meta device (nothing allocated)."""
     ints = [v for v in kwargs.values() if isinstance(v, int) and not isinstance(v, bool)]
-    if spec.make_buffers is None or n * D * max([1, *ints]) <= MAX_FROZEN:
+    widest = sorted([n, D, *ints], reverse=True)  # two settings may span one matrix (a hypernet's l x d)
+    if spec.make_buffers is None or n * D * max([1, *ints]) + widest[0] * widest[1] <= MAX_FROZEN:
         return 0
     import torch
 

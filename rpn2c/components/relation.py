@@ -62,6 +62,8 @@ class Relation(Op):
     def infer_with(self, types: list[TensorType], aux: dict[str, TensorType]) -> tuple[TensorType, int]:
         """The relation's type ``matrix[B, N, M]`` and its parameter count."""
         ctx = self.context(types, aux)
+        if len(types) > 1:
+            _one_batch(types[0], types[1], "relates the items of each sample of one batch")
         xi = self.hp.xi.component
         if xi.kind == "grid" or "instance" not in xi.axes:
             raise ShapeRuleError(f"'{xi.name}' is not an instance ξ: a relation needs one that relates items")
@@ -79,6 +81,13 @@ class Relation(Op):
         module = self.hp.xi.component.build(ctx)
         module.axis = "instance"
         return RelationModule(module, len(data) > 1, keys, reference, self.hp.swap)
+
+
+def _one_batch(a: TensorType, b: TensorType, what: str) -> None:
+    """Both operands share the batch (or one has a single sample, broadcast)."""
+    if not _same(a.batch, b.batch) and "1" not in (str(a.batch), str(b.batch)):
+        raise ShapeRuleError(f"a relation {what}: {a} and {b} have different batch sizes ({a.batch} and "
+                             f"{b.batch}); give both inputs the same batch symbol", arg=1)
 
 
 def _relation_type(t: TensorType, arg: int) -> None:
@@ -103,6 +112,7 @@ class ApplyRelation(Op):
         _relation_type(r, 0)
         if v.kind != "items":
             raise ShapeRuleError(f"a relation multiplies the items of a sequence, got {v}", arg=1)
+        _one_batch(r, v, "multiplies the items of each sample by its own matrix")
         rows, cols = r.shape[1:] if not self.hp.transpose else r.shape[:0:-1]
         if not _same(cols, v.items):
             flip = "" if self.hp.transpose else " (for Rᵀ V, `transpose = true`)"
