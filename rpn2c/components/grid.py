@@ -83,6 +83,13 @@ class Geometry:
     def out_spatial(self, spatial: tuple[Dim, ...]) -> tuple[Dim, ...]:
         if len(spatial) != self.rank:
             raise ShapeRuleError(f"a {self.rank}-D patch cannot slide over a {len(spatial)}-D grid")
+        if self.padding_mode in ("circular", "reflect"):  # torch's padding reads the grid once: pad <= L (< L)
+            for n, b, a in zip(spatial, self.pad_before, self.pad_after):
+                most = n if self.padding_mode == "circular" else n - 1
+                if isinstance(n, int) and not isinstance(n, bool) and max(b, a) > most:
+                    raise ShapeRuleError(f"{self.padding_mode} padding of {max(b, a)} cells on an axis of {n} "
+                                         f"(at most {most}): lower pad, or use padding_mode = \"zeros\" or "
+                                         "\"replicate\"")
         return tuple(self.out_extent(i, n) for i, n in enumerate(spatial))
 
     def kernel_mask(self, device=None) -> torch.Tensor:

@@ -185,6 +185,23 @@ def test_a_manifold_kappa_embeds_one_repeated_point_at_the_origin(method):
     assert out.shape == (2, 5, 2) and (out == 0).all()
 
 
+@pytest.mark.parametrize("mode, most", [("circular", 8), ("reflect", 7)])
+def test_wrapping_pads_stop_where_torch_can_pad(mode, most):
+    """Found by the final lanes: circular padding of 100000 cells on an axis of 8 raised torch's "wrapping around
+    more than once" in the forward; the largest pad torch takes runs in both lowerings, one more is E0402."""
+    spec = ("model m {{\n  input x: signal[B, 2, 8]\n  y = head(x) {{\n    xi_attribute = grid_patch(size = 3, "
+            "pad = {}, padding_mode = \"{}\")\n    out = 3\n  }}\n  return y\n}}\n")
+    torch.manual_seed(0)
+    fast = rpn2c.compile(spec.format(most, mode)).double()
+    ref = rpn2c.compile(spec.format(most, mode), reference=True).double()
+    ref.load_state_dict(fast.state_dict())
+    x = torch.randn(2, 2, 8, dtype=torch.float64)
+    torch.testing.assert_close(fast(x), ref(x))
+    with pytest.raises(rpn2c.SpecError) as err:
+        rpn2c.check(spec.format(most + 1, mode))
+    assert err.value.diagnostics[0].code == "E0402"
+
+
 # ------------------------------------------------------------------------------------------------ the harness
 def test_minimise_keeps_the_failure_and_drops_the_rest(monkeypatch):
     from rpn2c.runtime import fuzz_lanes
