@@ -164,6 +164,23 @@ class IncrementalFeatureClustering(_Stateful):
         return x @ (member / member.sum(0).clamp(min=1))
 
 
+def _symmetric_eigh(S: Tensor) -> tuple[Tensor, Tensor]:
+    """``torch.linalg.eigh`` of the symmetric PSD ``S`` (ascending); where LAPACK's float32 solver does not
+    converge (a low-rank Gram of few rows: many repeated zero eigenvalues) the float64 one, then an SVD (for a PSD
+    matrix its singular values and vectors are the eigenvalues and vectors). Non-finite entries give NaN."""
+    if not torch.isfinite(S).all():
+        n = S.shape[-1]
+        return S.new_full((n,), float("nan")), S.new_full((n, n), float("nan"))
+    for attempt in (S, S.double()):
+        try:
+            evals, evecs = torch.linalg.eigh(attempt)
+            return evals.to(S.dtype), evecs.to(S.dtype)
+        except torch.linalg.LinAlgError:
+            continue
+    U, sv, _ = torch.linalg.svd(S.double())
+    return sv.flip(0).to(S.dtype), U.flip(-1).to(S.dtype)
+
+
 class IncrementalPCA(_Stateful):
     """kappa(x) = x V_k (eq 101–102), V_k = top-k right singular vectors of all rows seen so far.
 
@@ -196,7 +213,7 @@ class IncrementalPCA(_Stateful):
         M = self.gram / self.count
         if self.center:
             M = M - torch.outer(self.mean, self.mean)
-        evals, evecs = torch.linalg.eigh(0.5 * (M + M.T))
+        evals, evecs = _symmetric_eigh(0.5 * (M + M.T))
         V = evecs[:, -self.k:].flip(-1)
         pivot = V.abs().argmax(dim=0)
         sign = torch.sign(V.gather(0, pivot.unsqueeze(0)))

@@ -202,6 +202,34 @@ def test_wrapping_pads_stop_where_torch_can_pad(mode, most):
     assert err.value.diagnostics[0].code == "E0402"
 
 
+@pytest.mark.parametrize("fails", [(), (torch.float32,), (torch.float32, torch.float64)])
+def test_pca_eigendecomposition_falls_back_where_lapack_does_not_converge(monkeypatch, fails):
+    """Found by the final lanes: the incremental PCA κ's float32 ``eigh`` of a 392 × 392 Gram of 64 rows did not
+    converge (``LinAlgError``); it retries in float64, then takes an SVD, with the same eigenpairs."""
+    from rpn2c.functional import compression_modules as cm
+
+    x = torch.randn(6, 9, generator=torch.Generator().manual_seed(0))
+    S = x.T @ x / 6  # rank 6 of 9: repeated zero eigenvalues
+    want_vals, want_vecs = torch.linalg.eigh(S.double())
+    eigh = torch.linalg.eigh
+
+    def flaky(a):
+        if a.dtype in fails:
+            raise torch.linalg.LinAlgError("linalg.eigh: The algorithm failed to converge")
+        return eigh(a)
+
+    monkeypatch.setattr(torch.linalg, "eigh", flaky)
+    vals, vecs = cm._symmetric_eigh(S)
+    assert vals.dtype == torch.float32
+    torch.testing.assert_close(vals.double(), want_vals, atol=1e-5, rtol=1e-5)
+    top = slice(-6, None)  # the non-zero eigenvalues' vectors are unique up to sign
+    torch.testing.assert_close((vecs[:, top].double().T @ want_vecs[:, top]).abs(), torch.eye(6, dtype=torch.float64),
+                               atol=1e-4, rtol=0)
+    bad = S.clone()
+    bad[0, 0] = float("inf")
+    assert torch.isnan(cm._symmetric_eigh(bad)[1]).all()
+
+
 # ------------------------------------------------------------------------------------------------ the harness
 def test_minimise_keeps_the_failure_and_drops_the_rest(monkeypatch):
     from rpn2c.runtime import fuzz_lanes
