@@ -161,8 +161,17 @@ def graph_adjacency(
     return dense_from_edges(src, dst, w, n)
 
 
-_CHECKED: OrderedDict = OrderedDict()  # (storage, version, shape, strides, n) -> the edge list, held: storage not reused
+_CHECKED: OrderedDict = OrderedDict()  # (tensor_key, n) -> the edge list, held so that its storage is not reused
 _KEEP_CHECKED = 16
+
+
+def tensor_key(t: Tensor | None):
+    """What identifies a tensor's values while it lives: storage, offset, shape, strides, dtype, device and the
+    version counter (moved by every in-place write). Inference tensors keep no version counter: callers skip them."""
+    if t is None:
+        return None
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype,
+            t.device, t._version)
 
 
 def check_edge_ids(edges: Tensor, n: int, name: str = "edges", axis: str = "instance") -> None:
@@ -174,8 +183,7 @@ def check_edge_ids(edges: Tensor, n: int, name: str = "edges", axis: str = "inst
         return
     if edges.is_floating_point() or edges.is_complex() or edges.dtype == torch.bool:
         raise InputError(f"edge list '{name}' must hold integer node ids, got a {edges.dtype} tensor")
-    key = None if edges.is_inference() else (  # an inference tensor keeps no version counter: checked every call
-        edges.device, edges.dtype, edges.data_ptr(), edges._version, tuple(edges.shape), edges.stride(), n)
+    key = None if edges.is_inference() else (tensor_key(edges), n)  # inference tensors: checked every call
     if key is not None and key in _CHECKED:
         _CHECKED.move_to_end(key)
         return

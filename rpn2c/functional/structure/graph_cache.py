@@ -20,7 +20,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from rpn2c.functional.structure.graph import dense_from_edges, dense_pays, forget_checked_edges, graph_norm_weights
+from rpn2c.functional.structure.graph import (dense_from_edges, dense_pays, forget_checked_edges, graph_norm_weights,
+                                              tensor_key)
 from rpn2c.functional.structure.spmm import _csr, _csr_parts
 
 MAX_GRAPHS = 4  # operators kept (least recently used goes first)
@@ -55,19 +56,12 @@ class _Operator:
         return self.csr_t @ x
 
 
-def _tensor_key(t: Tensor | None):
-    if t is None:
-        return None
-    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype,
-            t.device, t._version)
-
-
 def graph_operator_cached(edges: Tensor, weight: Tensor | None, n: int, dtype: torch.dtype, device: torch.device,
                           self_loops: bool | None, norm: str, directed: bool) -> _Operator:
     """The operator of this graph, from the cache or built (and cached) now."""
     if edges.is_inference() or (weight is not None and weight.is_inference()):  # no version counter: never cached
         return _build(edges, weight, n, dtype, device, self_loops, norm, directed)
-    key = (_tensor_key(edges), _tensor_key(weight), n, dtype, device, self_loops, norm, directed)
+    key = (tensor_key(edges), tensor_key(weight), n, dtype, device, self_loops, norm, directed)
     hit = _CACHE.get(key)
     if hit is not None:
         _CACHE.move_to_end(key)
