@@ -21,7 +21,7 @@ from rpn2c.check.relations import RELATION, refuse_matrix, relation_call
 from rpn2c.check.ties import Tying, param_call, take_tie, take_tie_kwarg
 from rpn2c.check.values import INVALID, Scope, evaluate
 from rpn2c.components.base import ShapeRuleError
-from rpn2c.components.registry import REGISTRY, names
+from rpn2c.components.registry import REGISTRY, synonym_hint, unknown_hint
 from rpn2c.errors import Diagnostics, Span, did_you_mean
 from rpn2c.ir.graph import Graph, Node
 from rpn2c.ir.types import MASK_MODES, TYPE_CONSTRUCTORS, TensorType
@@ -408,10 +408,11 @@ class Elaborator(Tying, Instances):
             other = [f for f in REGISTRY if fname in REGISTRY[f] and f not in OP_FAMILIES]
             if other:
                 self.diags.error("E0301", f"'{fname}' is a {other[0]} component; use it inside a head "
-                                          f"(e.g. as a setting), not as an operation", func.span)
+                                          f"(e.g. as a setting), not as an operation", func.span,
+                                 suggestion=synonym_hint(fname, OP_FAMILIES))
             else:
                 self.diags.error("E0201", f"unknown operation or block '{fname}'", func.span,
-                                 suggestion=did_you_mean(fname, [*names(OP_FAMILIES), *blocks]))
+                                 suggestion=unknown_hint(fname, OP_FAMILIES, blocks))
             return None
         arg_ids = [self._value_ref(a, scope, unit, later, name, i) for i, a in enumerate(call.args)]
         kwargs, tie_k = take_tie_kwarg(call.kwargs)

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterable
 
 from pydantic import BaseModel, ConfigDict
 
+from rpn2c.errors import did_you_mean
 from rpn2c.ir.graph import HEAD_SLOTS
 from rpn2c.ir.types import ValueRef  # noqa: F401  (hyper-parameters may name dataflow values)
 
@@ -69,6 +70,12 @@ class Component:
     family: ClassVar[str] = ""
     HP: ClassVar[type[HP]] = HP
     aliases: ClassVar[tuple[str, ...]] = ()
+    # other libraries' names for this entry that a spec does not accept (they need hyper-parameters, or name it only
+    # loosely): name -> how a spec writes it here, offered as the help of an unknown-component error (the class's
+    # own: a subclass does not inherit them)
+    synonyms: ClassVar[dict[str, str]] = {}
+    # help for a refused hyper-parameter value whose job another entry does: {key: {value: help}}
+    value_hints: ClassVar[dict[str, dict[str, str]]] = {}
     positional: ClassVar[tuple[str, ...]] = ()  # hyper-parameters a call may give by position (``tied(emb)``)
     tags: ClassVar[frozenset[str]] = frozenset()
     example: ClassVar[str] = ""  # a whole runnable spec, when the family template does not fit
@@ -151,15 +158,19 @@ class Lazy:
 
 
 REGISTRY: dict[str, dict[str, Entry]] = {f: {} for f in FAMILIES}
+SYNONYMS: dict[str, dict[str, str]] = {f: {} for f in FAMILIES}  # family -> other libraries' name -> spec text
 
 
 def register(cls: type[Component]) -> type[Component]:
-    """Class decorator adding an entry (and its aliases) to the registry; duplicates are a bug."""
-    table = REGISTRY[cls.family]
-    for name in (cls.name, *cls.aliases):
-        if name in table:
+    """Class decorator adding an entry (its aliases and synonyms) to the registry; duplicates are a bug."""
+    table, synonyms = REGISTRY[cls.family], SYNONYMS[cls.family]
+    own = vars(cls).get("synonyms", {})  # a subclass names other things than its base
+    for name in (cls.name, *cls.aliases, *own):
+        if name in table or name in synonyms:
             raise RuntimeError(f"duplicate {cls.family} component {name!r}")
+    for name in (cls.name, *cls.aliases):
         table[name] = Entry(name, cls.family, cls)
+    synonyms.update(own)
     return cls
 
 
@@ -174,6 +185,24 @@ def lookup(name: str, families: tuple[str, ...]) -> Entry | None:
 def names(families: tuple[str, ...] | None = None) -> list[str]:
     fams = families or tuple(FAMILIES)
     return sorted({n for f in fams for n in REGISTRY[f]})
+
+
+def synonym_hint(name: str, families: tuple[str, ...] | None = None) -> str | None:
+    """How a spec writes what other libraries call ``name`` (an entry's ``synonyms``: ``sigmoid_linear_unit`` is
+    ``silu``, ``gelu_tanh`` is ``gelu(approximate = "tanh")``), or None."""
+    for fam in families or tuple(FAMILIES):
+        how = SYNONYMS[fam].get(name.lower())
+        if how is not None:
+            if how.isidentifier():  # a name: the editor's quick fix takes it
+                return f"did you mean '{how}'? ('{name}' is its name in other libraries)"
+            return f"rpn2c writes '{name}' as {how}"
+    return None
+
+
+def unknown_hint(name: str, families: tuple[str, ...] | None = None, extra: Iterable[str] = ()) -> str | None:
+    """The help for an unknown component ``name``: :func:`synonym_hint`, else the closest names among the entries
+    of ``families`` and ``extra`` (blocks)."""
+    return synonym_hint(name, families) or did_you_mean(name, [*names(families), *extra])
 
 
 def all_entries() -> list[Entry]:

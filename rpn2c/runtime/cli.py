@@ -133,10 +133,9 @@ def cmd_components(args) -> int:
     if args.family is not None and args.family not in FAMILIES:
         raise _Usage(f"unknown family {args.family!r} (families: {', '.join(FAMILIES)})")
     if args.name is not None:  # one entry in full (every family's entry of that name), example included
-        found, close = find_components(args.name, args.family)
+        found, hint = find_components(args.name, args.family)
         if not found:
-            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-            raise _Usage(f"unknown component {args.name!r}{hint}")
+            raise _Usage(f"unknown component {args.name!r}" + (f"; {hint}" if hint else ""))
         if args.format == "json":
             _out(json.dumps(components_json(entries=found), indent=2))
         else:

@@ -8,11 +8,12 @@ holds one needs ``resume`` (continue it) or ``overwrite`` (clear it first); file
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import shutil
 from pathlib import Path
+
+from rpn2c.errors import did_you_mean
 
 from .config import TrainError
 
@@ -76,8 +77,8 @@ def _errors(exc, where: str | None) -> str:
         elif where is None:
             parts.append(f"--{str(e['loc'][0]).replace('_', '-')}: {e['msg']}")
         elif e["type"] == "extra_forbidden":
-            near = difflib.get_close_matches(name, list(RunConfig.model_fields), n=1)
-            parts.append(f"{where}: unknown option '{name}'" + (f" (did you mean '{near[0]}'?)" if near else "")
+            near = did_you_mean(name, list(RunConfig.model_fields))
+            parts.append(f"{where}: unknown option '{name}'" + (f" ({near})" if near else "")
                          + f"; the options are: {', '.join(RunConfig.model_fields)}")
         else:
             parts.append(f"{where}: {name or 'the file'}: {e['msg']}")
