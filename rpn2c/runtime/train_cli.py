@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rpn2c.runtime.common import EXIT_OK, _err, _out, _Usage, parse_params
 from rpn2c.runtime.workflow import (EXIT_INTERRUPTED, _compile, _data_options, _dataset, _device, _graph, _guard,
-                                    _jsonable, _threads, _write_csv)
+                                    _jsonable, _named_dims, _threads, _write_csv)
 
 
 def _given(args) -> dict:
@@ -75,7 +75,8 @@ def cmd_train(args) -> int:
     env = distributed.DistEnv.from_env()
     device = _device(cfg.device, env)
     dataset = _dataset(cfg.data, cfg.seed, cfg.data_options)
-    binding = bind(graph, dataset, cfg.spec)
+    with _named_dims(graph, spec_args, cfg.params):
+        binding = bind(graph, dataset, cfg.spec)
     split = run.split_sizes(dataset, cfg.val_fraction, cfg.seed)
     if env.is_main:
         if not cfg.quiet:
