@@ -42,7 +42,8 @@ def describe(node: Node) -> str:
     if node.kind == "op":
         return str(node.op)
     if node.kind == "block":
-        return f"{node.trace['nodes']} nodes"
+        copies = node.trace.get("copies", 1)
+        return f"{node.trace['nodes']} nodes" + (f" ({copies} × {node.trace['nodes'] // copies})" if copies > 1 else "")
     if node.kind == "recurrent":
         r = node.layer
         bits = [f"cell={r.cell}", "ξ=chain(state feedback)", f"H={r.hidden}"]
@@ -187,6 +188,8 @@ def _line_height(line: list[Run]) -> float:
 def _box(node: Node) -> Box:
     kind = node.layer.kind if node.layer is not None and node.kind == "layer" else node.kind
     shown = f"block {node.trace['block']}" if node.kind == "block" and node.trace.get("block") else kind
+    if node.kind == "block" and node.trace.get("copies", 1) > 1:
+        shown += f" × {node.trace['copies']}"
     lines = [[Run(node.id, TITLE, bold=True), Run(shown, TEXT, colour=MUTED, gap=8.0)]]
     if node.kind != "input":
         lines += [[Run(part)] for part in _wrap(describe(node))]
@@ -353,7 +356,7 @@ def layout(graph: Graph) -> Layout:
     for v, ins in ports.items():
         ins.sort(key=lambda p: (x[p[1]], p[0]))
         b = boxes[v]
-        named = [text_width(t, SMALL) + 14 for u, _ in ins if (t := _role_text(roles[u, v]))]
+        named = [text_width(t, SMALL) + 14 for u, _ in ins if (t := role_text(roles[u, v]))]
         step = min(max([24.0, *named]), (b.w - 16) / max(len(ins) - 1, 1))
         for i, (u, _) in enumerate(ins):
             port_x[u, v] = x[v] + (i - (len(ins) - 1) / 2) * step
@@ -398,11 +401,11 @@ def _arrow(x: float, y: float) -> list[tuple[float, float]]:
     return [(x, y), (x - 4.0, y - 8.0), (x + 4.0, y - 8.0)]
 
 
-def _role_text(role: str) -> str | None:
-    """Edge roles worth printing: context and named auxiliary inputs (not x, positional args or return)."""
-    if role in ("x", "return") or role.startswith("arg"):
-        return None
-    return role.removeprefix("aux:")
+def role_text(role: str) -> str | None:
+    """What an edge's roles (``"x, context"``: one value in two roles) are worth printing: the context and named
+    auxiliary inputs, not the main input ``x``, an operation's positional arguments (``arg0``) or ``return``."""
+    names = [r.removeprefix("aux:") for r in role.split(", ") if r not in ("x", "return") and not r.startswith("arg")]
+    return ", ".join(names) or None
 
 
 # ------------------------------------------------------------------------------------------------ SVG
@@ -433,7 +436,7 @@ def to_svg(graph: Graph, collapse: bool = False) -> str:
         out.append(f'<g class="edge" data-source={quoteattr(e.source)} data-target={quoteattr(_name(e.target))} '
                    f'data-role={quoteattr(e.role)}><path d="{d}" fill="none" stroke="{EDGE}" stroke-width="1.3"/>'
                    f'<polygon points="{" ".join(f"{_f(a)},{_f(b)}" for a, b in tip)}" fill="{EDGE}"/></g>')
-        role = _role_text(e.role)
+        role = role_text(e.role)
         if role:
             tx, ty = e.points[-1]
             anchor = ' text-anchor="end"' if e.left else ""

@@ -86,18 +86,23 @@ def cmd_graph(args) -> int:
         raise _Usage("--collapse applies to pictures: --format svg or png")
     if args.format == "png":
         data = to_png(graph, collapse=args.collapse)
-        if args.out is None:
-            sys.stdout.buffer.write(data)
-        else:
-            Path(args.out).write_bytes(data)
-        return EXIT_OK
-    text = {"dot": to_dot, "mermaid": to_mermaid, "svg": lambda g: to_svg(g, collapse=args.collapse),
-            "json": lambda g: g.to_json(indent=2, kernels=True)}[args.format](graph).rstrip("\n") + "\n"
-    if args.out is None:
-        sys.stdout.write(text)
     else:
-        Path(args.out).write_text(text, encoding="utf-8")
+        data = ({"dot": to_dot, "mermaid": to_mermaid, "svg": lambda g: to_svg(g, collapse=args.collapse),
+                 "json": lambda g: g.to_json(indent=2, kernels=True)}[args.format](graph).rstrip("\n")
+                + "\n").encode("utf-8")
+    if args.out is not None:  # say what went where: nothing else is printed
+        Path(args.out).write_bytes(data)
+        what = " (one box per block use or repeat)" if args.collapse else ""
+        _err(f"wrote {args.out}: {_GRAPH_FORMATS[args.format]} of model {graph.name}{what}, {len(data):,} bytes")
+    elif args.format == "png":
+        sys.stdout.buffer.write(data)
+    else:
+        sys.stdout.write(data.decode("utf-8"))
     return EXIT_OK
+
+
+_GRAPH_FORMATS = {"dot": "Graphviz DOT", "mermaid": "Mermaid flowchart", "json": "IR graph as JSON",
+                  "svg": "SVG picture", "png": "PNG picture"}
 
 
 def cmd_explain(args) -> int:
