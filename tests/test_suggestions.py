@@ -4,6 +4,7 @@ diagnostic of the checker and the command line."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -14,6 +15,7 @@ from rpn2c.components.registry import REGISTRY, SLOT_FAMILIES, SYNONYMS, unknown
 from rpn2c.errors import SpecError, close_names, did_you_mean
 from rpn2c.runtime.cli import main
 
+ROOT = Path(__file__).resolve().parents[1]
 QUICK_FIX = re.compile(r"did you mean '([A-Za-z_][A-Za-z0-9_.]*)'\?")  # the editor's quick-fix reading
 
 
@@ -159,3 +161,21 @@ def test_components_cli_names_the_synonym(capsys):
     assert "gelu(approximate = \"tanh\")" in capsys.readouterr().err
     assert main(["components", "swish"]) == 0
     assert capsys.readouterr().out.startswith("silu — processing")
+
+
+def test_show_finds_a_block_layer_by_its_own_name():
+    from rpn2c.runtime.layer_matrix import ViewError, check_matrix_layer
+    from rpn2c.train.config import TrainError
+    from rpn2c.train.interdependence import check_layer
+
+    graph = rpn2c.check_file(ROOT / "specs" / "transformer.rpn")
+    with pytest.raises(ViewError, match=r"has no layer 'attn'; did you mean 'y\.attn'\?"):
+        check_matrix_layer(graph, "attn")
+    with pytest.raises(TrainError, match=r"has no layer 'ff'; did you mean 'y\.ff'\?"):
+        check_layer(graph, "ff")
+
+
+def test_param_names_on_the_command_line_are_suggested():
+    with pytest.raises(SpecError) as info:
+        rpn2c.check_file(ROOT / "specs" / "mlp.rpn", params={"hiden": 3})
+    assert info.value.diagnostics[0].suggestion == "did you mean 'hidden'?"

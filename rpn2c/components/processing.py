@@ -75,7 +75,7 @@ _act("gelu", _F + "gelu", "GELU x·Φ(x) (approximate = \"none\": the exact erf 
                "gaussian_error_linear_unit": "gelu"})
 # swish (TensorFlow, Keras, JAX, Hugging Face) is exactly x·σ(x): accepted as a name of silu
 _act("silu", _F + "silu", "SiLU x·σ(x) (also called swish).", aliases=("swish",),
-     synonyms={"sigmoid_linear_unit": "silu", "swish1": "silu"})
+     synonyms={"sigmoid_linear_unit": "silu"})
 _act("elu", _F + "elu", "ELU x for x > 0, alpha·(e^x − 1) otherwise.",
      _hp("elu", alpha=(_Real, Field(1.0, json_schema_extra=_LATER, description="the negative saturation value −alpha"))),
      "elu(alpha = 0.5)")

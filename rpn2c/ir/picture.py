@@ -42,8 +42,8 @@ def describe(node: Node) -> str:
     if node.kind == "op":
         return str(node.op)
     if node.kind == "block":
-        copies = node.trace.get("copies", 1)
-        return f"{node.trace['nodes']} nodes" + (f" ({copies} × {node.trace['nodes'] // copies})" if copies > 1 else "")
+        n, copies = node.trace["nodes"], node.trace.get("copies", 1)
+        return f"{n} nodes" + (f" ({copies} × {n // copies})" if copies > 1 else "")
     if node.kind == "recurrent":
         r = node.layer
         bits = [f"cell={r.cell}", "ξ=chain(state feedback)", f"H={r.hidden}"]
