@@ -69,10 +69,10 @@ def check_layer(graph: Graph, name: str) -> None:
 
 
 def layer_module(root: nn.Module, path: str) -> nn.Module:
-    """The sub-module of a layer by its spec path (``y.attn``)."""
-    for part in path.split("."):
-        root = getattr(root, part)
-    return root
+    """The sub-module of a layer of a compiled model by its spec path (``y.attn``)."""
+    from rpn2c.lower.build import submodule
+
+    return submodule(root, path)
 
 
 @contextlib.contextmanager
