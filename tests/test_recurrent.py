@@ -539,7 +539,7 @@ def test_an_lstm_runs_under_cpu_bfloat16_autocast_on_any_cpu():
             with torch.autocast("cpu", dtype=torch.bfloat16), torch.set_grad_enabled(grad):
                 got = run(x)
             assert got.dtype == torch.bfloat16
-            assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
+            assert_close(got.float(), want, rtol=4e-2, atol=4e-2)  # bfloat16 weights where the CPU has the kernel
     torch._dynamo.reset()
 
 
