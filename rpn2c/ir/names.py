@@ -1,10 +1,12 @@
-"""Where a compiled model puts each value's module. A value's module sits at its spec path (``conv1``,
-``enc.attn``), so its parameters get readable ``state_dict`` names (``conv1.psi.weight``); a segment of that path
-that cannot name a torch sub-module as it is (a Python keyword, an attribute the torch module, a block scope or the
-compiled model already has: ``train``, ``to``, ``forward``, ``class``) takes the first free ``train_``,
-``train__``, … among its siblings instead, so every value name is allowed and a spec with none of them keeps the
-paths it always had. A layer's heads are the entries of an ``nn.ModuleDict``: a head cannot take one of its
-attribute names nor a Python keyword, nor an input the name ``self`` (E0208, :func:`reserved`)."""
+"""Where a compiled model puts each value's module, and the names a head or an input cannot take.
+
+A value's module sits at its spec path (``conv1``, ``enc.attn``), so its parameters get readable ``state_dict``
+names (``conv1.psi.weight``). A segment of that path that cannot name a torch sub-module as it is (a Python
+keyword, or an attribute that a torch module, a block scope or the compiled model already has: ``train``, ``to``,
+``forward``, ``class``) takes the first free ``train_``, ``train__``, … among its siblings instead: every value name
+is allowed, and a spec without such names keeps the paths it always had. A head is an entry of its layer's
+``nn.ModuleDict`` and a Python name in an exported program, and a model is called with its inputs by name: a head
+cannot take a keyword or an attribute name, nor an input the name ``self`` (E0208, :func:`reserved`)."""
 
 from __future__ import annotations
 
