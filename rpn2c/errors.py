@@ -104,8 +104,10 @@ CATALOG: dict[str, ErrorCode] = _codes(
     E("E0206", "duplicate name", "'{name}' is already defined", "rename the value, parameter or head"),
     E("E0207", "used before definition", "'{name}' is used before it is defined {detail}",
       "define values in dataflow order; a head's `tie` names an earlier head"),
-    E("E0208", "reserved name", "'{name}' is a Python keyword, which the compiled model cannot use as a name",
-      "rename the value, input or head: the compiled model makes Python names and torch module attributes of them"),
+    E("E0208", "reserved name", "'{name}' is {why}, so {what} cannot take it as its name",
+      "rename the head or input: a layer's heads are the entries of a torch `nn.ModuleDict` (not its attributes "
+      "`keys`, `values`, `train`, …) and Python names in an exported program (no keywords); a model is called with "
+      "its inputs by name, and `self` is torch's own; a value may take any name"),
     # ---- E03xx types and hyper-parameters
     E("E0301", "component in the wrong slot", "'{name}' is a {family} component; '{slot}' takes {families}",
       "move the component to a slot of its family (`rpn2c components` shows each family)", True),

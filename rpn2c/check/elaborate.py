@@ -14,7 +14,6 @@ import networkx as nx
 from rpn2c.check.budget import Guard, Limits, head_elements, per_sample
 from rpn2c.check.heads import LayerShapeError, build_layer, infer_layer, resolve_use
 from rpn2c.check.loader import Unit
-from rpn2c.check.reserved import reserved
 from rpn2c.check.recurrent import build_recurrent, infer_recurrent
 from rpn2c.check.instances import REPORTED, Instances
 from rpn2c.check.relations import RELATION, refuse_matrix, relation_call
@@ -24,6 +23,7 @@ from rpn2c.components.base import ShapeRuleError
 from rpn2c.components.registry import REGISTRY, synonym_hint, unknown_hint
 from rpn2c.errors import Diagnostics, Span, did_you_mean
 from rpn2c.ir.graph import Graph, Node
+from rpn2c.ir.names import reserved
 from rpn2c.ir.types import MASK_MODES, TYPE_CONSTRUCTORS, TensorType
 from rpn2c.syntax import ast
 
@@ -143,8 +143,6 @@ class Elaborator(Tying, Instances):
                 if stmt.name in scope.values or stmt.name in scope.params:
                     self.diags.error("E0206", f"'{stmt.name}' is already defined", stmt.span)
                     continue
-                if why := reserved(stmt.name, "value"):
-                    self.diags.error("E0208", why, stmt.span, suggestion=f"rename it, e.g. '{stmt.name}_'")
                 scope.values[stmt.name] = self._value(stmt.name, stmt.value, stmt.span, unit, scope,
                                                       assigned_later)
             elif isinstance(stmt, ast.Return):

@@ -13,13 +13,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rpn2c.check.reserved import reserved
 from rpn2c.components.base import Interdependence, Kappa, ShapeRuleError, XiContext
 from rpn2c.components.xi import GridXi as GridXiLike
 from rpn2c.components.registry import REGISTRY, SLOT_FAMILIES, FAMILIES, ValueRef, lookup, names, unknown_hint
 from rpn2c.check.values import INVALID, MAX_INT, Scope, evaluate
 from rpn2c.errors import Diagnostics, Span, close_names, did_you_mean, quoted_choice
 from rpn2c.ir.graph import HEAD_SLOT, HeadSlot, HeadSpec, LayerSpec, Use, slots_after, slots_before
+from rpn2c.ir.names import reserved
 from rpn2c.ir.trace import HeadTrace
 from rpn2c.ir.types import TensorType, grid, is_known, items, vector
 from rpn2c.syntax import ast

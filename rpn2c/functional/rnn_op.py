@@ -17,7 +17,8 @@ recomputation. Random dropout between layers could not be replayed by a recomput
 per op call and drop out between calls.
 
 The ops run in their inputs' dtype (autocast is off inside; callers cast as torch's autocast would,
-:func:`autocast_dtype`). A kernel
+:func:`autocast_dtype`); where the CPU lacks the kernel in autocast's dtype (oneDNN's bfloat16 LSTM without
+AVX-512), callers run it in float32 and cast its output (:func:`cpu_fallback`). A kernel
 differentiated on an accelerator runs in its training-mode form (cuDNN keeps no backward for its inference
 form), which without dropout computes the same values (:func:`kernel_train`).
 """
@@ -60,6 +61,31 @@ def autocast_dtype(kernel: str, device_type: str, dtype: torch.dtype, autocast: 
     if device_type == "cuda":
         return torch.float16
     return autocast if kernel == "lstm" else dtype
+
+
+def cpu_fallback(kernel: str, device_type: str, dtype: torch.dtype, autocast: torch.dtype | None):
+    """The autocast dtype (``autocast``: None when off) that this CPU cannot run the kernel in, where eager autocast
+    would send it there: oneDNN's LSTM, fed a float32 input, in bfloat16 without AVX-512 (float16 without AVX-512
+    FP16 or AMX) has no primitive (``could not create a primitive descriptor``). The caller then runs the kernel in
+    float32 with autocast off and casts its output to that dtype, what the kernel would return. None: no fallback."""
+    if (autocast is None or kernel != "lstm" or device_type != "cpu" or dtype != torch.float32
+            or not _onednn_enabled()):
+        return None
+    return None if _onednn_runs(autocast) else autocast
+
+
+_ONEDNN_RUNS: dict = {}
+
+
+@torch.compiler.assume_constant_result
+def _onednn_runs(dtype: torch.dtype) -> bool:
+    """oneDNN runs ``dtype`` (bfloat16, float16) on this CPU (torch's own check, asked once), a constant to the
+    tracer."""
+    if dtype not in _ONEDNN_RUNS:
+        check = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}.get(dtype)
+        probe = getattr(torch.ops.mkldnn, check, None) if check else None
+        _ONEDNN_RUNS[dtype] = bool(probe()) if probe is not None else True
+    return _ONEDNN_RUNS[dtype]
 
 
 @torch.compiler.assume_constant_result

@@ -146,12 +146,25 @@ class RecurrentModule(nn.Module):
     def _kernel(self, x, h0, c0, layers: int, first: int, grad: bool) -> torch.Tensor:
         """``layers`` layers from ``first`` on through the fused torch kernel (batch-first): eager, torch's kernel
         (cuDNN on CUDA, oneDNN or native on CPU); compiled, the opaque op where the compiler would unroll it.
-        An eval layer differentiated on CUDA runs the kernel's training form with dropout 0 (same values)."""
+        An eval layer differentiated on CUDA runs the kernel's training form with dropout 0 (same values). Where
+        the CPU cannot run the kernel in autocast's dtype (:func:`rnn_op.cpu_fallback`), it runs in float32 with
+        autocast off and returns that dtype."""
         spec = self.spec
         flat = [w for i in range(first, first + layers) for d in range(spec.directions)
                 for w in self._kernel_weights(i, d)]
         sl = slice(first * spec.directions, (first + layers) * spec.directions)
         hx = [h0[sl].contiguous(), c0[sl].contiguous()][: self.cell.states]
+        cpu = x.device.type == "cpu"  # (autocast has no state on some devices: meta)
+        low = rnn_op.cpu_fallback(self.cell.kernel(), "cpu", x.dtype, self._autocast_on("cpu")) if cpu else None
+        if low is None:
+            return self._call(x, hx, flat, layers, grad)
+        with torch.autocast("cpu", enabled=False):
+            hx, flat = [h.float() for h in hx], [w.float() for w in flat]
+            return self._call(x, hx, flat, layers, grad).to(low)
+
+    def _call(self, x, hx, flat, layers: int, grad: bool) -> torch.Tensor:
+        """The kernel on ``x``, the states ``hx`` and the flat weights: the opaque op or ``torch._VF``'s."""
+        spec = self.spec
         if self._opaque(x, grad):
             x, hx, flat = self._autocast(x, hx, flat)
             record = self.training and grad  # keep the tape where a backward is expected
@@ -164,13 +177,16 @@ class RecurrentModule(nn.Module):
                         spec.bidirectional, True)
         return result[0]
 
+    @staticmethod
+    def _autocast_on(device: str):
+        """Autocast's dtype on ``device``, None when it is off."""
+        return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+
     def _autocast(self, x, hx, flat):
         """The opaque op runs in its inputs' dtype: under autocast, cast them as torch's autocast casts this kernel
         in eager mode (:func:`rnn_op.autocast_dtype`); floating inputs only, float64 excepted."""
         device = x.device.type
-        enabled = torch.is_autocast_enabled(device)
-        low = rnn_op.autocast_dtype(self.cell.kernel(), device, x.dtype,
-                                    torch.get_autocast_dtype(device) if enabled else None)
+        low = rnn_op.autocast_dtype(self.cell.kernel(), device, x.dtype, self._autocast_on(device))
         if low is None:
             return x, hx, flat
 

@@ -37,10 +37,10 @@ def _random_inputs(graph, dims: dict[str, int]):
 
 
 def _model(args, graph):
-    """The reference-lowered model in float64 (trained weights with ``--checkpoint``), its graph, and the sizes of
-    the symbolic dims in the checkpoint's training data (random inputs default to them)."""
+    """The reference-lowered model in float64 and eval mode (trained weights with ``--checkpoint``), its graph, and
+    the sizes of the symbolic dims in the checkpoint's training data (random inputs default to them)."""
     if not args.from_checkpoint:
-        return graph, _compile(graph, reference=True).double(), {}
+        return graph, _compile(graph, reference=True).double().eval(), {}
     from rpn2c.runtime.export_cli import trained_dims
     from rpn2c.train import checkpoint
 
@@ -48,7 +48,7 @@ def _model(args, graph):
     graph, _ = _graph(args, checkpoint.model_params(ckpt) or None)
     model = _compile(graph, reference=True)
     checkpoint.restore(ckpt, graph, model, path=args.from_checkpoint)
-    return graph, model.double(), trained_dims(ckpt)
+    return graph, model.double().eval(), trained_dims(ckpt)
 
 
 def _inputs(args, graph, trained: dict[str, int]):
