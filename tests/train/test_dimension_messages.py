@@ -94,3 +94,9 @@ def test_the_given_parameters_are_kept_while_one_moves():
     assert fit_dimension(spec, "transformer", None, {"heads": 1}, _input_width, 32, 1).value == 1
     fit = fit_dimension(spec, "transformer", None, {}, _input_width, 32, 1)
     assert (fit.param, fit.value) == ("d", None) and "rank" in fit.why_not
+
+
+def test_show_names_the_parameter_too(capsys):
+    code, _, err = run_cli(capsys, "show", MLP, "--data", "wine")
+    assert code == 1 and "dimension 'features' is 30 in the spec but 13 in the data" in err
+    assert "set it with --param features=13" in err and "dimension F" not in err
