@@ -28,7 +28,7 @@ TRANSFORMER = (ROOT / "specs" / "transformer.rpn").read_text(encoding="utf-8")
 class Session:
     """A client and a server process; the client's event loop runs on a thread so tests stay synchronous."""
 
-    def __init__(self, workspace: Path):
+    def __init__(self, workspace: Path, options: dict | None = None):
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -44,16 +44,24 @@ class Session:
 
         self.run(self.client.start_io(sys.executable, "-m", "rpn2c", "lsp", cwd=str(ROOT)))
         result = self.run(self.client.initialize_async(lsp.InitializeParams(
-            capabilities=lsp.ClientCapabilities(), root_uri=workspace.as_uri(),
+            capabilities=lsp.ClientCapabilities(), root_uri=workspace.as_uri(), initialization_options=options,
             workspace_folders=[lsp.WorkspaceFolder(workspace.as_uri(), "ws")])))
         self.capabilities = result.capabilities
         self.notify(self.client.initialized, lsp.InitializedParams())
 
-    def run(self, coro, timeout: float = 60):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+    def run(self, awaitable, timeout: float = 60):
+        async def wait():
+            return await awaitable
+        return asyncio.run_coroutine_threadsafe(wait(), self.loop).result(timeout)
 
     def notify(self, fn, params) -> None:
         self.loop.call_soon_threadsafe(fn, params)
+
+    def on_loop(self, fn):
+        """Call ``fn`` on the client's loop (messages it sends leave in order) and return its result."""
+        async def call():
+            return fn()
+        return self.run(call())
 
     def open(self, path: Path, text: str, version: int = 1) -> list[lsp.Diagnostic]:
         self.notify(self.client.text_document_did_open,
@@ -401,12 +409,19 @@ def test_hover_on_a_value_gives_its_type_shape_parameters_and_kernels(session, w
 def test_code_lens_and_view_output_show_explain_and_the_generated_code(session, workspace):
     path = workspace / "view.rpn"
     session.open(path, TRANSFORMER)
-    lenses = session.run(session.client.text_document_code_lens_async(lsp.CodeLensParams(doc(path))))
+    found = session.run(session.client.text_document_code_lens_async(lsp.CodeLensParams(doc(path))))
     lines = TRANSFORMER.splitlines()
-    named = [lines[c.range.start.line][c.range.start.character:c.range.end.character] for c in lenses]
+    named = [lines[c.range.start.line][c.range.start.character:c.range.end.character] for c in found]
     assert named == ["attn", "ff", "ff2", "y"]  # layers, and the model's block use; not ops or inputs
+    assert all(c.command is None for c in found)  # titled by resolve, on the worker
+    lenses = [session.run(session.client.code_lens_resolve_async(c)) for c in found]
+    graph = optimize(rpn2c.check(TRANSFORMER))
+    assert [c.range for c in lenses] == [c.range for c in found]
+    kernels = graph.node("y.attn").plan
+    assert lenses[0].command.title == f"{', '.join(kernels[:3])}{' …' if len(kernels) > 3 else ''} · explain · " \
+                                      "generated code"
     lens = lenses[0]
-    assert lens.command.command == VIEW_OUTPUT
+    assert lens.command.command == VIEW_OUTPUT and lens.command.arguments[0] == path.as_uri()
     out = session.run(session.client.workspace_execute_command_async(lsp.ExecuteCommandParams(
         lens.command.command, lens.command.arguments)))
     assert out["explain"].splitlines()[0].endswith(": y.attn = head  sequence[B, T, 32]  (4 heads: ξ_instance="
@@ -437,3 +452,71 @@ def test_a_burst_of_changes_is_checked_once_typing_pauses_and_the_latest_text_wi
     assert diag.code == "E0201" and "patch_maxx" in diag.message  # the final text's diagnostics
     published = [p.version for p in session.published[uri]]
     assert len(published) - 1 < n / 2 and published[-1] == n + 1  # far fewer checks than changes
+
+
+# ------------------------------------------------------------------------------------------------ heavy requests
+def _view(text: str, path: Path, marker: str) -> lsp.ExecuteCommandParams:
+    pos = at(text, marker)
+    return lsp.ExecuteCommandParams(VIEW_OUTPUT, [path.as_uri(), pos.line, pos.character])
+
+
+def test_diagnostics_and_light_requests_never_wait_for_the_first_view_output(workspace):
+    """A fresh server: its first viewOutput (the worker starts, imports torch, builds the model) is still running
+    when an edit made after it has been checked and published and a hover answered; a second viewOutput queued
+    behind it is cancelled (RequestCancelled), a third is superseded by the edit (ContentModified), and the first
+    answers for the text it was asked about."""
+    from pygls.exceptions import JsonRpcException, JsonRpcRequestCancelled
+
+    s = Session(workspace, {"debounce_ms": 0})
+    try:
+        path = workspace / "busy.rpn"
+        assert s.open(path, TRANSFORMER) == []
+        order: list[str] = []
+        with s.changed:
+            s.published.clear()
+
+        def send():
+            send = s.client.protocol.send_request_async
+            first = send("workspace/executeCommand", _view(TRANSFORMER, path, "\n  att"), msg_id=101)
+            cancelled = send("workspace/executeCommand", _view(TRANSFORMER, path, "\n  ff"), msg_id=102)
+            stale = send("workspace/executeCommand", _view(TRANSFORMER, path, "\n  ff2"), msg_id=103)
+            first.add_done_callback(lambda _: order.append("viewOutput"))
+            s.client.cancel_request(lsp.CancelParams(id=102))
+            s.client.text_document_did_change(lsp.DidChangeTextDocumentParams(
+                lsp.VersionedTextDocumentIdentifier(2, path.as_uri()),
+                [lsp.TextDocumentContentChangeWholeDocument(TRANSFORMER.replace("out = ffn", "out = nope"))]))
+            return first, cancelled, stale
+
+        first, cancelled, stale = s.on_loop(send)
+        (diag,) = s.diagnostics(path, 2)
+        order.append("diagnostics")
+        hover = s.run(s.client.text_document_hover_async(lsp.HoverParams(doc(path), at(TRANSFORMER, "layer_no"))))
+        order.append("hover")
+        assert diag.code == "E0202" and "**layer_norm**" in hover.contents.value
+        with pytest.raises(JsonRpcRequestCancelled):
+            s.run(cancelled)
+        with pytest.raises(JsonRpcException) as modified:
+            s.run(stale)
+        assert modified.value.code == -32801  # ContentModified (pygls has no class of its own for it)
+        out = s.run(first)
+        assert order == ["diagnostics", "hover", "viewOutput"]
+        assert ": y.attn = head" in out["explain"].splitlines()[0]  # version 1's model: version 2 does not check
+        # a running job cancelled: answered at once, the worker goes on to the next
+        running = s.on_loop(lambda: s.client.protocol.send_request_async(
+            "workspace/executeCommand", _view(TRANSFORMER, path, "\n  att"), msg_id=104))
+        s.on_loop(lambda: s.client.cancel_request(lsp.CancelParams(id=104)))
+        with pytest.raises(JsonRpcRequestCancelled):
+            s.run(running)
+        s.change(path, TRANSFORMER, 3)
+        again = s.run(s.client.workspace_execute_command_async(_view(TRANSFORMER, path, "\n  ff2")))
+        assert ": y.ff2 = head" in again["explain"].splitlines()[0]
+    finally:
+        s.close()
+
+
+def test_heavy_requests_with_bad_arguments_are_refused_without_the_worker(session, workspace):
+    from pygls.exceptions import JsonRpcInvalidParams
+
+    for params in (lsp.ExecuteCommandParams("rpn2c.nope", []), lsp.ExecuteCommandParams(VIEW_OUTPUT, ["x", 1])):
+        with pytest.raises(JsonRpcInvalidParams):
+            session.run(session.client.workspace_execute_command_async(params))

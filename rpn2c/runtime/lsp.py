@@ -3,8 +3,10 @@
 Diagnostics come from the real checker (all errors, their codes, did-you-mean hints as quick fixes), checked again
 once typing pauses (``DEBOUNCE``; ``initializationOptions.debounce_ms`` overrides) and at once on open and save; the
 requests (hover, completion, definition, formatting, outline, references, signature help, inlay hints, code lenses,
-``rpn2c.viewOutput``) are :mod:`rpn2c.runtime.lsp_features`. The wire is :mod:`rpn2c.runtime.lsp_wire`: plain
-JSON-RPC with no protocol library, so the first diagnostics arrive as soon as the checker has loaded.
+``rpn2c.viewOutput``) are :mod:`rpn2c.runtime.lsp_features`. The heavy ones (``viewOutput`` imports torch and builds
+the model; code lens resolution runs the optimiser) go to a worker process (:mod:`rpn2c.runtime.lsp_worker`), so
+diagnostics and the light requests never wait behind them. The wire is :mod:`rpn2c.runtime.lsp_wire`: plain JSON-RPC
+with no protocol library, so the first diagnostics arrive as soon as the checker has loaded.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from rpn2c.errors import Span
 from rpn2c.runtime.common import EXIT_OK
 from rpn2c.runtime.lsp_wire import (INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, SERVER_NOT_INITIALIZED,
                                     Document, ResponseError, read_message, write_message)
+from rpn2c.runtime.lsp_worker import HEAVY, KINDS, VIEW_OUTPUT, Done, Job, Jobs, target_uri
 
 NAME = "rpn2c"
-VIEW_OUTPUT = "rpn2c.viewOutput"
 CAPABILITIES = {
     "positionEncoding": "utf-16",
     "textDocumentSync": {"openClose": True, "change": 2, "save": {"includeText": False}},  # 2: incremental
@@ -36,7 +38,7 @@ CAPABILITIES = {
     "referencesProvider": True,
     "signatureHelpProvider": {"triggerCharacters": ["(", ","], "retriggerCharacters": ["="]},
     "inlayHintProvider": {"resolveProvider": False},
-    "codeLensProvider": {"resolveProvider": False},
+    "codeLensProvider": {"resolveProvider": True},
     "executeCommandProvider": {"commands": [VIEW_OUTPUT]},
 }
 DEBOUNCE = 0.15  # seconds without a change before a changed document is checked
@@ -85,13 +87,15 @@ class Server:
         self.cache: dict[str, object] = {}  # uri -> the analysis of its latest checked text
         self.due: dict[str, float] = {}  # uri -> when its debounced check runs
         self.checks = 0
+        self.preloaded = False  # the modules later requests need, imported once the first diagnostics are out
         self.state = "new"  # new -> running -> shut down
         self.inbox: queue.Queue = queue.Queue()
+        self.jobs = Jobs(self._send, self.inbox.put)  # heavy requests, answered by a worker
         self.requests = {"initialize": self.initialize, "shutdown": self.shutdown}
         self.features: dict | None = None  # the other requests' handlers, loaded after ``initialize`` is answered
         self.notifications = {"initialized": None, "exit": None, "textDocument/didOpen": self.did_open,
                               "textDocument/didChange": self.did_change, "textDocument/didSave": self.did_save,
-                              "textDocument/didClose": self.did_close,
+                              "textDocument/didClose": self.did_close, "$/cancelRequest": self.cancel,
                               "workspace/didChangeConfiguration": None}
 
     # -------------------------------------------------------------------------------------------- loop
@@ -105,14 +109,15 @@ class Server:
             except queue.Empty:
                 self._publish_due()
                 continue
-            if item is None:
-                return EXIT_OK
-            if isinstance(item, ResponseError):
+            if item is None or (isinstance(item, dict) and item.get("method") == "exit"):
+                self.jobs.close()
+                return EXIT_OK if item is None or self.state == "shut down" else 1
+            if isinstance(item, Done):
+                self.jobs.finished(item)
+            elif isinstance(item, ResponseError):
                 self._send({"id": None, "error": {"code": item.code, "message": str(item)}})
-                continue
-            if item.get("method") == "exit":
-                return EXIT_OK if self.state == "shut down" else 1
-            self._dispatch(item)
+            else:
+                self._dispatch(item)
 
     def _read(self) -> None:
         """Queue each message; stop after ``exit`` or at the end of input, so that no read of stdin is in flight
@@ -141,6 +146,12 @@ class Server:
                 raise ResponseError(SERVER_NOT_INITIALIZED, f"'{method}' before 'initialize'")
             if self.state == "shut down":
                 raise ResponseError(INVALID_REQUEST, f"'{method}' after 'shutdown'")
+            if method in HEAVY:  # off this loop: the next keystroke's diagnostics never wait for it
+                uri = target_uri(method, params)
+                doc = self.docs.get(uri)
+                snapshot = Document(uri, doc.text, doc.version) if doc is not None else None
+                self.jobs.submit(Job(ident, method, params, uri, snapshot))
+                return
             handler = self.requests.get(method) or self.feature(method)
             if handler is None:
                 raise ResponseError(METHOD_NOT_FOUND, f"method not found: {method}")
@@ -178,12 +189,21 @@ class Server:
         debounce = options.get("debounce_ms") if isinstance(options, dict) else None
         if isinstance(debounce, (int, float)) and not isinstance(debounce, bool) and 0 <= debounce <= 10_000:
             self.debounce = debounce / 1000
+        worker = options.get("worker") if isinstance(options, dict) else None
+        if worker in KINDS:
+            self.jobs.kind = worker
         self.state = "running"
         return {"capabilities": CAPABILITIES, "serverInfo": {"name": NAME, "version": __version__}}
 
     def shutdown(self, params) -> None:
         self.state = "shut down"
+        self.jobs.close("the server is shutting down")
         return None
+
+    def cancel(self, params: dict) -> None:
+        """``$/cancelRequest``: a heavy request still unanswered is answered RequestCancelled (the light ones are
+        answered in order, before a later cancel is read)."""
+        self.jobs.cancel(params.get("id"))
 
     # -------------------------------------------------------------------------------------------- documents
     def document(self, uri: str) -> Document:
@@ -217,6 +237,9 @@ class Server:
         if doc.version is not None:
             params["version"] = doc.version
         self.notify("textDocument/publishDiagnostics", params)
+        if not self.preloaded:
+            self.preloaded = True
+            threading.Thread(target=_preload, daemon=True).start()
 
     def _publish_due(self) -> None:
         now = time.monotonic()
@@ -260,6 +283,7 @@ class Server:
             doc.apply(change)
         doc.version = ident.get("version", doc.version)
         self.due[doc.uri] = time.monotonic() + self.debounce
+        self.jobs.supersede(doc.uri)
 
     def did_save(self, params: dict) -> None:
         uri = params["textDocument"]["uri"]
@@ -272,7 +296,15 @@ class Server:
         self.docs.pop(uri, None)
         self.cache.pop(uri, None)
         self.due.pop(uri, None)
+        self.jobs.supersede(uri)
         self.notify("textDocument/publishDiagnostics", {"uri": uri, "diagnostics": []})
+
+
+def _preload() -> None:
+    """Import what the requests after the first diagnostics need (the optimiser behind a value's hover is half a
+    second), on a thread: the loop meanwhile answers what it can instead of waiting inside the first hover."""
+    import rpn2c.passes  # noqa: F401
+    import rpn2c.runtime.lsp_features  # noqa: F401
 
 
 def _import_span(text: str, file: str) -> Span:
