@@ -8,7 +8,6 @@ token stream rather than the syntax tree, so they work on the half-written text 
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from rpn2c.errors import Diagnostic
 from rpn2c.ir.types import TYPE_CONSTRUCTORS
 from rpn2c.runtime.docgen import docstring, type_text, value_text
 from rpn2c.syntax.format import format_program
-from rpn2c.syntax.parser import grammar_text, parse
+from rpn2c.syntax.parser import _parser, parse
 
 # the settings each kind of `{ ... }` body accepts (the checker's own tables)
 SETTING_KEYS = {"head": SINGLE_HEAD_KEYS, "compress": SINGLE_HEAD_KEYS, "layer": LAYER_KEYS, "decl": DECL_KEYS,
@@ -53,9 +52,9 @@ def format_text(text: str, file: str = "<string>") -> str:
 
 
 # ------------------------------------------------------------------------------------------------ tokens
-@functools.lru_cache(maxsize=1)
 def _lexer() -> lark.Lark:
-    return lark.Lark(grammar_text(), parser="lalr", lexer="basic")
+    """The checker's own parser: its ``lex`` cuts text into the grammar's tokens without a second grammar build."""
+    return _parser()
 
 
 def tokens(text: str) -> list[lark.Token]:

@@ -301,8 +301,8 @@ class Server:
 
 
 def _preload() -> None:
-    """Import what the requests after the first diagnostics need (the optimiser behind a value's hover is half a
-    second), on a thread: the loop meanwhile answers what it can instead of waiting inside the first hover."""
+    """Import what the requests after the first diagnostics need (the optimiser behind a value's hover, the request
+    handlers: a few tenths of a second) on a thread, so that the first hover does not pay it in the loop."""
     import rpn2c.passes  # noqa: F401
     import rpn2c.runtime.lsp_features  # noqa: F401
 
