@@ -206,7 +206,11 @@ def test_completion_offers_exactly_the_components_of_the_slot(session, workspace
     pos = at(text, "relu, " if slot == "post" else f"{slot} = ")
     items = session.run(session.client.text_document_completion_async(lsp.CompletionParams(doc(path), pos)))
     labels = [i.label for i in items.items]
-    assert labels == names(SLOT_FAMILIES[slot]) and len(labels) == len(set(labels))
+    assert len(labels) == len(set(labels))  # each component once: its name, and only aliases of other words
+    assert {e.cls.name for f in SLOT_FAMILIES[slot] for e in REGISTRY[f].values()} <= set(labels) <= set(
+        names(SLOT_FAMILIES[slot]))
+    assert not any(label.endswith("_expansion") and lookup(label, ("expansion",)).cls.name != label
+                   for label in labels)
     assert all(i.kind == lsp.CompletionItemKind.Function for i in items.items)
     first = items.items[0]
     assert first.documentation is None and first.detail.startswith(first.data["family"])
