@@ -127,6 +127,13 @@ def test_server_announces_every_feature(session):
     assert caps.document_symbol_provider and caps.references_provider and caps.inlay_hint_provider
     assert {"(", ","} <= set(caps.signature_help_provider.trigger_characters)
     assert caps.code_lens_provider and list(caps.execute_command_provider.commands) == [VIEW_OUTPUT]
+    assert caps.code_lens_provider.resolve_provider
+    # beyond MLIR's server
+    assert caps.rename_provider.prepare_provider and caps.folding_range_provider and caps.workspace_symbol_provider
+    legend = caps.semantic_tokens_provider.legend
+    assert caps.semantic_tokens_provider.full and "parameter" in legend.token_types
+    assert set(legend.token_types) <= {t.value for t in lsp.SemanticTokenTypes}  # the LSP's standard names
+    assert set(legend.token_modifiers) <= {m.value for m in lsp.SemanticTokenModifiers}
 
 
 def test_diagnostics_as_you_type_report_every_error_with_code_range_and_hint(session, workspace):
@@ -524,3 +531,109 @@ def test_heavy_requests_with_bad_arguments_are_refused_without_the_worker(sessio
     for params in (lsp.ExecuteCommandParams("rpn2c.nope", []), lsp.ExecuteCommandParams(VIEW_OUTPUT, ["x", 1])):
         with pytest.raises(JsonRpcInvalidParams):
             session.run(session.client.workspace_execute_command_async(params))
+
+
+# ------------------------------------------------------------------------------------------------ beyond MLIR's server
+LIB = "block mlp(width = 16) {\n  input x\n  h = head(x) {\n    out = width\n  }\n  return h\n}\n"
+USE = ('import "rename_lib.rpn" as lib\nmodel m {\n  input x: vector[B, 4]\n  y = lib.mlp(x, width = 8)\n'
+       '  return y\n}\n')
+
+
+def _edits(edit: lsp.WorkspaceEdit, texts: dict[str, str]) -> dict[str, list[tuple[int, str]]]:
+    """Each file's edits as (line, the text they replace)."""
+    out = {}
+    for uri, found in edit.changes.items():
+        lines = texts[uri].splitlines()
+        out[uri] = sorted((e.range.start.line, lines[e.range.start.line][e.range.start.character:
+                                                                         e.range.end.character]) for e in found)
+        assert {e.new_text for e in found} == {found[0].new_text}
+    return out
+
+
+def test_rename_a_block_parameter_everywhere_a_call_writes_it_across_the_workspace(session, workspace):
+    from pygls.exceptions import JsonRpcException
+
+    lib, use = workspace / "rename_lib.rpn", workspace / "rename_use.rpn"
+    lib.write_text(LIB, encoding="utf-8")
+    use.write_text(USE, encoding="utf-8")  # on disk only: the workspace's files take part too
+    assert session.open(lib, LIB) == []
+    texts = {lib.as_uri(): LIB, use.as_uri(): USE}
+    prepared = session.run(session.client.text_document_prepare_rename_async(lsp.PrepareRenameParams(
+        doc(lib), at(LIB, "out = wid"))))
+    assert prepared.placeholder == "width" and prepared.range.start == at(LIB, "out = ")
+    edit = session.run(session.client.text_document_rename_async(lsp.RenameParams(
+        doc(lib), at(LIB, "mlp(wi"), "size")))
+    assert _edits(edit, texts) == {lib.as_uri(): [(0, "width"), (3, "width")], use.as_uri(): [(3, "width")]}
+    # the block itself, from the file that imports it
+    session.open(use, USE)
+    edit = session.run(session.client.text_document_rename_async(lsp.RenameParams(
+        doc(use), at(USE, "lib.ml"), "perceptron")))
+    assert _edits(edit, texts) == {lib.as_uri(): [(0, "mlp")], use.as_uri(): [(3, "mlp")]}
+    # refused, with the reason
+    for marker, reason in (("= hea", "'head' is a keyword"), ("    ou", "'out' is a setting"),
+                           ("vect", "'vector' is a tensor type")):
+        text, path = (LIB, lib) if marker != "vect" else (USE, use)
+        with pytest.raises(JsonRpcException) as refused:
+            session.run(session.client.text_document_prepare_rename_async(lsp.PrepareRenameParams(
+                doc(path), at(text, marker))))
+        assert refused.value.code == -32803 and reason in refused.value.message  # RequestFailed
+    with pytest.raises(JsonRpcException) as taken:
+        session.run(session.client.text_document_rename_async(lsp.RenameParams(doc(lib), at(LIB, "h = hea", -6),
+                                                                               "x")))
+    assert "'x' is already a value of mlp" in taken.value.message
+
+
+def _decode(data: list[int], legend: lsp.SemanticTokensLegend, text: str) -> list[tuple[str, str, set[str]]]:
+    lines, line, start, out = text.splitlines(), 0, 0, []
+    for k in range(0, len(data), 5):
+        dl, ds, length, kind, mods = data[k:k + 5]
+        line, start = line + dl, (start + ds if dl == 0 else ds)
+        word = lines[line][start:start + length]
+        out.append((word, legend.token_types[kind], {m for b, m in enumerate(legend.token_modifiers) if mods >> b & 1}))
+    return out
+
+
+def test_semantic_tokens_colour_each_name_by_what_it_is(session, workspace):
+    path = workspace / "colours.rpn"
+    session.open(path, TRANSFORMER)
+    tokens = session.run(session.client.text_document_semantic_tokens_full_async(lsp.SemanticTokensParams(
+        doc(path))))
+    found = _decode(tokens.data, session.capabilities.semantic_tokens_provider.legend, TRANSFORMER)
+    assert [m for w, t, m in found if w == "encoder"] == [{"declaration"}, set()]  # the block, then its call
+    assert ("transformer", "class", {"declaration"}) in found
+    assert ("relu", "function", {"defaultLibrary"}) in found and ("layer_norm", "function", {"defaultLibrary"}) in found
+    assert ("heads", "parameter", {"declaration"}) in found and ("attn", "variable", {"declaration"}) in found
+    assert ("sequence", "type", set()) in found and ("B", "typeParameter", set()) in found
+    assert ("xi_instance", "property", set()) in found and ("rank", "property", set()) in found
+    assert ("head", "keyword", set()) in found and ("true", "keyword", set()) in found
+    comments = [w for w, t, _ in found if t == "comment"]
+    assert comments and all(c.startswith("#") for c in comments)
+    assert len(comments) == sum(1 for ln in TRANSFORMER.splitlines() if "#" in ln)
+
+
+def test_folding_ranges_cover_bodies_multi_line_calls_and_comment_runs(session, workspace):
+    text = ("# a model\n# over two lines\nmodel m {\n  input x: vector[B, 4]\n  y = head(x) {\n"
+            "    kappa = chebyshev(\n      d = 3)\n    out = 2\n  }\n  return y\n}\n")
+    path = workspace / "folds.rpn"
+    session.open(path, text)
+    folds = session.run(session.client.text_document_folding_range_async(lsp.FoldingRangeParams(doc(path))))
+    got = {(f.start_line, f.end_line, f.kind) for f in folds}
+    assert got == {(0, 1, lsp.FoldingRangeKind.Comment), (2, 9, None), (4, 7, None), (5, 6, None)}
+
+
+def test_workspace_symbols_search_every_spec_file_of_the_workspace(session, workspace):
+    (workspace / "nested").mkdir(exist_ok=True)
+    (workspace / "nested" / "deep.rpn").write_text(TRANSFORMER, encoding="utf-8")
+    (workspace / ".hidden").mkdir(exist_ok=True)
+    (workspace / ".hidden" / "skip.rpn").write_text(TRANSFORMER.replace("encoder", "hidden_enc"), encoding="utf-8")
+    found = session.run(session.client.workspace_symbol_async(lsp.WorkspaceSymbolParams("encodr")))
+    deep = [s for s in found if s.location.uri == (workspace / "nested" / "deep.rpn").as_uri()]
+    (enc,) = [s for s in deep if s.name == "encoder"]  # a fuzzy match: the letters in order
+    assert enc.kind == lsp.SymbolKind.Function and enc.location.range.start == at(TRANSFORMER, "\nblock ")
+    assert not any("hidden" in s.location.uri for s in found)
+    blocks = session.run(session.client.workspace_symbol_async(lsp.WorkspaceSymbolParams("")))
+    assert {s.kind for s in blocks} <= {lsp.SymbolKind.Class, lsp.SymbolKind.Function}  # no query: definitions
+    assert {"mlp", "transformer", "encoder"} <= {s.name for s in blocks}
+    values = session.run(session.client.workspace_symbol_async(lsp.WorkspaceSymbolParams("attn")))
+    (attn,) = [s for s in values if s.location.uri.endswith("deep.rpn")]
+    assert attn.kind == lsp.SymbolKind.Variable and attn.container_name == "encoder"

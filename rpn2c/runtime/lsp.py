@@ -26,6 +26,9 @@ from rpn2c.runtime.lsp_wire import (INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_
 from rpn2c.runtime.lsp_worker import HEAVY, KINDS, VIEW_OUTPUT, Done, Job, Jobs, target_uri
 
 NAME = "rpn2c"
+SEMANTIC_LEGEND = {"tokenTypes": ["keyword", "type", "typeParameter", "class", "function", "parameter", "variable",
+                                  "property", "namespace", "string", "number", "comment", "operator"],
+                   "tokenModifiers": ["declaration", "defaultLibrary"]}
 CAPABILITIES = {
     "positionEncoding": "utf-16",
     "textDocumentSync": {"openClose": True, "change": 2, "save": {"includeText": False}},  # 2: incremental
@@ -40,6 +43,10 @@ CAPABILITIES = {
     "inlayHintProvider": {"resolveProvider": False},
     "codeLensProvider": {"resolveProvider": True},
     "executeCommandProvider": {"commands": [VIEW_OUTPUT]},
+    "renameProvider": {"prepareProvider": True},
+    "semanticTokensProvider": {"legend": SEMANTIC_LEGEND, "full": True},
+    "foldingRangeProvider": True,
+    "workspaceSymbolProvider": True,
 }
 DEBOUNCE = 0.15  # seconds without a change before a changed document is checked
 ERROR, LOG_ERROR = 1, 1  # DiagnosticSeverity.Error, MessageType.Error
@@ -88,6 +95,8 @@ class Server:
         self.due: dict[str, float] = {}  # uri -> when its debounced check runs
         self.checks = 0
         self.preloaded = False  # the modules later requests need, imported once the first diagnostics are out
+        self.roots: list[Path] = []  # the workspace's folders
+        self._workspace = None
         self.state = "new"  # new -> running -> shut down
         self.inbox: queue.Queue = queue.Queue()
         self.jobs = Jobs(self._send, self.inbox.put)  # heavy requests, answered by a worker
@@ -164,10 +173,40 @@ class Server:
     def feature(self, method: str):
         """The handler of request ``method`` among the features (:mod:`rpn2c.runtime.lsp_features`), or None."""
         if self.features is None:
-            from rpn2c.runtime import lsp_features
+            from rpn2c.runtime import lsp_features, lsp_structure
 
-            self.features = lsp_features.requests(self)
+            self.features = {**lsp_features.requests(self), **lsp_structure.requests(self)}
         return self.features.get(method)
+
+    @property
+    def workspace(self):
+        """The workspace's spec files (:class:`rpn2c.runtime.workspace.Workspace`), open documents' texts first."""
+        if self._workspace is None:
+            from rpn2c.runtime.workspace import Workspace
+
+            self._workspace = Workspace(self.roots, self._open_texts)
+        return self._workspace
+
+    def _open_texts(self) -> dict[Path, str]:
+        out = {}
+        for uri, doc in list(self.docs.items()):  # one copy: the preloading thread reads it too
+            path = uri_path(uri)
+            if path is not None:
+                out[path.resolve()] = doc.text
+        return out
+
+    def _preload(self) -> None:
+        """Import what the requests after the first diagnostics need (the optimiser behind a value's hover, the
+        request handlers) and index the workspace's spec files, on a thread: a few tenths of a second the first
+        hover or workspace symbol search would otherwise spend in the loop."""
+        import rpn2c.passes  # noqa: F401
+        import rpn2c.runtime.lsp_features  # noqa: F401
+        import rpn2c.runtime.lsp_structure  # noqa: F401
+
+        try:
+            self.workspace.index()
+        except (OSError, RuntimeError):  # a folder that vanished, or documents changing meanwhile: the search reads
+            pass
 
     def _guarded(self, handler, params) -> None:
         try:
@@ -192,6 +231,10 @@ class Server:
         worker = options.get("worker") if isinstance(options, dict) else None
         if worker in KINDS:
             self.jobs.kind = worker
+        folders = params.get("workspaceFolders") or [{"uri": params.get("rootUri") or ""}]
+        self.roots = [p for f in folders if isinstance(f, dict) and (p := uri_path(str(f.get("uri")))) is not None]
+        if not self.roots and isinstance(params.get("rootPath"), str):
+            self.roots = [Path(params["rootPath"])]
         self.state = "running"
         return {"capabilities": CAPABILITIES, "serverInfo": {"name": NAME, "version": __version__}}
 
@@ -239,7 +282,7 @@ class Server:
         self.notify("textDocument/publishDiagnostics", params)
         if not self.preloaded:
             self.preloaded = True
-            threading.Thread(target=_preload, daemon=True).start()
+            threading.Thread(target=self._preload, daemon=True).start()
 
     def _publish_due(self) -> None:
         now = time.monotonic()
@@ -300,11 +343,6 @@ class Server:
         self.notify("textDocument/publishDiagnostics", {"uri": uri, "diagnostics": []})
 
 
-def _preload() -> None:
-    """Import what the requests after the first diagnostics need (the optimiser behind a value's hover, the request
-    handlers: a few tenths of a second) on a thread, so that the first hover does not pay it in the loop."""
-    import rpn2c.passes  # noqa: F401
-    import rpn2c.runtime.lsp_features  # noqa: F401
 
 
 def _import_span(text: str, file: str) -> Span:
