@@ -19,7 +19,6 @@ from __future__ import annotations
 import itertools
 import os
 import queue
-import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -167,6 +166,8 @@ class ProcessWorker:
 
     def __init__(self, number: int, deliver, argv: list[str] | None = None):
         self.number, self.deliver = number, deliver
+        import subprocess  # here: the server's start needs none of it
+
         argv = argv or [sys.executable, "-m", "rpn2c.runtime.lsp_worker"]
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      env={**os.environ, "PYTHONPATH": _package_path()})
@@ -188,6 +189,8 @@ class ProcessWorker:
         write_message(self.proc.stdin, message)
 
     def close(self) -> None:
+        import subprocess
+
         try:
             self.proc.stdin.close()
             self.proc.wait(timeout=2)
