@@ -1,6 +1,7 @@
 """The language server, driven by pygls's own client over real LSP messages against `rpn2c lsp` in a subprocess
 (initialize, didOpen/didChange, publishDiagnostics, hover, completion, definition, formatting, code actions,
-document symbols, references, signature help, inlay hints, code lenses, executeCommand, debounced checks)."""
+document symbols, references, signature help, inlay hints, code lenses and their resolution, executeCommand on the
+worker with cancellation, debounced checks, rename, semantic tokens, folding ranges, workspace symbols)."""
 
 from __future__ import annotations
 
@@ -446,6 +447,13 @@ def test_code_lens_and_view_output_show_explain_and_the_generated_code(session, 
         VIEW_OUTPUT, lenses[-1].command.arguments)))
     assert all(f"self.y.{n}" in whole["code"] for n in ("attn", "ff", "ff2", "y_add", "y("))
     assert "```python" in whole["markdown"]
+    # a lens made for an older text is not resolved: the client asks for the new lenses
+    from pygls.exceptions import JsonRpcException
+
+    session.change(path, TRANSFORMER + "\n", 2)
+    with pytest.raises(JsonRpcException) as stale:
+        session.run(session.client.code_lens_resolve_async(found[0]))
+    assert stale.value.code == -32801  # ContentModified
 
 
 # ------------------------------------------------------------------------------------------------ debounce
@@ -512,10 +520,16 @@ def test_diagnostics_and_light_requests_never_wait_for_the_first_view_output(wor
         out = s.run(first)
         assert order == ["diagnostics", "hover", "viewOutput"]
         assert ": y.attn = head" in out["explain"].splitlines()[0]  # version 1's model: version 2 does not check
-        # a running job cancelled: answered at once, the worker goes on to the next
-        running = s.on_loop(lambda: s.client.protocol.send_request_async(
-            "workspace/executeCommand", _view(TRANSFORMER, path, "\n  att"), msg_id=104))
-        s.on_loop(lambda: s.client.cancel_request(lsp.CancelParams(id=104)))
+        # a running job cancelled (the cancel leaves with it, before the worker can answer): answered at once, and
+        # the worker goes on to the next
+
+        def send_and_cancel():
+            running = s.client.protocol.send_request_async(
+                "workspace/executeCommand", _view(TRANSFORMER, path, "\n  att"), msg_id=104)
+            s.client.cancel_request(lsp.CancelParams(id=104))
+            return running
+
+        running = s.on_loop(send_and_cancel)
         with pytest.raises(JsonRpcRequestCancelled):
             s.run(running)
         s.change(path, TRANSFORMER, 3)

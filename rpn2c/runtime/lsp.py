@@ -21,8 +21,8 @@ from urllib.parse import unquote, urlparse
 
 from rpn2c.errors import Span
 from rpn2c.runtime.common import EXIT_OK
-from rpn2c.runtime.lsp_wire import (INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, SERVER_NOT_INITIALIZED,
-                                    Document, ResponseError, read_message, write_message)
+from rpn2c.runtime.lsp_wire import (CONTENT_MODIFIED, INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND,
+                                    SERVER_NOT_INITIALIZED, Document, ResponseError, read_message, write_message)
 from rpn2c.runtime.lsp_worker import HEAVY, KINDS, VIEW_OUTPUT, Done, Job, Jobs, target_uri
 
 NAME = "rpn2c"
@@ -156,10 +156,7 @@ class Server:
             if self.state == "shut down":
                 raise ResponseError(INVALID_REQUEST, f"'{method}' after 'shutdown'")
             if method in HEAVY:  # off this loop: the next keystroke's diagnostics never wait for it
-                uri = target_uri(method, params)
-                doc = self.docs.get(uri)
-                snapshot = Document(uri, doc.text, doc.version) if doc is not None else None
-                self.jobs.submit(Job(ident, method, params, uri, snapshot))
+                self._submit(ident, method, params)
                 return
             handler = self.requests.get(method) or self.feature(method)
             if handler is None:
@@ -169,6 +166,15 @@ class Server:
             self._send({"id": ident, "error": {"code": exc.code, "message": str(exc)}})
         except Exception as exc:  # a bug in a feature answers its request, the server stays up
             self._send({"id": ident, "error": {"code": INTERNAL_ERROR, "message": f"{type(exc).__name__}: {exc}"}})
+
+    def _submit(self, ident, method: str, params: dict) -> None:
+        """Queue a heavy request for the worker, with its document as it is now."""
+        uri = target_uri(method, params)
+        doc = self.docs.get(uri)
+        if method == "codeLens/resolve" and doc is not None and params["data"].get("version") != doc.version:
+            raise ResponseError(CONTENT_MODIFIED, "the document changed since this code lens was made")
+        snapshot = Document(uri, doc.text, doc.version) if doc is not None else None
+        self.jobs.submit(Job(ident, method, params, uri, snapshot))
 
     def feature(self, method: str):
         """The handler of request ``method`` among the features (:mod:`rpn2c.runtime.lsp_features`), or None."""

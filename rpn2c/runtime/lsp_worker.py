@@ -124,9 +124,9 @@ class Jobs:
             for job in [*self.waiting, *([self.running] if self.running else [])]:
                 if not job.dropped:
                     self._drop(job, INVALID_REQUEST, reason)
-        self.waiting, self.running = [], None
+        busy, self.waiting, self.running = self.running is not None, [], None
         if self.worker is not None:
-            self.worker.close()
+            self.worker.close(busy)
             self.worker = None
 
     def _drop(self, job: Job, code: int, message: str) -> None:
@@ -188,13 +188,17 @@ class ProcessWorker:
     def start(self, message: dict) -> None:
         write_message(self.proc.stdin, message)
 
-    def close(self) -> None:
+    def close(self, busy: bool = False) -> None:
+        """End the worker: at the end of its input when idle, at once when it is busy on a job nobody awaits."""
         import subprocess
 
         try:
             self.proc.stdin.close()
-            self.proc.wait(timeout=2)
+            if not busy:
+                self.proc.wait(timeout=2)
         except (OSError, subprocess.TimeoutExpired):
+            pass
+        if self.proc.poll() is None:
             self.proc.kill()
 
 
@@ -214,8 +218,8 @@ class ThreadWorker:
     def start(self, message: dict) -> None:
         self.jobs.put(message)
 
-    def close(self) -> None:
-        self.jobs.put(None)
+    def close(self, busy: bool = False) -> None:
+        self.jobs.put(None)  # a thread cannot be stopped: it ends after its job
 
 
 # ------------------------------------------------------------------------------------------------ the worker's side
