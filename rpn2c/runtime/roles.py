@@ -54,24 +54,6 @@ class Names:
         """The index of the token under ``(line, col)`` (0-based)."""
         return editor._at(self.tokens, editor.offset_of(text, line, col))
 
-    def same(self, i: int) -> list[int]:
-        """Every name token that names what token ``i`` names, in this text (declaration included)."""
-        role, name = self.roles.get(i), str(self.tokens[i])
-        if role is None or role.kind == "unknown":
-            return []
-        out = []
-        for k, r in self.roles.items():
-            if str(self.tokens[k]) != name:
-                continue
-            if role.kind in ("parameter", "value") and r.kind in ("parameter", "value") and r.scope == role.scope:
-                out.append(k)
-            elif role.kind in ("model", "block") and r.kind == role.kind:
-                out.append(k)
-            elif role.kind not in ("parameter", "value", "model", "block") and r.kind == role.kind and (
-                    r.owner == role.owner):
-                out.append(k)
-        return sorted(out)
-
 
 def names(text: str) -> Names:
     """Every name token's :class:`Role`."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rpn2c.runtime import editor
 from rpn2c.runtime.roles import keywords, names
 
 _BY_ROLE = {"model": "class", "block": "function", "imported block": "function", "parameter": "parameter",
@@ -90,11 +91,11 @@ class Fold:
 def folding_ranges(text: str) -> list[Fold]:
     """Brackets whose contents span lines (the closing line stays shown when it holds only the bracket), runs of
     two or more comment lines, and of import lines."""
-    n = names(text)
+    toks = editor.tokens(text)
     lines = text.split("\n")
     out: set[Fold] = set()
     stack = []
-    for t in n.tokens:
+    for t in toks:
         if t.type in ("LPAR", "LBRACE", "LSQB"):
             stack.append(t)
         elif t.type in ("RPAR", "RBRACE", "RSQB") and stack:
@@ -104,9 +105,9 @@ def folding_ranges(text: str) -> list[Fold]:
             if end > start:
                 out.add(Fold(start, end))
     starts = _line_starts(text)
-    comment_lines = {_line_of(starts, a) for a, _ in comments(text, n.tokens)
+    comment_lines = {_line_of(starts, a) for a, _ in comments(text, toks)
                      if lines[_line_of(starts, a)].lstrip().startswith("#")}
-    import_lines = {t.line - 1 for t in n.tokens if t.type == "IMPORT"}
+    import_lines = {t.line - 1 for t in toks if t.type == "IMPORT"}
     for found, kind in ((comment_lines, "comment"), (import_lines, "imports")):
         for start in sorted(k for k in found if k - 1 not in found):
             end = start
