@@ -3,7 +3,8 @@
 Diagnostics come from the real checker (all errors, their codes, did-you-mean hints as quick fixes), checked again
 once typing pauses (``DEBOUNCE``; ``initializationOptions.debounce_ms`` overrides) and at once on open and save; the
 requests (hover, completion, definition, formatting, outline, references, signature help, inlay hints, code lenses,
-``rpn2c.viewOutput``) are :mod:`rpn2c.runtime.lsp_features`. The heavy ones (``viewOutput`` imports torch and builds
+``rpn2c.viewOutput``) are :mod:`rpn2c.runtime.lsp_features`, and rename, semantic tokens, folding ranges and workspace
+symbols :mod:`rpn2c.runtime.lsp_structure`. The heavy ones (``viewOutput`` imports torch and builds
 the model; code lens resolution runs the optimiser) go to a worker process (:mod:`rpn2c.runtime.lsp_worker`), so
 diagnostics and the light requests never wait behind them. The wire is :mod:`rpn2c.runtime.lsp_wire`: plain JSON-RPC
 with no protocol library, so the first diagnostics arrive as soon as the checker has loaded.
@@ -347,8 +348,6 @@ class Server:
         self.due.pop(uri, None)
         self.jobs.supersede(uri)
         self.notify("textDocument/publishDiagnostics", {"uri": uri, "diagnostics": []})
-
-
 
 
 def _import_span(text: str, file: str) -> Span:
