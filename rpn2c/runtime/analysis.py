@@ -261,6 +261,14 @@ def _kernels(a: Analysis, inst: Instance) -> list[str]:
     return out
 
 
+def value_kernels(a: Analysis, v: Value) -> list[str]:
+    """The optimiser's rules that fired on any instance of ``v``, each once, in order."""
+    out: list[str] = []
+    for inst in v.instances:
+        out += [k for k in _kernels(a, inst) if k not in out]
+    return out
+
+
 def layer_values(a: Analysis) -> list[Value]:
     """Values that elaborate to at least one layer (what a code lens offers to explain)."""
     return [v for v in a.values if v.kind not in ("input", "alias") and any(
