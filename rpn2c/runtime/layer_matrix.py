@@ -145,8 +145,11 @@ def layer_matrix(model: nn.Module, layer: str, inputs: dict[str, torch.Tensor], 
 
 
 def _kron(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a ⊗ b`` (torch.kron needs contiguous operands)."""
-    return torch.kron(a.contiguous(), b.contiguous())
+    """``a ⊗ b`` of two matrices or two vectors, as one broadcast product (``torch.kron`` refuses some strides of
+    size-1 axes)."""
+    if a.dim() == 1:
+        return (a[:, None] * b[None, :]).reshape(-1)
+    return (a[:, None, :, None] * b[None, :, None, :]).reshape(a.shape[0] * b.shape[0], a.shape[1] * b.shape[1])
 
 
 # ------------------------------------------------------------------------------------------------ head layers

@@ -230,6 +230,67 @@ def test_pca_eigendecomposition_falls_back_where_lapack_does_not_converge(monkey
     assert torch.isnan(cm._symmetric_eigh(bad)[1]).all()
 
 
+def test_a_singular_pagerank_solve_takes_the_pseudo_inverse():
+    """Found by a resource audit: ``pagerank(method = "solve", alpha = 1e-12)``: I − (1 − α)Â is singular in float32
+    (``LinAlgError`` from torch.linalg.solve)."""
+    model = _model('xi_instance = pagerank(edges = edges, self_loops = true, alpha = 1e-12, method = "solve")').float()
+    edges = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+    assert torch.isfinite(model(torch.randn(4, 4), edges)).all()
+
+
+def _show(argv):
+    import contextlib
+    import io
+
+    from rpn2c.runtime.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_show_draws_a_gated_linear_recurrence():
+    """Found by the show lane: the matrix view of ``examples/specs/gla.rpn`` raised torch.kron's "view size is not
+    compatible with input tensor's size and stride" (``layer_matrix._kron``)."""
+    from pathlib import Path
+
+    spec = Path(__file__).resolve().parents[2] / "examples" / "specs" / "gla.rpn"
+    rc, out, err = _show(["show", str(spec), "--format", "json"])
+    assert rc == 0, err
+    assert json.loads(out)
+
+
+def test_show_bounds_read_a_mask_by_its_hyper_parameter(tmp_path):
+    """Found by the show lane: ``show --bounds`` of attention with ``key_padding = k`` (a computed token mask) gave
+    ``KeyError: 'key_padding'``: the ξ read the layer's extra inputs by value id, not by its hyper-parameter's name."""
+    spec = tmp_path / "m.rpn"
+    spec.write_text("model m {\n  input x: tokens[B, 6]\n  e = embedding(x, vocab = 9, dim = 4)\n"
+                    "  k = token_mask(x, pad = 0)\n  y = head(e) {\n    xi_instance = attention(rank = 2, key_padding = k)\n"
+                    "    out = 8\n  }\n  return y\n}\n")
+    rc, out, err = _show(["show", str(spec), "--bounds"])
+    assert rc == 0 and "rank(A)" in out, err
+
+
+def test_from_torch_fixes_the_items_joined_by_cat_before_a_flatten():
+    """Found by the from_torch lane: a signal joined with its activation along the channels (taken as items), then
+    flattened into a Linear, gave a spec whose feature count was '(T+T)*9' (E0402 at compile)."""
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(18, 3)
+
+        def forward(self, x):
+            return self.fc(torch.cat([torch.tanh(x), x], dim=1).flatten(1))
+
+    torch.manual_seed(0)
+    net, x = Net().double().eval(), torch.randn(2, 1, 9, dtype=torch.float64)
+    spec = rpn2c.from_torch(net, (x,))
+    torch.testing.assert_close(spec.compile()(x), net(x))
+
+
 # ------------------------------------------------------------------------------------------------ the harness
 def test_minimise_keeps_the_failure_and_drops_the_rest(monkeypatch):
     from rpn2c.runtime import fuzz_lanes

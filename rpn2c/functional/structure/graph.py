@@ -346,7 +346,11 @@ def pagerank_matrix(A: Tensor, alpha: float = 0.15) -> Tensor:
     if A.is_sparse or A.layout != torch.strided:
         A = A.to_dense()
     eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
-    m, rhs = eye - (1.0 - alpha) * A, alpha * eye.expand_as(A)
+    return _solve(eye - (1.0 - alpha) * A, alpha * eye.expand_as(A))
+
+
+def _solve(m: Tensor, rhs: Tensor) -> Tensor:
+    """``m⁻¹ rhs`` by ``torch.linalg.solve``, or by the pseudo-inverse where ``m`` is singular in its precision."""
     if torch.compiler.is_compiling():
         return torch.linalg.solve(m, rhs)
     out, info = torch.linalg.solve_ex(m, rhs)
@@ -381,7 +385,7 @@ def pagerank_propagate(
         a = dense_from_edges(src, dst, wt, n)
         eye = torch.eye(n, dtype=x.dtype, device=x.device)
         xm = x.movedim(d, -2) if x.dim() > 1 else x[:, None]
-        y = torch.linalg.solve(eye - (1.0 - alpha) * a, alpha * xm)
+        y = _solve(eye - (1.0 - alpha) * a, alpha * xm)
         return y.movedim(-2, d) if x.dim() > 1 else y[:, 0]
     if method != "power":
         raise ValueError(f"unknown method {method!r}")
