@@ -323,7 +323,7 @@ def test_a_lane_killed_by_timeout_records_the_input_in_flight(tmp_path, monkeypa
 def test_a_lane_streams_its_counts_and_failures(tmp_path):
     from rpn2c.runtime.fuzz_lanes import lane
 
-    data = lane(500, 0.5, tmp_path)
+    data = lane(500, 0.5, tmp_path, entries=("check",))
     assert data["inputs"] >= 1 and sum(data["counts"].values()) == data["inputs"]
     assert json.loads((tmp_path / "progress.json").read_text())["next"] == 500 + data["inputs"]
     assert (tmp_path / "failures.jsonl").read_text() == "" and not (tmp_path / "inflight").exists()
