@@ -195,8 +195,8 @@ def _head_layer(name, spec, module, x, context, aux, sample) -> LayerMatrix:
 def _head(name, hd, x, data, aux, sample) -> LayerMatrix:
     """One head: pooling, a grid head or an items head, its channels fused."""
     t = hd.trace
-    if t.grid_kappa:
-        return _pooling(name, hd.kappa, data[sample])
+    if t.grid_kappa:  # pooling, or the patches gathered as channels (a patch expansion)
+        return (_pooling if hasattr(hd.kappa, "metric") else _patches)(name, hd.kappa, data[sample])
     maps = [_grid_channel(name, hd, c, data[sample]) if t.view == "grid" else
             _items_channel(name, hd, c, x, data, aux, sample) for c in range(hd.spec.channels)]
     if len(maps) == 1:
@@ -295,6 +295,22 @@ def _grid_channel(name, hd, c, x) -> LayerMatrix:
     return LayerMatrix(name, "convolution", m.reshape(n * n_pos, cin * n_cells), bias.flatten(), x.flatten(),
                        tuple(x.shape), (n, *geo.out_spatial(spatial)), meaning,
                        factors={"patch_matrix": a, "psi": psi}, layout=("grid", n_pos, n_cells))
+
+
+def _patches(name, gather, x) -> LayerMatrix:
+    """``vec(Y)[(c·p + j)·P + q] = x[c, cell read by tap j of patch q]``: a 0/1 selection (out-of-grid taps read 0)."""
+    geo = gather.geo
+    spatial = tuple(int(s) for s in x.shape[1:])
+    a3 = padding_matrix(geo, spatial, torch.float64, x.device).unflatten(1, (-1, geo.patch_size))  # [N, P, p]
+    cin, n_cells, n_pos, p = x.shape[0], a3.shape[0], a3.shape[1], geo.patch_size
+    m = torch.zeros(cin, p, n_pos, cin, n_cells, dtype=torch.float64)
+    idx = torch.arange(cin)
+    m[idx, :, :, idx, :] = a3.permute(2, 1, 0)
+    return LayerMatrix(name, "patch gather", m.reshape(cin * p * n_pos, cin * n_cells),
+                       torch.zeros(cin * p * n_pos, dtype=torch.float64), x.flatten(), tuple(x.shape),
+                       (cin * p, *geo.out_spatial(spatial)), "vec(Y) = (I_C ⊗ G) vec(X): G[(j, q), n] = 1 where tap j of "
+                       "patch q reads cell n (the patches as channels, tap fastest)", factors={"G": a3},
+                       layout=("grid", n_pos, n_cells))
 
 
 def _pooling(name, pool, x) -> LayerMatrix:

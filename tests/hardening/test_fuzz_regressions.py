@@ -272,6 +272,41 @@ def test_show_bounds_read_a_mask_by_its_hyper_parameter(tmp_path):
     assert rc == 0 and "rank(A)" in out, err
 
 
+@pytest.mark.parametrize("kappa", ["cylinder_expansion", "cuboid_expansion(half = 1, stride = 2)",
+                                   "patch_expansion(size = 2)"])
+def test_show_views_a_patch_expansion_as_its_selection_matrix(kappa):
+    """Found by the show lane: a patch expansion (patches gathered as channels) on an image reached the pooling
+    view (``AttributeError: 'PatchGatherModule' object has no attribute 'metric'``). Its view is the 0/1 selection
+    that reproduces the layer."""
+    from rpn2c.runtime.layer_matrix import layer_matrix
+
+    torch.manual_seed(0)
+    model = rpn2c.compile(f"model m {{\n  input x: image[B, 2, 6, 5]\n  y = compress(x) {{ kappa = {kappa} }}\n"
+                          "  return y\n}\n", reference=True)
+    model.emit(inline=False)
+    model = model.double().eval()
+    x = torch.randn(2, 2, 6, 5, dtype=torch.float64)
+    view = layer_matrix(model, "y", {"x": x}, sample=1)
+    with torch.no_grad():
+        want = model(x)[1]
+    assert set(view.matrix.unique().tolist()) <= {0.0, 1.0} and view.out_shape == tuple(want.shape)
+    torch.testing.assert_close(view.output().reshape(want.shape), want)
+
+
+@pytest.mark.parametrize("k, s, length, pad", [(3, 2, 2, 0), (4, 3, 2, 0), (3, 3, 1, 0), (5, 2, 4, 2), (3, 2, 7, 1)])
+@pytest.mark.parametrize("pool", ["MaxPool1d", "AvgPool1d"])
+def test_ceil_mode_windows_longer_than_the_grid_convert_exactly(k, s, length, pad, pool):
+    """Found by the from_torch lane: ``MaxPool2d(3, stride = 2, ceil_mode = True)`` on a width of 2 (torch: one
+    window) gave a spec the checker refused ("a patch of extent 3 does not fit an axis of length 2")."""
+    from torch import nn
+
+    m = getattr(nn, pool)(k, s, pad, ceil_mode=True).double()
+    x = torch.randn(2, 3, length, dtype=torch.float64)
+    spec = rpn2c.from_torch(m, (x,))
+    for reference in (False, True):
+        torch.testing.assert_close(spec.compile(reference=reference)(x), m(x))
+
+
 def test_from_torch_fixes_the_items_joined_by_cat_before_a_flatten():
     """Found by the from_torch lane: a signal joined with its activation along the channels (taken as items), then
     flattened into a Linear, gave a spec whose feature count was '(T+T)*9' (E0402 at compile)."""
