@@ -89,11 +89,11 @@ def _plan(entry: str, seed: int, folder: Path) -> list[str]:
     return ["explain", spec] + (["--format", "json"] if rng.random() < 0.3 else [])
 
 
-def run_entry(entry: str, source: str, seed: int, time_limit: float = 60.0) -> Outcome:
+def run_entry(entry: str, source: str | bytes, seed: int, time_limit: float = 60.0) -> Outcome:
     """Run ``entry`` (export, show or explain) on ``source`` (a spec that checked): see the module docstring."""
     with tempfile.TemporaryDirectory(prefix="rpn2c-fuzz-") as tmp:
         folder = Path(tmp)
-        (folder / "fuzz.rpn").write_text(source, encoding="utf-8")
+        (folder / "fuzz.rpn").write_bytes(source if isinstance(source, bytes) else source.encode("utf-8"))
         argv = _plan(entry, seed, folder)
         try:
             rc, out, err, exc = run_cli(argv, time_limit)

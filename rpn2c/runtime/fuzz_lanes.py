@@ -191,7 +191,8 @@ def run_lanes(lanes: int, seconds: float, start: int, out: Path, time_limit: flo
         f["minimised"] = _minimised(out, i, f, seeds, time_limit)
     real = [f for f in failures if not f.get("known")]
     report = {"lanes": lanes, "seconds_per_lane": seconds, "start": start, "inputs": inputs,
-              "outcomes": dict(totals.get("check", {})), "entries": {e: dict(c) for e, c in totals.items()},
+              "outcomes": {k: v for k, v in totals.get("check", {}).items() if k != "inputs"},
+              "entries": {e: dict(c) for e, c in totals.items()},
               "failures": len(real), "known": len(failures) - len(real),
               "distinct": len({f["kind"] for f in real}),
               "failure_kinds": {k: {x: v.get(x) for x in ("entry", "count", "seed", "origin", "minimised", "known")}
