@@ -48,7 +48,10 @@ def test_a_planted_export_crash_is_a_failure_and_minimised(monkeypatch):
 @pytest.mark.parametrize("behaviour, status, detail", [
     (lambda argv, text: (_ for _ in ()).throw(AssertionError("Guard failed: args_0.size()[1] % 2 == 0")), "known",
      "Guard failed"),
-    (lambda argv, text: Path(argv[argv.index("--out") + 1]).write_text("x") and 1, "known", "file left behind"),
+    (lambda argv, text: print("fuzz.rpn:3:3: error[E0402]: shapes", file=__import__("sys").stderr)
+     or Path(argv[argv.index("--out") + 1]).write_text("x") and 1, "known", "file left behind after a refused export"),
+    (lambda argv, text: print("rpn2c: error: fuzz.pt2 differs from the module", file=__import__("sys").stderr)
+     or Path(argv[argv.index("--out") + 1]).write_text("x") and 1, "failure", "(and its file left behind)"),
     (lambda argv, text: 2, "failure", "usage error"),
     (lambda argv, text: print("rpn2c: error: torch.export cannot trace model 'm': RuntimeError: boom",
                               file=__import__("sys").stderr) or 1, "failure", "export: RuntimeError: boom"),

@@ -27,7 +27,7 @@ SPEC_ENTRIES = ("export", "show", "explain")
 #: (entry point, pattern of the failure kind): failures another change is fixing
 KNOWN = (
     ("export", re.compile(r"Guard failed: args_\w+\.size\(\)")),  # the parallel scan's shape specialisation
-    ("export", re.compile(r"file left behind")),  # a failed export's program left on disk
+    ("export", re.compile(r"file left behind after a refused export")),  # a failed export's program on disk
 )
 _TORCH_TRACE = re.compile(r"torch\.export cannot trace model '[^']*': ")
 _NUMBERS = re.compile(r"\b\d+(\.\d+)?(e[-+]?\d+)?\b")
@@ -111,11 +111,19 @@ def _judge(entry: str, rc: int, out: str, err: str, argv: list[str], folder: Pat
     written = Path(argv[argv.index("--out") + 1]) if "--out" in argv and entry == "export" else None
     if rc == 0:
         return Outcome("ok")
+    o = _refusal(entry, rc, err)
+    if written is None or not written.exists():
+        return o
+    if o.status == "ok":  # a clear refusal, but its program is on disk
+        return Outcome("failure", f"export: file left behind after a refused export ({o.detail})", err[-3000:])
+    return Outcome(o.status, f"{o.detail} (and its file left behind)", o.trace)
+
+
+def _refusal(entry: str, rc: int, err: str) -> Outcome:
+    """What a command that did not succeed (exit ``rc``, messages ``err``) amounts to."""
     message = err.strip().splitlines()
     first = next((line for line in message if "error" in line), message[0] if message else "")
     first = first.removeprefix("rpn2c: error: ")
-    if written is not None and written.exists():
-        return Outcome("failure", f"{entry}: file left behind after a failed export: {_kind(first)}", err[-3000:])
     if rc == 2:
         return Outcome("failure", f"{entry}: usage error: {_kind(first)}", err[-3000:])
     if rc != 1 or "Traceback" in err:

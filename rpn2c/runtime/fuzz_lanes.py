@@ -68,7 +68,7 @@ def run_input(entry: str, seed: int, time_limit: float, seeds=None, source=None)
         origin = ""
         if source is None:
             origin, source = make_input(seed, seeds or seed_specs())
-        return origin, run_entry(entry, source, seed, time_limit * 6)
+        return origin, run_entry(entry, source, seed, time_limit * (18 if entry == "export" else 6))
     if entry == "from_torch":
         from rpn2c.runtime.fuzz_torch import recipe, run_torch
 

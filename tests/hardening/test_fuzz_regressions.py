@@ -307,6 +307,17 @@ def test_ceil_mode_windows_longer_than_the_grid_convert_exactly(k, s, length, pa
         torch.testing.assert_close(spec.compile(reference=reference)(x), m(x))
 
 
+def test_show_refuses_a_view_too_large_before_allocating_it(tmp_path):
+    """Found by the show lane under its memory cap: a layer fusing a head of 100,000 outputs asked for an 80 GB
+    identity in ``_fusion_maps``. Every array of the matrix view is sized before it is made."""
+    spec = tmp_path / "m.rpn"
+    spec.write_text("model m {\n  input x: vector[B, 4]\n  y = layer(x) {\n    head a { out = 3 }\n"
+                    "    head b { out = 100000 }\n    fusion = concat\n  }\n  return y\n}\n")
+    rc, out, err = _show(["show", str(spec), "--format", "json"])
+    assert rc == 0 and json.loads(out)["layers"] == []
+    assert "y: no matrix view: its matrix view needs a 100,003 × 100,003 array" in err
+
+
 def test_from_torch_fixes_the_items_joined_by_cat_before_a_flatten():
     """Found by the from_torch lane: a signal joined with its activation along the channels (taken as items), then
     flattened into a Linear, gave a spec whose feature count was '(T+T)*9' (E0402 at compile)."""
