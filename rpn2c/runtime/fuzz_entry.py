@@ -30,6 +30,7 @@ KNOWN = (
     ("export", re.compile(r"file left behind after a refused export")),  # a failed export's program on disk
 )
 _TORCH_TRACE = re.compile(r"torch\.export cannot trace model '[^']*': ")
+_ESCAPES = re.compile(r"\x1b\[[0-9;]*m")  # terminal colours in torch's messages
 _NUMBERS = re.compile(r"\b\d+(\.\d+)?(e[-+]?\d+)?\b")
 
 
@@ -49,6 +50,7 @@ def known(entry: str, kind: str) -> bool:
 
 def _kind(text: str) -> str:
     """A message's first line with its numbers and quoted names blanked: one kind per kind of failure."""
+    text = _ESCAPES.sub("", text)
     line = text.strip().splitlines()[0] if text.strip() else "no message"
     return _NUMBERS.sub("N", re.sub(r"'[^']*'", "'…'", line))[:160]
 
