@@ -318,6 +318,18 @@ def test_show_refuses_a_view_too_large_before_allocating_it(tmp_path):
     assert "y: no matrix view: its matrix view needs a 100,003 × 100,003 array" in err
 
 
+def test_signature_help_inside_a_xi_given_to_an_operation():
+    """Found by the editor lane: signature help inside ``relation(a, b, xi = attention(...))`` answered an internal
+    error (``AttributeError: type object 'LowRankBilinear' has no attribute 'arity'``): the operation's input slots
+    were asked of the ξ."""
+    from rpn2c.runtime import symbols
+
+    text = "model m {\n  input a: sequence[B, T, 4]\n  r = relation(a, a, xi = attention(rank = 2))\n  return r\n}\n"
+    col = text.split("\n")[2].index("attention(") + len("attention(")
+    sig = symbols.signature_help(text, 2, col)
+    assert sig.label.startswith("attention(softmax: bool") and "x1" not in sig.label
+
+
 def test_from_torch_fixes_the_items_joined_by_cat_before_a_flatten():
     """Found by the from_torch lane: a signal joined with its activation along the channels (taken as items), then
     flattened into a Linear, gave a spec whose feature count was '(T+T)*9' (E0402 at compile)."""
