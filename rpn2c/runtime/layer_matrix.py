@@ -210,8 +210,9 @@ def _head_layer(name, spec, module, x, context, aux, sample) -> LayerMatrix:
 def _head(name, hd, x, data, aux, sample) -> LayerMatrix:
     """One head: pooling, a grid head or an items head, its channels fused."""
     t = hd.trace
-    if t.grid_kappa:  # pooling, or the patches gathered as channels (a patch expansion)
-        return (_pooling if hasattr(hd.kappa, "metric") else _patches)(name, hd.kappa, data[sample])
+    if t.grid_kappa:  # pooling, the patches gathered as channels (a patch expansion), or an elementwise κ
+        view = _pooling if hasattr(hd.kappa, "metric") else _patches if hasattr(hd.kappa, "geo") else _lifted
+        return view(name, hd.kappa, data[sample])
     maps = [_grid_channel(name, hd, c, data[sample]) if t.view == "grid" else
             _items_channel(name, hd, c, x, data, aux, sample) for c in range(hd.spec.channels)]
     if len(maps) == 1:
@@ -311,6 +312,14 @@ def _grid_channel(name, hd, c, x) -> LayerMatrix:
     return LayerMatrix(name, "convolution", m.reshape(n * n_pos, cin * n_cells), bias.flatten(), x.flatten(),
                        tuple(x.shape), (n, *geo.out_spatial(spatial)), meaning,
                        factors={"patch_matrix": a, "psi": psi}, layout=("grid", n_pos, n_cells))
+
+
+def _lifted(name, kappa, x) -> LayerMatrix:
+    """An elementwise κ over a grid's channels (ψ = eye): the identity on the lifted input ``u = κ(X)``."""
+    u = kappa(x.unsqueeze(0), grid=True)[0].double()
+    return LayerMatrix(name, "elementwise κ", _eye(u.numel()), torch.zeros(u.numel(), dtype=torch.float64),
+                       u.flatten(), tuple(u.shape), tuple(u.shape),
+                       "vec(Y) = vec(κ(X)): κ elementwise over the channels (u is the expanded input)")
 
 
 def _patches(name, gather, x) -> LayerMatrix:

@@ -273,11 +273,12 @@ def test_show_bounds_read_a_mask_by_its_hyper_parameter(tmp_path):
 
 
 @pytest.mark.parametrize("kappa", ["cylinder_expansion", "cuboid_expansion(half = 1, stride = 2)",
-                                   "patch_expansion(size = 2)"])
+                                   "patch_expansion(size = 2)", "identity", "chebyshev(d = 2)"])
 def test_show_views_a_patch_expansion_as_its_selection_matrix(kappa):
     """Found by the show lane: a patch expansion (patches gathered as channels) on an image reached the pooling
-    view (``AttributeError: 'PatchGatherModule' object has no attribute 'metric'``). Its view is the 0/1 selection
-    that reproduces the layer."""
+    view (``AttributeError: 'PatchGatherModule' object has no attribute 'metric'``), and so did an elementwise κ
+    over the channels (``compress(x) {}`` of a volume: no attribute 'geo'). Their views are the 0/1 selection, and
+    the identity on the lifted input, that reproduce the layer."""
     from rpn2c.runtime.layer_matrix import layer_matrix
 
     torch.manual_seed(0)
