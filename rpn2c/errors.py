@@ -178,6 +178,14 @@ CATALOG: dict[str, ErrorCode] = _codes(
     E("E0603", "check work budget", "{what} expands to about {count} nodes or heads; the check allows {budget} in "
       "all ({used} used before it)", "repeat fewer times, or raise the budget with --max-work / "
       "limits={'max_work': n}"),
+    E("E0604", "forward step budget", "{what} runs {count} steps one after another in each forward pass; the budget "
+      "allows {budget} nodes and steps in all ({used} used before it)",
+      "lower the step count (a graph ξ's hops, a chain's hops), or raise the budget with --max-work / "
+      "limits={'max_work': n}"),
+    E("E0605", "activation memory budget at run time", "'{node}' brings the activations to {bytes} per sample "
+      "with {sizes}; the budget is {budget}",
+      "feed smaller inputs (fewer items, nodes or steps), or raise the budget with --max-memory / "
+      "limits={'max_memory': n} when checking"),
 )
 del E
 

@@ -5,14 +5,22 @@ Three budgets, each with a default that fits a 24 GB machine:
 * ``max_params``: the model's parameter count Σ_node params (16 bytes each while training with Adam in
   float32: weight, gradient and two moments; 10⁹ parameters = 16 GB);
 * ``max_memory``: activation bytes per sample, 4 · Σ_node (elements of the node's output + of its largest
-  per-head intermediate: κ's output, an image head's patch matrix, an instance ξ's N×N matrix), with every
-  symbolic dimension (``B``, ``T``, ``N``) counted as 1, so it bounds what the spec itself fixes;
-* ``max_work``: the units of work of the check itself, one per IR node and per head channel expanded; a
-  ``repeat(n)`` or ``heads = n`` is charged ``n ×`` its size *before* it is expanded, so a check never runs
-  longer than the text and this budget allow, whatever the values of ``repeat``, ``heads`` or ``channels``.
+  per-head intermediate: κ's input and output, an image head's patch matrix, an instance ξ's N×N and an attribute
+  ξ's M×M matrix, + what the components make besides: an inner κ's outputs, a ψ's fabricated n×D matrix, a
+  hybrid ξ's parts), with every symbolic dimension (``B``, ``T``, ``N``) counted as 1, so it bounds what the spec
+  itself fixes;
+* ``max_work``: the units of work of the check itself, one per IR node and per head channel expanded, and the
+  propagations a forward pass runs one after another beyond one per ξ (a graph ξ's ``hops``, a chain's, PageRank's
+  power steps); a ``repeat(n)`` or ``heads = n`` is charged ``n ×`` its size *before* it is expanded, so a check
+  never runs longer than the text and this budget allow, whatever the values of ``repeat``, ``heads`` or
+  ``channels``.
 
-A spec over a budget is refused with a located error (E0601 parameters, E0602 memory, E0603 work) that names the
-node and the estimate; ``rpn2c.check(..., limits=Limits(max_params=...))`` or ``--max-params`` raise them.
+A spec over a budget is refused with a located error (E0601 parameters, E0602 memory, E0603 work, E0604 forward
+steps) that names the node and the estimate; ``rpn2c.check(..., limits=Limits(max_params=...))`` or
+``--max-params`` raise them. What the check cannot see, the sizes of the symbolic dimensions, the compiled model
+sees before it runs: :func:`run_time_check` evaluates the same estimates with the inputs' sizes and refuses inputs
+that take the model over its budgets (E0605 memory, E0604 steps), located at the node, before any of its
+allocations or loops.
 """
 
 from __future__ import annotations
@@ -22,9 +30,8 @@ import re
 from dataclasses import dataclass, field, replace
 
 from rpn2c.errors import Diagnostics, Span
-from rpn2c.ir.types import TensorType
-
-BYTES_PER_ELEMENT = 4  # float32
+from rpn2c.ir.estimate import (BYTES_PER_ELEMENT, dim_size, head_elements, human_bytes, human_count,  # noqa: F401
+                               node_elements, node_steps, per_sample, run_time_check)
 
 
 @dataclass(frozen=True)
@@ -65,48 +72,6 @@ def parse_size(text: str) -> int:
     return int(value)
 
 
-def _sci(n: int) -> str:
-    """``n`` (any size) as ``about 1.2e75``, without converting it to a float or a decimal string."""
-    shift = max(0, n.bit_length() - 60)
-    exp = shift * math.log10(2) + math.log10(n >> shift)
-    mantissa, e = round(10 ** (exp % 1), 1), int(exp)
-    if mantissa >= 10:
-        mantissa, e = mantissa / 10, e + 1
-    return f"about {mantissa:g}e{e}"
-
-
-def human_bytes(n: int) -> str:
-    if n >= 2**60:
-        return f"{_sci(n)} bytes"
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{int(n)} B"
-
-
-def human_count(n: int) -> str:
-    return f"{n:,}" if n < 10**15 else _sci(n)
-
-
-def per_sample(t: TensorType | None) -> int:
-    """Elements of one sample of ``t``: the product of its known dims after the sample axis (symbols count 1)."""
-    if t is None:
-        return 0
-    return math.prod(d for d in t.shape[1:] if isinstance(d, int) and not isinstance(d, bool))
-
-
-def _known(v) -> int:
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 1
-
-
-def head_elements(trace, head) -> int:
-    """The largest per-sample intermediate of one head: κ's input (an image head's patch matrix) and output over
-    its items, and the N×M matrix of an instance ξ over items."""
-    nz, n_out = _known(trace.nz), _known(trace.n_out)
-    square = nz * n_out if trace.view == "items" and any(s.startswith("xi_instance") for s in head.xi) else 0
-    return max(_known(trace.mz) * nz, _known(trace.d) * nz, square)
-
-
 @dataclass
 class Guard:
     """Running totals of one check, charged node by node; the first charge over a budget is reported once."""
@@ -120,13 +85,27 @@ class Guard:
 
     def reserve(self, units: int, span: Span, what: str) -> bool:
         """Charge ``units`` of check work before expanding them; False (and a located E0603) when over budget."""
+        return self._work(units, span, "E0603", f"{what} expands to about {human_count(units)} nodes or heads; the "
+                                                "check allows {budget} in all ({used} used before it)",
+                          "raise the budget with --max-work or limits={'max_work': n} if this is meant")
+
+    def steps(self, units: int, span: Span, what: str) -> bool:
+        """Charge ``units`` propagations a forward pass runs one after another beyond the node's own (E0604 when over
+        the work budget)."""
+        return self._work(units, span, "E0604", f"{what} runs {human_count(units + 1)} steps one after another in "
+                                                "each forward pass; the budget allows {budget} nodes and steps in all "
+                                                "({used} used before it)",
+                          "lower the hops (or steps), or raise the budget with --max-work or limits={'max_work': n} "
+                          "if this is meant")
+
+    def _work(self, units: int, span: Span, code: str, message: str, suggestion: str) -> bool:
+        """Charge ``units`` to the work budget, or report ``message`` (its ``{budget}`` and ``{used}`` filled)."""
         if "work" in self.tripped:
             return False
         if self.work + units > self.limits.max_work:
             self.tripped.add("work")
-            self.diags.error("E0603", f"{what} expands to about {human_count(units)} nodes or heads; the check "
-                                      f"allows {self.limits.max_work:,} in all ({self.work:,} used before it)", span,
-                             suggestion="raise the budget with --max-work or limits={'max_work': n} if this is meant")
+            text = message.replace("{budget}", f"{self.limits.max_work:,}").replace("{used}", f"{self.work:,}")
+            self.diags.error(code, text, span, suggestion=suggestion)
             return False
         self.work += units
         return True

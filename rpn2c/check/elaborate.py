@@ -11,7 +11,8 @@ from typing import Any
 
 import networkx as nx
 
-from rpn2c.check.budget import Guard, Limits, head_elements, per_sample
+from rpn2c.check.budget import Guard, Limits, node_elements, node_steps, per_sample
+from rpn2c.ir.estimate import stepping_use
 from rpn2c.check.heads import LayerShapeError, build_layer, infer_layer, resolve_use
 from rpn2c.check.loader import Unit
 from rpn2c.check.recurrent import build_recurrent, infer_recurrent
@@ -77,7 +78,7 @@ class Elaborator(Tying, Instances):
         outputs = self._body(self.root, defn, scope, inputs=None)
         self.diags.raise_if_any()
         inputs = [nid for nid in self.g.nodes if self.g.nodes[nid]["node"].kind == "input"]
-        return Graph(defn.name, self.g, inputs, outputs, self.diags.sources)
+        return Graph(defn.name, self.g, inputs, outputs, self.diags.sources, limits=self.guard.limits)
 
     def _check_definitions(self, unit: Unit) -> None:
         seen: dict[str, ast.Definition] = {}
@@ -268,13 +269,16 @@ class Elaborator(Tying, Instances):
         return None if nid is None else self.g.nodes[nid]["node"].type
 
     def _add(self, node: Node, edges: dict[str, str]) -> str | None:
-        elements = per_sample(node.type)
         units = 1  # heads and channels were reserved by build_layer, before the shape rule
-        if node.kind == "layer":
-            elements += sum(head_elements(t, h) * h.channels for h, t in zip(node.layer.heads, node.trace["heads"]))
         if not self.guard.reserve(units, node.span, f"'{node.id}'"):
             return None  # refused: charge nothing else for it
-        self.guard.charge(node.id, node.span, node.params, elements)
+        steps = node_steps(node)
+        if steps:
+            use = stepping_use(node)
+            span = use.span if use is not None and use.span.line >= 1 else node.span
+            if not self.guard.steps(steps, span, f"'{use.name}' in '{node.id}'" if use else f"'{node.id}'"):
+                return None
+        self.guard.charge(node.id, node.span, node.params, node_elements(node))
         self.g.add_node(node.id, node=node)
         for role, src in edges.items():
             if self.g.has_edge(src, node.id):  # one value in two roles (add(x, x)): one edge, both roles

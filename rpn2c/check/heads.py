@@ -21,7 +21,7 @@ from rpn2c.errors import Diagnostics, Span, close_names, did_you_mean, quoted_ch
 from rpn2c.ir.graph import HEAD_SLOT, HeadSlot, HeadSpec, LayerSpec, Use, slots_after, slots_before
 from rpn2c.ir.names import reserved
 from rpn2c.ir.trace import HeadTrace
-from rpn2c.ir.types import TensorType, grid, is_known, items, vector
+from rpn2c.ir.types import TensorType, dim_add, dim_mul, grid, is_known, items, numel, vector
 from rpn2c.syntax import ast
 
 HEAD_KEYS = ("kappa", "psi", *HEAD_SLOT, "channels", "channel_fusion", "bias", "out", "groups")
@@ -360,6 +360,8 @@ def infer_layer(spec: LayerSpec, x: TensorType, ctx: TensorType | None, aux: dic
             raise LayerShapeError(f"the remainder adds the input {x} to an output {out}: item counts or grid "
                                   "sizes differ", spec.pi.span)
         params += pi.count(m_in, width)
+        rows = x.items if x.kind == "items" else numel(x.spatial) if x.kind == "grid" else 1
+        traces[0].scratch = dim_add(traces[0].scratch, dim_mul(pi.scratch(m_in, width), rows))
     for p in spec.post:
         params += _processing(p, out)
     return out, params, traces
@@ -463,7 +465,7 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span, label: 
         tr = HeadTrace(data.kind, m, data.items)
         mz, nz = m, data.items
         for slot in slots_before(h):
-            mz, nz, params = _apply_xi(h, slot, slot.size(tr), x, data, aux, mz, nz, params)
+            mz, nz, params = _apply_xi(h, slot, slot.size(tr), x, data, aux, mz, nz, params, tr)
         tr.mz, tr.nz = mz, nz
         feat = (mz,)
     try:
@@ -471,6 +473,7 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span, label: 
     except ShapeRuleError as exc:
         raise LayerShapeError(str(exc), h.kappa.span) from None
     params += kappa.count(feat)
+    tr.scratch = dim_add(tr.scratch, dim_mul(kappa.scratch(feat), tr.nz if tr.nz is not None else 1))
     n_out = tr.nz
     inst = h.xi.get("xi_instance")
     if inst is not None and "xi_instance_prior" in h.xi and inst.component.kind == "data" and \
@@ -479,7 +482,7 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span, label: 
                               f"xi_instance_prior makes them {tr.nz}", inst.span)
     tr.dk = d
     for slot in slots_after(h):
-        d, n_out, params = _apply_xi(h, slot, slot.size(tr), x, data, aux, d, n_out, params)
+        d, n_out, params = _apply_xi(h, slot, slot.size(tr), x, data, aux, d, n_out, params, tr)
     tr.d, tr.n_out, tr.params = d, n_out, params
     if x is not data and str(n_out) != str(x.items):
         raise LayerShapeError(f"with a context input the head must map back to the query's {x.items} items "
@@ -487,8 +490,9 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span, label: 
     return _finish(h, tr, span, label)
 
 
-def _apply_xi(h, slot: HeadSlot, size, x, data, aux, mz, nz, params):
-    """ξ of ``slot`` on an axis of length ``size``: the new ``(features, items, params)``."""
+def _apply_xi(h, slot: HeadSlot, size, x, data, aux, mz, nz, params, tr: HeadTrace):
+    """ξ of ``slot`` on an axis of length ``size``: the new ``(features, items, params)``; its intermediates and
+    sequential steps are added to ``tr``."""
     use, axis = h.xi[slot.name], slot.axis
     comp: Interdependence = use.component
     aux_types = {}
@@ -503,6 +507,8 @@ def _apply_xi(h, slot: HeadSlot, size, x, data, aux, mz, nz, params):
     try:
         new = comp.out_size(ctx)
         params += comp.count(ctx) * h.channels
+        tr.scratch = dim_add(tr.scratch, comp.scratch(ctx))
+        tr.steps.append((slot.name, comp.steps(ctx)))
     except ShapeRuleError as exc:
         raise LayerShapeError(str(exc), use.span) from None
     if comp.kind == "data" and axis == "instance" and x.kind == "items" and data is not x:
@@ -545,6 +551,8 @@ def _finish(h: HeadSpec, tr: HeadTrace, span: Span, label: str) -> HeadTrace:
     if err:
         raise LayerShapeError(err, h.psi.span)
     tr.params += psi.count(n, d) * h.channels
+    rows = tr.n_out if tr.view == "items" else (tr.nz if tr.view == "grid" else 1)
+    tr.scratch = dim_add(tr.scratch, dim_add(psi.scratch(n, d), dim_mul(psi.row_width(n, d), rows or 1)))
     if h.bias == "tied":
         tr.params += n
     elif h.bias == "untied":

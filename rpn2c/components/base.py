@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import ClassVar, TYPE_CHECKING
 
 from rpn2c.components.registry import Component
-from rpn2c.ir.types import Dim, TensorType
+from rpn2c.ir.types import Dim, TensorType, dim_add, dim_mul
 from rpn2c.lazy import lazy_exports
 
 if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
@@ -95,6 +95,11 @@ class Kappa(Component):
     def count(self, feat: tuple[int, ...]) -> int:
         return 0
 
+    def scratch(self, feat: tuple[int, ...]) -> int:
+        """Elements per item of the widest intermediate κ makes besides its output (an inner κ's output); the
+        resource guard charges it (``rpn2c.check.budget``)."""
+        return 0
+
     def build(self, feat: tuple[int, ...], reference: bool = False) -> nn.Module:
         from rpn2c.components.impl.base import _Elementwise
 
@@ -120,6 +125,14 @@ class Reconciliation(Component):
     def count(self, n: int, D: int) -> int:
         raise NotImplementedError
 
+    def scratch(self, n: int, D: int) -> int:
+        """Elements ψ makes besides its parameters: the n x D matrix it fabricates from fewer ones."""
+        return 0
+
+    def row_width(self, n: int, D: int) -> int:
+        """Elements per row of κ's output that applying ψ in factored form makes (a rank-r factor: r)."""
+        return 0
+
     def build(self, n: int, D: int) -> PsiModule:
         raise NotImplementedError
 
@@ -134,6 +147,10 @@ class Remainder(Component):
         return None
 
     def count(self, m: int, n: int) -> int:
+        return 0
+
+    def scratch(self, m: int, n: int) -> int:
+        """Elements per item of the widest intermediate π makes (an inner κ's output)."""
         return 0
 
     def build(self, m: int, n: int) -> nn.Module | None:
@@ -159,6 +176,15 @@ class XiContext:
     aux: dict  # hyper-parameter name -> TensorType of referenced dataflow values
 
 
+def edge_messages(ctx: XiContext) -> Dim:
+    """Elements a propagation over an edge list makes: per edge (and self-loop) its message along the other axis
+    and its source, target and weight."""
+    edges = ctx.aux.get("edges")
+    count = edges.shape[-1] if edges is not None else 1
+    other = ctx.context_features if ctx.axis == "instance" else (ctx.query_items or 1)
+    return dim_mul(dim_add(count, ctx.size), dim_add(other, 3))
+
+
 class Interdependence(Component):
     """ξ. ``kinds``: static (a fixed matrix), param (learned matrix), data (computed from the input), grid."""
 
@@ -182,6 +208,16 @@ class Interdependence(Component):
 
     def count(self, ctx: XiContext) -> int:
         return 0
+
+    def scratch(self, ctx: XiContext) -> Dim:
+        """Elements per sample ξ makes besides its matrix (an inner κ's outputs, fabricated matrices, a hybrid's
+        parts); a symbol in it is sized again at run time (``rpn2c.check.budget``)."""
+        return 0
+
+    def steps(self, ctx: XiContext) -> Dim:
+        """Propagations ξ runs one after another in a forward pass (a multi-hop graph's hops); charged to the work
+        budget at check and again, with the inputs' sizes, at run time."""
+        return 1
 
     def build(self, ctx: XiContext) -> XiModule:
         raise NotImplementedError

@@ -393,6 +393,14 @@ class Composite(Kappa):
         widths = self._feats(feat[0])
         return sum(k.count((feat[0] if self.concat else w,)) for k, w in zip(self.components, widths))
 
+    def scratch(self, feat):
+        """A composition holds each inner output (all but the last width); every part its own intermediates."""
+        if len(feat) != 1:
+            return 0
+        widths = self._feats(feat[0])
+        own = sum(k.scratch((feat[0] if self.concat else w,)) for k, w in zip(self.components, widths))
+        return own + (0 if self.concat else sum(widths[1:-1]))
+
     def build(self, feat, reference=False):
         from rpn2c.components.impl.kappa import _Chain
 

@@ -33,10 +33,10 @@ def ceil_extension(geo: Geometry, spatial) -> tuple[int, ...]:
     for n, k, s, d, pb, pa in zip(spatial, geo.kernel, geo.stride, geo.dilation, geo.pad_before, geo.pad_after):
         span = d * (k - 1) + 1
         num = n + pb + pa - span
-        if num < 0:
+        out = -(-num // s) + 1  # a window longer than the padded axis by less than a stride still counts once
+        if out < 1:
             extra.append(0)  # the window does not fit: Geometry.out_extent says so
             continue
-        out = -(-num // s) + 1
         if (out - 1) * s >= n + pb:
             out -= 1
         extra.append(max(0, (out - 1) * s + span - (n + pb + pa)))

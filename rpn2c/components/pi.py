@@ -185,6 +185,10 @@ class ExpansionRemainder(_Activated):
         kappa = self._kappa()
         return n * kappa.features_out((m,))[0] + (n if self.hp.bias else 0) + kappa.count((m,))
 
+    def scratch(self, m, n):
+        kappa = self._kappa()
+        return kappa.features_out((m,))[0] + kappa.scratch((m,))
+
     def module(self, m, n):
         from rpn2c.components.impl.pi import _ExpansionRemainder
 

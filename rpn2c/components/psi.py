@@ -89,6 +89,15 @@ class _Functional(Reconciliation):
     def count(self, n, D):
         return self.spec.num_params(n, D, **self.fhp())
 
+    def scratch(self, n, D):
+        """The n x D matrix, where it is fabricated from fewer parameters (the reference lowering builds it)."""
+        return n * D if self.count(n, D) < n * D else 0
+
+    def row_width(self, n, D):
+        """A factor wider than n and D (a rank beyond both), which the factored form reaches for every row."""
+        widest = max((d for shape in self.spec.param_shapes(n, D, **self.fhp()).values() for d in shape), default=0)
+        return widest if widest > max(n, D) else 0
+
     def init(self, shapes: dict[str, tuple[int, ...]], n: int, D: int) -> dict[str, torch.Tensor]:
         """Initial values of the learnable tensors (global torch RNG, like nn.Linear); default U(±1/sqrt(last dim))."""
         return {k: _uniform(s, s[-1]) for k, s in shapes.items()}

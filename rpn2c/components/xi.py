@@ -14,6 +14,7 @@ from rpn2c.components.base import Interdependence, ShapeRuleError
 from rpn2c.components.grid import CentredPatchHP, Geometry, PatchHP
 from rpn2c.components.registry import HP, register
 from rpn2c.functional import kernels, structure
+from rpn2c.ir.types import dim_mul
 
 if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
     import torch
@@ -145,6 +146,23 @@ class Chain(Interdependence):
 
     name, family = "chain", "interdependence"
     HP = _ChainHP
+
+    def steps(self, ctx):
+        """Shifts one after another: a hop each (one shift for a plain forward power), n − 1 for the bidirectional
+        eq (80) sum, the Horner terms of exp(αA); a normalised chain runs M twice (degrees)."""
+        hp, mode = self.hp, self.hp.effective_mode
+        plain = hp.direction != "bidirectional" and not hp.self_loop
+        if mode == "power":
+            n = 1 if plain else max(hp.hops, 1)
+        elif mode == "accumulate":
+            n = max(hp.hops, 1)
+        elif mode == "inverse_approx":
+            n = ctx.size if hp.direction == "bidirectional" else 1
+        elif mode == "exponential":
+            n = 32
+        else:
+            n = 1
+        return n if hp.norm == "none" else dim_mul(2, n)
 
     def build(self, ctx):
         from rpn2c.components.impl.xi import _ChainXi

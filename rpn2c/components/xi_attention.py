@@ -14,6 +14,7 @@ from pydantic import Field
 
 from rpn2c.components.base import Interdependence, ShapeRuleError
 from rpn2c.components.registry import HP, ValueRef, register
+from rpn2c.ir.types import dim_mul
 
 
 class _BilinearHP(HP):
@@ -53,6 +54,10 @@ class _BilinearBase(Interdependence):
     def key_features(self, ctx):
         keys = ctx.aux.get("keys")
         return ctx.context_features if keys is None else keys.features
+
+    def scratch(self, ctx):
+        """The projected queries and keys, ``rank`` wide per item."""
+        return dim_mul(2 * self.rank(ctx), ctx.size)
 
     def count(self, ctx):
         r = self.rank(ctx)

@@ -10,7 +10,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from rpn2c.components.base import Interdependence, graph_example
+from rpn2c.components.base import Interdependence, edge_messages, graph_example
 from rpn2c.components.registry import HP, ValueRef, register
 
 
@@ -43,6 +43,12 @@ class Graph(Interdependence):
     example, example_call = graph_example(), "{name}(edges = edges)"
     shareable = True  # the normalised edge list depends only on the named inputs: computed once per forward
     graph_operator = True  # propagation can run as one SpMM on the built adjacency (rule graph_spmm)
+
+    def scratch(self, ctx):
+        return edge_messages(ctx)
+
+    def steps(self, ctx):
+        return max(self.hp.hops, 1)  # one propagation per hop (at most log2(hops) squarings on a small graph)
 
     def build(self, ctx):
         from rpn2c.components.impl.xi_graph import _GraphXi

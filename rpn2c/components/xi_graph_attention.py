@@ -11,8 +11,9 @@ from typing import Optional
 
 from pydantic import Field
 
-from rpn2c.components.base import Interdependence, ShapeRuleError, graph_example
+from rpn2c.components.base import Interdependence, ShapeRuleError, edge_messages, graph_example
 from rpn2c.components.registry import HP, ValueRef, register
+from rpn2c.ir.types import dim_add, dim_mul
 
 
 class _GraphAttentionHP(HP):
@@ -65,6 +66,10 @@ class GraphAttention(Interdependence):
         if self.hp.share_psi:
             return 2 * r  # W is the head's ψ, counted there
         return ctx.query_features + ctx.context_features if r is None else ctx.context_features * r + 2 * r
+
+    def scratch(self, ctx):
+        """Messages and scores per edge, and the items projected to ``rank`` scores each."""
+        return dim_add(edge_messages(ctx), dim_mul(ctx.size, self.hp.rank or 1))
 
     def build(self, ctx):
         from rpn2c.components.impl.xi_graph_attention import _GraphAttentionXi

@@ -15,7 +15,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from rpn2c.components.base import Interdependence, ShapeRuleError, XiContext
 from rpn2c.components.registry import HP, REGISTRY, ValueRef, register
 from rpn2c.components.xi_kernels import KERNEL_ENTRIES, NORMS
-from rpn2c.ir.types import is_known
+from rpn2c.ir.types import dim_add, dim_mul, is_known
 
 
 _FUSIONS = ("hadamard", "sum", "mean", "max", "min", "median", "weighted", "concat_linear", "concat_lowrank")
@@ -176,6 +176,21 @@ class Hybrid(Interdependence):
         fusion, dims = self.fusion_entry(ctx)
         own = fusion.count(dims) if fusion is not None else 0
         return own + sum(p.count(self._sub_ctx(ctx, km)) for p, km in self.parts)
+
+    def scratch(self, ctx):
+        """Every part's matrix (size x its output length) and its own intermediates: a dense fusion holds them
+        all at once."""
+        total = 0
+        for p, km in self.parts:
+            sub = self._sub_ctx(ctx, km)
+            total = dim_add(total, dim_add(dim_mul(ctx.size, p.out_size(sub)), p.scratch(sub)))
+        return total
+
+    def steps(self, ctx):
+        total = 0
+        for p, km in self.parts:
+            total = dim_add(total, p.steps(self._sub_ctx(ctx, km)))
+        return total
 
     def build(self, ctx):
         from rpn2c.components.impl.xi_hybrid import _HybridXi

@@ -348,6 +348,15 @@ class RPNInterdependence(Interdependence):
         kappa, psi_kw, pi, L, n, D, _ = self._parts(ctx)
         return kappa.count((L,)) + _psi_count(self.hp.psi, n, D, psi_kw) + pi.count(L, n)
 
+    def scratch(self, ctx):
+        """κ'(v) for every vector v (D + κ''s own intermediates each), ψ''s fabricated n x D matrix, π''s."""
+        kappa, _, pi, L, n, D, _ = self._parts(ctx)
+        if self.hp.form == "flatten":
+            vectors = 1
+        else:
+            vectors = _need_int(ctx.context_features if ctx.axis == "attribute" else ctx.query_items, "vectors")
+        return vectors * (D + kappa.scratch((L,)) + pi.scratch(L, n)) + n * D
+
     def build(self, ctx):
         from rpn2c.components.impl.xi_learned import _Fabricated, _RPNXi
 

@@ -13,7 +13,8 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from rpn2c.components.base import GRID_VOLUME, Interdependence, ShapeRuleError, graph_example, head_example
+from rpn2c.components.base import (GRID_VOLUME, Interdependence, ShapeRuleError, edge_messages, graph_example,
+                                   head_example)
 from rpn2c.components.grid import Geometry, IntOrList, PatchHP, _per_axis
 from rpn2c.components.registry import HP, ValueRef, register
 from rpn2c.components.xi import Chain, GridXi, _ChainHP
@@ -440,6 +441,15 @@ class PageRank(Interdependence):
         """The power steps run as SpMMs on the built adjacency (rule graph_spmm); ``method = "solve"`` inverts the
         dense matrix built from the edges, so no SpMM runs and the rule must not claim one."""
         return self.hp.method != "solve"
+
+    def scratch(self, ctx):
+        return edge_messages(ctx)
+
+    def steps(self, ctx):
+        hp = self.hp
+        if hp.method == "solve":
+            return 1
+        return max(structure.pagerank_iterations(hp.alpha, hp.tol) if hp.iters is None else hp.iters, 1)
 
     def build(self, ctx):
         from rpn2c.components.impl.xi_structural import _PageRankXi

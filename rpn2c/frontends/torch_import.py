@@ -462,9 +462,10 @@ class Context:
         return v
 
     def fix_items(self, v: Value) -> None:
-        """Make the item count of ``v`` a known integer in the input declaration (needed by flatten)."""
-        if v.items_from is not None:
-            inp = v.items_from[0]
+        """Make the item count of ``v`` a known integer in the input declaration (needed by flatten); a count made
+        of several inputs' axes (items joined by ``torch.cat``) fixes every input's item axes."""
+        inputs = [v.items_from[0]] if v.items_from is not None else self.builder.inputs
+        for inp in inputs:
             inp.item_dims = {k: None for k in inp.item_dims}
 
     # -------------------------------------------------------------------------------------------- emitters

@@ -239,6 +239,7 @@ class Graph:
     outputs: list[str]
     sources: dict[str, str] = field(default_factory=dict)
     log: list = field(default_factory=list)  # graph rewrites done by the optimiser (passes.canonical)
+    limits: Any = None  # the check's budgets (check.budget.Limits): the compiled model holds its inputs to them
 
     def node(self, nid: str) -> Node:
         return self.g.nodes[nid]["node"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -23,6 +23,8 @@ class HeadTrace:
     geometry: Any = None
     grid_kappa: bool = False  # κ acts on grid features (pooling / elementwise over channels)
     params: int = 0
+    scratch: Any = 0  # elements per sample of intermediates besides κ's and ξ's matrices (inner κ, fabricated ψ)
+    steps: list = field(default_factory=list)  # (slot, propagations its ξ runs one after another: hops)
 
 
 @dataclass

@@ -130,7 +130,23 @@ def dim_mul(a: Dim, b: Dim) -> Dim:
         return b
     if b == 1:
         return a
-    return f"{a}*{b}"
+    return f"{_factor(a)}*{_factor(b)}"
+
+
+def dim_add(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    if a == 0:
+        return b
+    if b == 0:
+        return a
+    return f"{a}+{b}"
+
+
+def _factor(d: Dim) -> str:
+    """``d`` as a factor of a product: a sum or difference in parentheses."""
+    text = str(d)
+    return f"({text})" if isinstance(d, str) and any(c in text for c in "+-/") else text
 
 
 def broadcast_dim(a: Dim, b: Dim) -> Dim | None:

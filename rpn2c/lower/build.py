@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from rpn2c.errors import InputError
+from rpn2c.ir.estimate import run_time_check
 from rpn2c.ir.graph import Graph, Node
 from rpn2c.ir.names import module_paths
 from rpn2c.ir.types import TensorType
@@ -59,6 +60,8 @@ class CompiledModel(nn.Module):
         self._name = graph.name
         self._shared = any(n.trace.get("xi_share") for n in graph.nodes() if n.kind == "layer") and not reference
         self._input_checks = {i: _InputCheck.of(t) for i, t in self.input_types.items()}
+        self._limits = getattr(graph, "limits", None)  # the check's budgets, held again with the inputs' sizes
+        self._sized: dict[tuple, object] = {}  # symbol sizes -> the refusal they earn (None: within the budgets)
         # per output: (swap the first two axes back, drop the implicit sample axis)
         self._unbatch_flags = [_unbatch_flags(graph.node(o).type) for o in self.outputs]
         self.emit()
@@ -155,7 +158,21 @@ class CompiledModel(nn.Module):
             value = check(name, env[name])
             check.agree(name, env[name], sizes)  # on the input as given, whose axes the symbols name
             env[name] = value
+        if sizes and self._limits is not None:
+            self._within_budgets({k: v[0] for k, v in sizes.items()})
         return env
+
+    def _within_budgets(self, sizes: dict[str, int]) -> None:
+        """Refuse, before anything is allocated, inputs whose sizes take the check's memory or step estimates over
+        its budgets (a located E0605 / E0604); the verdict is kept per set of sizes."""
+        key = tuple(sorted(sizes.items()))
+        if key not in self._sized:
+            if len(self._sized) >= 64:
+                self._sized.clear()
+            self._sized[key] = run_time_check(self.graph, sizes, self._limits)
+        refusal = self._sized[key]
+        if refusal is not None:
+            raise type(refusal)(refusal.diagnostics, refusal.sources)
 
     def extra_repr(self) -> str:
         return f"model={self.graph.name!r}, reference={self.reference}, hash={self.content_hash[:12]}"

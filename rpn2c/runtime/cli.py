@@ -194,7 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-params", type=_size, metavar="N", help="parameter budget (default 1e9)")
     s.add_argument("--max-memory", type=_size, metavar="BYTES",
                    help="activation memory per sample, e.g. 16GB (default 4GiB)")
-    s.add_argument("--max-work", type=_size, metavar="N", help="nodes and heads the check may expand (default 20000)")
+    s.add_argument("--max-work", type=_size, metavar="N",
+                   help="nodes and heads the check may expand, and steps a forward pass runs one after another (a "
+                        "graph ξ's hops) (default 20000)")
     s.add_argument("--compile", action="store_true",
                    help="also report the components torch.compile(fullgraph=True) cannot compile, and why")
     s = spec_cmd("graph", "print the IR graph, or draw it (svg, png: shapes on the edges, kernels chosen)",

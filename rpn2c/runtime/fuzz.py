@@ -16,6 +16,7 @@ that checked, other than a clear refusal of the inputs (:class:`rpn2c.errors.Inp
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import multiprocessing as mp
@@ -37,8 +38,8 @@ MAX_FORWARD_ELEMENTS = 100_000  # the forward pass runs on small inputs; a spec 
 DIMS = {"B": 2, "T": 3, "S": 3, "N": 4, "E": 6, "P": 3}
 
 
-class Timeout(Exception):
-    """The per-input time limit passed."""
+class Timeout(BaseException):
+    """The per-input time limit passed (a BaseException: code that catches every Exception does not swallow it)."""
 
 
 # ------------------------------------------------------------------------------------------------------- run
@@ -111,55 +112,78 @@ def random_inputs(graph, gen, hostile: bool = False) -> list | None:
     return out
 
 
+@contextlib.contextmanager
+def alarm(seconds: float):
+    """Raise :class:`Timeout` in this (the main) thread once ``seconds`` have passed inside the block."""
+    old = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def crashed(exc: BaseException, stage: str) -> Outcome:
+    """The failure an exception escaping ``stage`` is: a time-out, memory, or a crash at its place (with trace)."""
+    if isinstance(exc, Timeout):
+        return Outcome("failure", f"timeout in {stage}")
+    if isinstance(exc, MemoryError):
+        return Outcome("failure", f"{stage}: MemoryError")
+    return Outcome("failure", f"{stage}: {_site(exc)}", "".join(traceback.format_exception(exc, limit=-8)))
+
+
+def _refused_at_run_time(exc: rpn2c.SpecError) -> bool:
+    """A resource budget the compiled model holds its inputs to (E06xx), located in the spec."""
+    return bool(exc.diagnostics) and all(d.code.startswith("E06") and d.span.line >= 1 for d in exc.diagnostics)
+
+
 def run_one(source: str | bytes, time_limit: float = 10.0, limits: Limits = FUZZ_LIMITS,
             file: str = "fuzz.rpn", hostile: bool = False) -> Outcome:
     """Check, compile and run ``source``; classify what happened (see the module docstring). A clear refusal of
-    the inputs (``InputError``, naming the input) counts as success; ``hostile``: ids may also be out of range."""
+    the inputs (``InputError``, naming the input, or a located E06xx: inputs too large for the budgets) counts as
+    success; ``hostile``: ids may also be out of range."""
     import torch
 
     from rpn2c.errors import InputError
 
     stage = "check"
-    old = signal.signal(signal.SIGALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, time_limit)
     try:
-        try:
-            graph = rpn2c.check(source, file, limits=limits)
-        except rpn2c.SpecError as exc:
-            bad = [d for d in exc.diagnostics if d.span.line < 1 or d.span.col < 1 or d.span.file != file]
-            if not exc.diagnostics or bad:
-                return Outcome("failure", f"unlocated {bad[0].code if bad else 'empty'}", exc.render())
-            return Outcome("error", exc.diagnostics[0].code)
-        stage = "compile"
-        signal.setitimer(signal.ITIMER_REAL, time_limit * 6)  # building and running get longer than checking
-        from rpn2c.lower.build import CompiledModel
-        from rpn2c.passes import optimize
-
-        torch.manual_seed(0)
-        model = CompiledModel(optimize(graph))
-        stage = "forward"
-        inputs = random_inputs(graph, torch.Generator().manual_seed(0), hostile)
-        if inputs is None:
-            return Outcome("ok", "compiled; inputs too large for a small forward pass")
-        if not all(graph.node(i).type.batched for i in graph.inputs):
-            model.eval()  # one graph is one sample: batch statistics need more than one
-        with torch.no_grad():
+        with alarm(time_limit):
             try:
-                model(*inputs)
-            except InputError:  # a clear refusal, e.g. edge ids beyond a compressed feature axis
-                return Outcome("ok", "refused hostile inputs" if hostile else "refused inputs")
-        return Outcome("ok")
-    except Timeout:
-        return Outcome("failure", f"timeout in {stage}")
-    except MemoryError:
-        return Outcome("failure", f"{stage}: MemoryError")
+                graph = rpn2c.check(source, file, limits=limits)
+            except rpn2c.SpecError as exc:
+                bad = [d for d in exc.diagnostics if d.span.line < 1 or d.span.col < 1 or d.span.file != file]
+                if not exc.diagnostics or bad:
+                    return Outcome("failure", f"unlocated {bad[0].code if bad else 'empty'}", exc.render())
+                return Outcome("error", exc.diagnostics[0].code)
+            stage = "compile"
+            signal.setitimer(signal.ITIMER_REAL, time_limit * 6)  # building and running get longer than checking
+            from rpn2c.lower.build import CompiledModel
+            from rpn2c.passes import optimize
+
+            torch.manual_seed(0)
+            model = CompiledModel(optimize(graph))
+            stage = "forward"
+            inputs = random_inputs(graph, torch.Generator().manual_seed(0), hostile)
+            if inputs is None:
+                return Outcome("ok", "compiled; inputs too large for a small forward pass")
+            if not all(graph.node(i).type.batched for i in graph.inputs):
+                model.eval()  # one graph is one sample: batch statistics need more than one
+            with torch.no_grad():
+                try:
+                    model(*inputs)
+                except InputError:  # a clear refusal, e.g. edge ids beyond a compressed feature axis
+                    return Outcome("ok", "refused hostile inputs" if hostile else "refused inputs")
+                except rpn2c.SpecError as exc:
+                    if not _refused_at_run_time(exc):
+                        raise
+                    return Outcome("ok", f"refused at run time ({exc.diagnostics[0].code})")
+            return Outcome("ok")
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # noqa: BLE001 - classifying every crash is the point
-        return Outcome("failure", f"{stage}: {_site(exc)}", traceback.format_exc(limit=-8))
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        return crashed(exc, stage)
 
 
 @dataclass

@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|[A-Za-z_][A-Za-z0-9_]*|[0-9]+(?:\.[0-9]*)?|//|\S')
 INTS = ["0", "1", "2", "3", "4", "7", "16", "-1", "1000", "100000", "1000000000", "99999999999999999999", "2.5",
         "0.0", "1e308", "1e999"]
+#: integer hyper-parameter values of the stress sweep: degrees, hops, ranks and widths a resource guard must see
+STRESS = ["12", "16", "30", "64", "200", "1000", "4096", "65536", "100000"]
 
 
 # ------------------------------------------------------------------------------------------------------- seeds
@@ -38,11 +40,12 @@ def seed_specs() -> list[tuple[str, str]]:
 
 
 # ------------------------------------------------------------------------------------------------------- generate
-def _value(rng: random.Random, ann, refs: list[str]) -> str | None:
-    """A spec expression for a hyper-parameter of type ``ann`` (None: leave it out)."""
+def _value(rng: random.Random, ann, refs: list[str], stress: bool = False) -> str | None:
+    """A spec expression for a hyper-parameter of type ``ann`` (None: leave it out); ``stress``: integers are large
+    as often as not (:data:`STRESS`)."""
     origin, args = typing.get_origin(ann), typing.get_args(ann)
     if origin is typing.Annotated:
-        return _value(rng, args[0], refs)
+        return _value(rng, args[0], refs, stress)
     if ann is ValueRef:
         return rng.choice(refs) if refs else None
     if origin is typing.Literal:
@@ -50,13 +53,16 @@ def _value(rng: random.Random, ann, refs: list[str]) -> str | None:
         return f'"{v}"' if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else str(v)
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
         options = [a for a in args if a is not type(None)]
-        return _value(rng, rng.choice(options), refs) if options else None
+        return _value(rng, rng.choice(options), refs, stress) if options else None
     if origin is list:
         inner = args[0] if args else int
-        return "[" + ", ".join(filter(None, (_value(rng, inner, refs) for _ in range(rng.randint(1, 3))))) + "]"
+        return "[" + ", ".join(filter(None, (_value(rng, inner, refs, stress)
+                                             for _ in range(rng.randint(1, 3))))) + "]"
     if ann is bool:
         return rng.choice(["true", "false"])
     if ann is int:
+        if stress and rng.random() < 0.5:
+            return rng.choice(STRESS)
         return rng.choice(["1", "2", "3", "4", "2", "3", "0", "-1", "8", "64", "100000"])
     if ann is float:
         return rng.choice(["0.5", "1.0", "0.1", "2.0", "0.0", "-1.0", "1e30", "1e-06", "1e-12", "0.999"])
@@ -65,14 +71,14 @@ def _value(rng: random.Random, ann, refs: list[str]) -> str | None:
     return rng.choice(["1", "0.5", "true", '"x"'])
 
 
-def _component(rng: random.Random, slot: str, refs: list[str]) -> str:
+def _component(rng: random.Random, slot: str, refs: list[str], stress: bool = False) -> str:
     families = SLOT_FAMILIES.get(slot, (slot,))
     family = rng.choice(families)
     entry = REGISTRY[family][rng.choice(sorted(REGISTRY[family]))]
     kwargs = []
     for key, f in entry.schema.model_fields.items():
-        if f.is_required() or rng.random() < 0.25:
-            v = _value(rng, f.annotation, refs)
+        if f.is_required() or rng.random() < (0.5 if stress else 0.25):
+            v = _value(rng, f.annotation, refs, stress)
             if v is not None:
                 kwargs.append(f"{key} = {v}")
     return f"{entry.name}({', '.join(kwargs)})" if kwargs or rng.random() < 0.5 else entry.name
@@ -263,13 +269,14 @@ _SWEEP_SLOTS = ("kappa", "psi", "xi_attribute", "xi_instance", "xi_attribute_pos
                 "post")
 
 
-def sweep(rng: random.Random) -> str:
+def sweep(rng: random.Random, stress: bool = False) -> str:
     """One head over one input type with one to three registry components in random slots (drawn hyper-parameters,
-    edge and mask inputs to name): every entry meets every slot and type, a few at a time."""
+    edge and mask inputs to name): every entry meets every slot and type, a few at a time. ``stress``: integer
+    hyper-parameters are large half of the time (degrees, hops, ranks: what the resource guards must see)."""
     settings = []
     for _ in range(rng.randint(1, 3)):
         slot = rng.choice(_SWEEP_SLOTS)
-        comp = _component(rng, slot, ["edges", "mask"])
+        comp = _component(rng, slot, ["edges", "mask"], stress)
         settings.append(f"{slot} = [{comp}]" if slot in ("pre", "post") else f"{slot} = {comp}")
     kw = rng.choice(["head", "head", "compress"])
     if kw == "head":
@@ -281,12 +288,14 @@ def sweep(rng: random.Random) -> str:
 
 
 def make_input(seed: int, seeds: list[tuple[str, str]]) -> tuple[str, str | bytes]:
-    """(origin, input) number ``seed``: generated (a free spec, a one-head registry sweep, or a variant of a seed)
-    40%, token-mutated 40%, byte-damaged 20%."""
+    """(origin, input) number ``seed``: generated (a free spec, a one-head registry sweep, a stress sweep, or a
+    variant of a seed) 40%, token-mutated 40%, byte-damaged 20%."""
     rng = random.Random(seed)
     which = seed % 5
     if which == 0:
-        return ("generated", generate(rng)) if seed % 10 == 0 else ("sweep", sweep(rng))
+        if seed % 10 == 0:
+            return "generated", generate(rng)
+        return ("stress", sweep(rng, stress=True)) if seed % 20 == 15 else ("sweep", sweep(rng))
     name, text = seeds[rng.randrange(len(seeds))]
     if which == 1:
         return f"varied:{name}", vary(rng, text)

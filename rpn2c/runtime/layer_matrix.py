@@ -26,6 +26,7 @@ module's ``matrix``), never by differentiating the layer:
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -145,9 +146,26 @@ def layer_matrix(model: nn.Module, layer: str, inputs: dict[str, torch.Tensor], 
                        sample)
 
 
+def _room(*shape: int) -> None:
+    """Refuse (ViewError) an array of ``shape`` beyond :data:`MAX_ENTRIES` before it is allocated."""
+    entries = math.prod(int(n) for n in shape)
+    if entries > MAX_ENTRIES:
+        raise ViewError(f"its matrix view needs a {' × '.join(f'{int(n):,}' for n in shape)} array ({entries:,} "
+                        f"entries, at most {MAX_ENTRIES:,}); use a smaller input or narrower heads")
+
+
+def _eye(n: int) -> torch.Tensor:
+    _room(n, n)
+    return torch.eye(n, dtype=torch.float64)
+
+
 def _kron(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a ⊗ b`` (torch.kron needs contiguous operands)."""
-    return torch.kron(a.contiguous(), b.contiguous())
+    """``a ⊗ b`` of two matrices or two vectors, as one broadcast product (``torch.kron`` refuses some strides of
+    size-1 axes)."""
+    _room(a.numel(), b.numel())
+    if a.dim() == 1:
+        return (a[:, None] * b[None, :]).reshape(-1)
+    return (a[:, None, :, None] * b[None, :, None, :]).reshape(a.shape[0] * b.shape[0], a.shape[1] * b.shape[1])
 
 
 # ------------------------------------------------------------------------------------------------ head layers
@@ -193,8 +211,9 @@ def _head_layer(name, spec, module, x, context, aux, sample) -> LayerMatrix:
 def _head(name, hd, x, data, aux, sample) -> LayerMatrix:
     """One head: pooling, a grid head or an items head, its channels fused."""
     t = hd.trace
-    if t.grid_kappa:
-        return _pooling(name, hd.kappa, data[sample])
+    if t.grid_kappa:  # pooling, the patches gathered as channels (a patch expansion), or an elementwise κ
+        view = _pooling if hasattr(hd.kappa, "metric") else _patches if hasattr(hd.kappa, "geo") else _lifted
+        return view(name, hd.kappa, data[sample])
     maps = [_grid_channel(name, hd, c, data[sample]) if t.view == "grid" else
             _items_channel(name, hd, c, x, data, aux, sample) for c in range(hd.spec.channels)]
     if len(maps) == 1:
@@ -208,7 +227,7 @@ def _head(name, hd, x, data, aux, sample) -> LayerMatrix:
 def _psi_matrix(hd, c) -> torch.Tensor:
     """Ψ ``[n, D]`` literally (block-diagonal for groups): ``reference.reconciliation`` of the identity, transposed."""
     psi = literal.channel(hd.psi, c)
-    eye = torch.eye(psi.matrix().shape[-1] * hd.spec.groups, dtype=torch.float64)
+    eye = _eye(psi.matrix().shape[-1] * hd.spec.groups)
     return literal.reconciliation(psi, eye, hd.spec.groups).double().transpose(0, 1)
 
 
@@ -222,8 +241,8 @@ def _items_channel(name, hd, c, x, data, aux, sample) -> LayerMatrix:
     if kappa.name != "identity" and slots_before(h):
         raise ViewError(f"layer '{name}': κ = {kappa.name} between interdependence functions is not linear")
     u = (hd.kappa(z0) if kappa.name != "identity" else z0)[sample].double()  # [N, D]
-    left = torch.eye(u.shape[-2], dtype=torch.float64)
-    right = torch.eye(u.shape[-1], dtype=torch.float64)
+    left = _eye(u.shape[-2])
+    right = _eye(u.shape[-1])
     factors, dependent = {}, False
     for slot in head_slots(h):
         m = literal.channel(getattr(hd, slot.name), c)
@@ -277,6 +296,7 @@ def _grid_channel(name, hd, c, x) -> LayerMatrix:
     cin, spatial = x.shape[0], tuple(int(s) for s in x.shape[1:])
     psi = _psi_matrix(hd, c)  # [n, C·p] (block-diagonal over groups); aggregation: [n, C]
     n = psi.shape[0]
+    _room(math.prod(spatial), math.prod(geo.out_spatial(spatial)), geo.patch_size)
     if mode == "padding":
         a = padding_matrix(geo, spatial, torch.float64, x.device)  # [N, P·p]
         a3 = a.unflatten(1, (-1, geo.patch_size))  # [N, P, p]
@@ -295,11 +315,38 @@ def _grid_channel(name, hd, c, x) -> LayerMatrix:
                        factors={"patch_matrix": a, "psi": psi}, layout=("grid", n_pos, n_cells))
 
 
+def _lifted(name, kappa, x) -> LayerMatrix:
+    """An elementwise κ over a grid's channels (ψ = eye): the identity on the lifted input ``u = κ(X)``."""
+    u = kappa(x.unsqueeze(0), grid=True)[0].double()
+    return LayerMatrix(name, "elementwise κ", _eye(u.numel()), torch.zeros(u.numel(), dtype=torch.float64),
+                       u.flatten(), tuple(u.shape), tuple(u.shape),
+                       "vec(Y) = vec(κ(X)): κ elementwise over the channels (u is the expanded input)")
+
+
+def _patches(name, gather, x) -> LayerMatrix:
+    """``vec(Y)[(c·p + j)·P + q] = x[c, cell read by tap j of patch q]``: a 0/1 selection (out-of-grid taps read 0)."""
+    geo = gather.geo
+    spatial = tuple(int(s) for s in x.shape[1:])
+    _room(math.prod(spatial), math.prod(geo.out_spatial(spatial)), geo.patch_size)
+    a3 = padding_matrix(geo, spatial, torch.float64, x.device).unflatten(1, (-1, geo.patch_size))  # [N, P, p]
+    cin, n_cells, n_pos, p = x.shape[0], a3.shape[0], a3.shape[1], geo.patch_size
+    _room(cin, p, n_pos, cin, n_cells)
+    m = torch.zeros(cin, p, n_pos, cin, n_cells, dtype=torch.float64)
+    idx = torch.arange(cin)
+    m[idx, :, :, idx, :] = a3.permute(2, 1, 0)
+    return LayerMatrix(name, "patch gather", m.reshape(cin * p * n_pos, cin * n_cells),
+                       torch.zeros(cin * p * n_pos, dtype=torch.float64), x.flatten(), tuple(x.shape),
+                       (cin * p, *geo.out_spatial(spatial)), "vec(Y) = (I_C ⊗ G) vec(X): G[(j, q), n] = 1 where tap j of "
+                       "patch q reads cell n (the patches as channels, tap fastest)", factors={"G": a3},
+                       layout=("grid", n_pos, n_cells))
+
+
 def _pooling(name, pool, x) -> LayerMatrix:
     """``I_C ⊗ S``: averaging/summing matrix for mean/sum, the input-dependent selection for max/min."""
     geo = pool.geo
     metric = {"average": "mean", "maximum": "max", "minimum": "min"}.get(pool.metric, pool.metric)
     spatial = tuple(int(s) for s in x.shape[1:])
+    _room(math.prod(spatial), math.prod(geo.out_spatial(spatial)), geo.patch_size)
     a3 = padding_matrix(geo, spatial, torch.float64, x.device).unflatten(1, (-1, geo.patch_size))  # [N, P, p]
     cin, n_cells, n_pos = x.shape[0], a3.shape[0], a3.shape[1]
     out_shape = (cin, *geo.out_spatial(spatial))
@@ -307,7 +354,7 @@ def _pooling(name, pool, x) -> LayerMatrix:
         s = a3.sum(-1).T  # [P, N]
         if metric == "mean":
             s = s / (pool.count.double()[:, None] if pool.ignore else geo.patch_size)
-        m = _kron(torch.eye(cin, dtype=torch.float64), s)
+        m = _kron(_eye(cin), s)
         return LayerMatrix(name, f"pooling ({metric})", m, torch.zeros(len(m), dtype=torch.float64), x.flatten(),
                            tuple(x.shape), out_shape, "vec(Y) = (I_C ⊗ S) vec(X), S[q, n] = weight of cell n in "
                            "patch q", factors={"S": s}, layout=("grid", n_pos, n_cells))
@@ -319,6 +366,7 @@ def _pooling(name, pool, x) -> LayerMatrix:
     score = (taps * sign).masked_fill(outside, float("-inf") if pool.ignore else 0.0)
     win = score.argmax(-1)  # [C, P]
     sel = a3.permute(1, 2, 0)[torch.arange(n_pos)[None, :], win]  # [C, P, N]: the winning tap's one-hot row
+    _room(cin, n_pos, cin, n_cells)
     m = torch.zeros(cin, n_pos, cin, n_cells, dtype=torch.float64)
     idx = torch.arange(cin)
     m[idx, :, idx, :] = sel
@@ -332,12 +380,11 @@ def _pooling(name, pool, x) -> LayerMatrix:
 def _fusion_maps(name, module, component: str, widths: list[int]):
     """Per input ``F_h [n_h, n]`` and a bias with ``fuse(Y_1..Y_k) = Σ_h Y_h F_h + b`` (linear fusions only)."""
     k, total = len(widths), sum(widths)
-    eye = torch.eye(total, dtype=torch.float64)
     if component in ("sum", "mean"):
-        f = torch.eye(widths[0], dtype=torch.float64) / (k if component == "mean" else 1)
+        f = _eye(widths[0]) / (k if component == "mean" else 1)
         return [f] * k, None
     if component == "concat":
-        return list(eye.split(widths)), None
+        return list(_eye(total).split(widths)), None
     if component == "concat_linear":
         w = module.linear.weight.double().T  # [Σ n_h, n]
         return list(w.split(widths)), (module.linear.bias.double() if module.linear.bias is not None else None)
@@ -348,7 +395,7 @@ def _fuse(name, fusion, mats, biases, shapes, grid, component):
     widths = [s[0] if grid else s[-1] for s in shapes]
     fs, fb = _fusion_maps(name, fusion, component, widths)
     rest = shapes[0][1:] if grid else shapes[0][:-1]
-    eye = torch.eye(int(torch.tensor(rest).prod()) if rest else 1, dtype=torch.float64)
+    eye = _eye(math.prod(rest))
     lift = [_kron(f.T, eye) if grid else _kron(eye, f.T) for f in fs]
     m = sum(li @ mi for li, mi in zip(lift, mats))
     b = sum(li @ bi for li, bi in zip(lift, biases))
@@ -363,11 +410,11 @@ def _add_remainder(name, module, head: LayerMatrix, x, grid) -> LayerMatrix:
     pi = module.pi
     n_in = x.numel()
     if isinstance(pi, nn.Identity):
-        p, b = torch.eye(n_in, dtype=torch.float64), None
+        p, b = _eye(n_in), None
     elif isinstance(pi, nn.Linear):
         w = pi.weight.double()
         rest = n_in // w.shape[1]
-        eye = torch.eye(rest, dtype=torch.float64)
+        eye = _eye(rest)
         p = _kron(w, eye) if grid else _kron(eye, w)
         b = None if pi.bias is None else (_kron(pi.bias.double(), eye.diagonal()) if grid else
                                          _kron(eye.diagonal(), pi.bias.double()))

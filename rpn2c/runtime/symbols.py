@@ -192,7 +192,7 @@ def signature_help(text: str, line: int, col: int, *, path=None) -> Signature | 
         if entry is None:
             return None
         inputs = []
-        if families == editor.OP_FAMILIES:  # an operation on values: its inputs come first
+        if entry.family in editor.OP_FAMILIES:  # an operation on values: its inputs come first
             lo, _ = entry.cls.arity
             inputs = [(f"x{k + 1}", f"x{k + 1}", "input value") for k in range(min(max(lo, 1), 3))]
         params = inputs + [(k, f"{k}: {type_text(f.annotation)} = {editor._default(f)}", f.description or "")

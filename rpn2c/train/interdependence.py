@@ -19,6 +19,7 @@ from torch import nn
 from rpn2c.components.xi import aggregation_matrix, padding_matrix
 from rpn2c.errors import did_you_mean
 from rpn2c.ir.graph import Graph, head_slots
+from rpn2c.lower.emitters import own_aux
 
 from .config import TrainError
 
@@ -169,7 +170,7 @@ def layer_matrices(model: nn.Module, layer: str, inputs: dict[str, torch.Tensor]
                 size = slot.size(trace)
                 if not isinstance(size, int):  # a symbolic item count: this input's
                     size = z0.shape[-2]
-                a = m.matrix(q, z0, aux, size)
+                a = m.matrix(q, z0, own_aux(m, aux), size)  # its inputs by its hyper-parameters' names
                 if a.dim() == 3:
                     a = a[min(sample, a.shape[0] - 1)]
                 rows, cols = _labels(str(use), m.axis)

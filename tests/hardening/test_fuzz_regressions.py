@@ -230,6 +230,126 @@ def test_pca_eigendecomposition_falls_back_where_lapack_does_not_converge(monkey
     assert torch.isnan(cm._symmetric_eigh(bad)[1]).all()
 
 
+def test_a_singular_pagerank_solve_takes_the_pseudo_inverse():
+    """Found by a resource audit: ``pagerank(method = "solve", alpha = 1e-12)``: I − (1 − α)Â is singular in float32
+    (``LinAlgError`` from torch.linalg.solve)."""
+    model = _model('xi_instance = pagerank(edges = edges, self_loops = true, alpha = 1e-12, method = "solve")').float()
+    edges = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+    assert torch.isfinite(model(torch.randn(4, 4), edges)).all()
+
+
+def _show(argv):
+    import contextlib
+    import io
+
+    from rpn2c.runtime.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_show_draws_a_gated_linear_recurrence():
+    """Found by the show lane: the matrix view of ``examples/specs/gla.rpn`` raised torch.kron's "view size is not
+    compatible with input tensor's size and stride" (``layer_matrix._kron``)."""
+    from pathlib import Path
+
+    spec = Path(__file__).resolve().parents[2] / "examples" / "specs" / "gla.rpn"
+    rc, out, err = _show(["show", str(spec), "--format", "json"])
+    assert rc == 0, err
+    assert json.loads(out)
+
+
+def test_show_bounds_read_a_mask_by_its_hyper_parameter(tmp_path):
+    """Found by the show lane: ``show --bounds`` of attention with ``key_padding = k`` (a computed token mask) gave
+    ``KeyError: 'key_padding'``: the ξ read the layer's extra inputs by value id, not by its hyper-parameter's name."""
+    spec = tmp_path / "m.rpn"
+    spec.write_text("model m {\n  input x: tokens[B, 6]\n  e = embedding(x, vocab = 9, dim = 4)\n"
+                    "  k = token_mask(x, pad = 0)\n  y = head(e) {\n    xi_instance = attention(rank = 2, key_padding = k)\n"
+                    "    out = 8\n  }\n  return y\n}\n")
+    rc, out, err = _show(["show", str(spec), "--bounds"])
+    assert rc == 0 and "rank(A)" in out, err
+
+
+@pytest.mark.parametrize("kappa", ["cylinder_expansion", "cuboid_expansion(half = 1, stride = 2)",
+                                   "patch_expansion(size = 2)", "identity", "chebyshev(d = 2)"])
+def test_show_views_a_patch_expansion_as_its_selection_matrix(kappa):
+    """Found by the show lane: a patch expansion (patches gathered as channels) on an image reached the pooling
+    view (``AttributeError: 'PatchGatherModule' object has no attribute 'metric'``), and so did an elementwise κ
+    over the channels (``compress(x) {}`` of a volume: no attribute 'geo'). Their views are the 0/1 selection, and
+    the identity on the lifted input, that reproduce the layer."""
+    from rpn2c.runtime.layer_matrix import layer_matrix
+
+    torch.manual_seed(0)
+    model = rpn2c.compile(f"model m {{\n  input x: image[B, 2, 6, 5]\n  y = compress(x) {{ kappa = {kappa} }}\n"
+                          "  return y\n}\n", reference=True)
+    model.emit(inline=False)
+    model = model.double().eval()
+    x = torch.randn(2, 2, 6, 5, dtype=torch.float64)
+    view = layer_matrix(model, "y", {"x": x}, sample=1)
+    with torch.no_grad():
+        want = model(x)[1]
+    assert set(view.matrix.unique().tolist()) <= {0.0, 1.0} and view.out_shape == tuple(want.shape)
+    torch.testing.assert_close(view.output().reshape(want.shape), want)
+
+
+@pytest.mark.parametrize("k, s, length, pad", [(3, 2, 2, 0), (4, 3, 2, 0), (3, 3, 1, 0), (5, 2, 4, 2), (3, 2, 7, 1)])
+@pytest.mark.parametrize("pool", ["MaxPool1d", "AvgPool1d"])
+def test_ceil_mode_windows_longer_than_the_grid_convert_exactly(k, s, length, pad, pool):
+    """Found by the from_torch lane: ``MaxPool2d(3, stride = 2, ceil_mode = True)`` on a width of 2 (torch: one
+    window) gave a spec the checker refused ("a patch of extent 3 does not fit an axis of length 2")."""
+    from torch import nn
+
+    m = getattr(nn, pool)(k, s, pad, ceil_mode=True).double()
+    x = torch.randn(2, 3, length, dtype=torch.float64)
+    spec = rpn2c.from_torch(m, (x,))
+    for reference in (False, True):
+        torch.testing.assert_close(spec.compile(reference=reference)(x), m(x))
+
+
+def test_show_refuses_a_view_too_large_before_allocating_it(tmp_path):
+    """Found by the show lane under its memory cap: a layer fusing a head of 100,000 outputs asked for an 80 GB
+    identity in ``_fusion_maps``. Every array of the matrix view is sized before it is made."""
+    spec = tmp_path / "m.rpn"
+    spec.write_text("model m {\n  input x: vector[B, 4]\n  y = layer(x) {\n    head a { out = 3 }\n"
+                    "    head b { out = 100000 }\n    fusion = concat\n  }\n  return y\n}\n")
+    rc, out, err = _show(["show", str(spec), "--format", "json"])
+    assert rc == 0 and json.loads(out)["layers"] == []
+    assert "y: no matrix view: its matrix view needs a 100,003 × 100,003 array" in err
+
+
+def test_signature_help_inside_a_xi_given_to_an_operation():
+    """Found by the editor lane: signature help inside ``relation(a, b, xi = attention(...))`` answered an internal
+    error (``AttributeError: type object 'LowRankBilinear' has no attribute 'arity'``): the operation's input slots
+    were asked of the ξ."""
+    from rpn2c.runtime import symbols
+
+    text = "model m {\n  input a: sequence[B, T, 4]\n  r = relation(a, a, xi = attention(rank = 2))\n  return r\n}\n"
+    col = text.split("\n")[2].index("attention(") + len("attention(")
+    sig = symbols.signature_help(text, 2, col)
+    assert sig.label.startswith("attention(softmax: bool") and "x1" not in sig.label
+
+
+def test_from_torch_fixes_the_items_joined_by_cat_before_a_flatten():
+    """Found by the from_torch lane: a signal joined with its activation along the channels (taken as items), then
+    flattened into a Linear, gave a spec whose feature count was '(T+T)*9' (E0402 at compile)."""
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(18, 3)
+
+        def forward(self, x):
+            return self.fc(torch.cat([torch.tanh(x), x], dim=1).flatten(1))
+
+    torch.manual_seed(0)
+    net, x = Net().double().eval(), torch.randn(2, 1, 9, dtype=torch.float64)
+    spec = rpn2c.from_torch(net, (x,))
+    torch.testing.assert_close(spec.compile()(x), net(x))
+
+
 # ------------------------------------------------------------------------------------------------ the harness
 def test_minimise_keeps_the_failure_and_drops_the_rest(monkeypatch):
     from rpn2c.runtime import fuzz_lanes
@@ -262,7 +382,7 @@ def test_a_lane_killed_by_timeout_records_the_input_in_flight(tmp_path, monkeypa
 def test_a_lane_streams_its_counts_and_failures(tmp_path):
     from rpn2c.runtime.fuzz_lanes import lane
 
-    data = lane(500, 0.5, tmp_path)
+    data = lane(500, 0.5, tmp_path, entries=("check",))
     assert data["inputs"] >= 1 and sum(data["counts"].values()) == data["inputs"]
     assert json.loads((tmp_path / "progress.json").read_text())["next"] == 500 + data["inputs"]
     assert (tmp_path / "failures.jsonl").read_text() == "" and not (tmp_path / "inflight").exists()

@@ -82,7 +82,9 @@ class _GraphXi(XiModule):
         zz = z if self.axis == "instance" else z.transpose(-1, -2)
         n = zz.shape[-2]
         structure.check_edge_ids(aux["edges"], n, self.hp.edges.name, self.axis)
-        op = self.operator(aux, n, zz.dtype) if kernel == "spmm" else None
+        squares = not torch.compiler.is_compiling() and structure.squaring_pays(
+            n, aux["edges"].shape[-1] + n, getattr(self.hp, "hops", 1), zz.numel() // max(n, 1))  # small graph, many hops
+        op = self.operator(aux, n, zz.dtype) if kernel == "spmm" and not squares else None
         if op is not None:
             y = self._propagate(zz, None, None, None, n, operator=op)
         else:

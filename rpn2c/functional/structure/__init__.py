@@ -66,7 +66,7 @@ _LAZY = {name: module for module, names in {
               "chain_apply", "chain_spectral_apply", "chain_inverse_apply", "chain_exp_apply"),
     "graph": ("check_edge_ids", "coalesce_edges", "graph_norm_weights", "graph_adjacency", "graph_propagate",
               "multihop_graph", "multihop_propagate", "pagerank_matrix", "pagerank_propagate", "attention_edges",
-              "edge_softmax", "edge_aggregate", "DENSE_MAX", "DENSE_RATIO"),
+              "edge_softmax", "edge_aggregate", "squaring_pays", "DENSE_MAX", "DENSE_RATIO"),
     "band": ("band_blocked", "band_matrix", "band_outside"),
     "masks": ("additive_mask", "mask_term"),
     "bilinear": ("bilinear_entries", "row_logsumexp"),

@@ -202,9 +202,12 @@ def chain_apply(
         if hops < 0:
             raise ValueError("hops must be >= 0")
         if not bidirectional and not self_loop:
-            # an empty sum is a shift by n: zero, yet still attached to x's autograd graph
-            ys = [shift(x, k, d) for k in range(0 if include_identity else 1, min(hops, n - 1) + 1)] or [shift(x, n, d)]
-            return sum(ys[1:], ys[0])
+            # a running sum of shifts (never all of them at once); an empty sum is a shift by n: zero, yet still
+            # attached to x's autograd graph
+            acc = shift(x, 0 if include_identity else n, d)
+            for k in range(1, min(hops, n - 1) + 1):
+                acc = acc + shift(x, k, d)
+            return acc
         y = x
         acc = x if include_identity else shift(x, n, d)
         for _ in range(hops):

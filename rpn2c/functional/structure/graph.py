@@ -219,6 +219,15 @@ def dense_pays(n: int, nnz: int) -> bool:
     return n * n <= min(DENSE_RATIO * max(nnz, 1), DENSE_MAX)
 
 
+def squaring_pays(n: int, nnz: int, hops: int, columns: int) -> bool:
+    """Whether ``h`` hops on an ``n``-node graph of ``nnz`` edges, on ``columns`` features, cost less as the dense power
+    by repeated squaring (about ``2 n³ log₂ h + n² · columns`` multiply-adds, ``n² ≤ DENSE_MAX`` entries) than as
+    ``h`` propagations (``h (nnz + n) · columns``)."""
+    if hops < 2 or n * n > DENSE_MAX:
+        return False
+    return 2 * n**3 * hops.bit_length() + n * n * columns < hops * (nnz + n) * columns
+
+
 def graph_propagate(x: Tensor, src: Tensor, dst: Tensor, w: Tensor | None, n: int, dim: int = -2,
                     operator: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """``A @ x`` along the item axis ``dim`` by gather/scatter: ``y[dst] += w * x[src]`` (``index_add``).
@@ -307,9 +316,18 @@ def multihop_propagate(
     dim: int = -2,
     operator: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
-    """``multihop_graph(A, hops, accumulate, include_identity) @ x`` by ``hops`` propagations (never n x n)."""
+    """``multihop_graph(A, hops, accumulate, include_identity) @ x`` by ``hops`` propagations (never n x n), or, where
+    it is cheaper on a small graph, by the dense ``A^h`` (or ``Σ A^k``) taken by repeated squaring: O(log h)
+    matrix products instead of h propagations (:func:`squaring_pays`)."""
     if hops < 0:
         raise ValueError("hops must be >= 0")
+    d = dim % x.dim()
+    columns = x.numel() // max(x.shape[d], 1)
+    if src is not None and not torch.compiler.is_compiling() and squaring_pays(n, src.numel(), hops, columns):
+        a = dense_from_edges(src, dst, w.to(x.dtype) if w is not None else x.new_ones(src.shape), n)
+        m = multihop_graph(a, hops, accumulate, include_identity)
+        xt = x.movedim(d, 0)
+        return (m @ xt.reshape(n, -1)).reshape(n, *xt.shape[1:]).movedim(0, d)
     y = x
     acc = x if include_identity else torch.zeros_like(x)
     for _ in range(hops):
@@ -321,12 +339,24 @@ def multihop_propagate(
 def pagerank_matrix(A: Tensor, alpha: float = 0.15) -> Tensor:
     """PageRank multi-hop matrix (eq 84): ``α (I - (1-α) A)^{-1}``, by ``torch.linalg.solve`` (no inverse).
 
-    ``A`` is expected to be normalised already (the toolkit's ``c = α``, default 0.15).
+    ``A`` is expected to be normalised already (the toolkit's ``c = α``, default 0.15). Where ``I - (1-α) A`` is
+    singular in the working precision (``α`` below its epsilon, ``A`` with an eigenvalue 1), the pseudo-inverse
+    takes the solve's place.
     """
     if A.is_sparse or A.layout != torch.strided:
         A = A.to_dense()
     eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
-    return torch.linalg.solve(eye - (1.0 - alpha) * A, alpha * eye.expand_as(A))
+    return _solve(eye - (1.0 - alpha) * A, alpha * eye.expand_as(A))
+
+
+def _solve(m: Tensor, rhs: Tensor) -> Tensor:
+    """``m⁻¹ rhs`` by ``torch.linalg.solve``, or by the pseudo-inverse where ``m`` is singular in its precision."""
+    if torch.compiler.is_compiling():
+        return torch.linalg.solve(m, rhs)
+    out, info = torch.linalg.solve_ex(m, rhs)
+    if bool((info != 0).any()):
+        return torch.linalg.pinv(m) @ rhs
+    return out
 
 
 def pagerank_propagate(
@@ -355,7 +385,7 @@ def pagerank_propagate(
         a = dense_from_edges(src, dst, wt, n)
         eye = torch.eye(n, dtype=x.dtype, device=x.device)
         xm = x.movedim(d, -2) if x.dim() > 1 else x[:, None]
-        y = torch.linalg.solve(eye - (1.0 - alpha) * a, alpha * xm)
+        y = _solve(eye - (1.0 - alpha) * a, alpha * xm)
         return y.movedim(-2, d) if x.dim() > 1 else y[:, 0]
     if method != "power":
         raise ValueError(f"unknown method {method!r}")

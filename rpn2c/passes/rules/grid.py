@@ -62,7 +62,9 @@ def _box_cost(s: Site) -> Cost:
 def _pool_cost(s: Site) -> Cost:
     c, n_in = s.data.features, elements(*s.data.spatial)
     geo = s.trace.geometry or s.head.kappa.component.geometry(len(s.data.spatial))
-    p_out, p = elements(*geo.out_spatial(tuple(s.data.spatial))), geo.patch_size
+    # the shape rule's output grid (with ceil_mode's added windows), not the bare geometry's
+    out = s.trace.spatial_out or geo.out_spatial(tuple(s.data.spatial))
+    p_out, p = elements(*out), geo.patch_size
     return Cost(c * n_in * p_out * p, c * p_out * p, 8 * (n_in * p_out * p + c * p_out * p), 8 * c * p_out)
 
 

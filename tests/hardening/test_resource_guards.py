@@ -1,0 +1,139 @@
+"""A clean check is a promise about the forward pass: the memory and step estimates cover every op (a ξ's hops, the
+intermediates of inner κ, fabricated ψ, attribute matrices), and what the check cannot see (the sizes of the
+symbolic dimensions) the compiled model sees before it allocates anything or loops: a located E0605 (memory) or
+E0604 (steps)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import rpn2c
+from rpn2c.check.budget import Limits
+from rpn2c.ir.estimate import node_elements, run_time_check
+from rpn2c.runtime.fuzz import run_one
+
+KERNEL = """model m {{
+  input x: sequence[B, {t}, 8]
+  y = head(x) {{
+    xi_instance = exponential_kernel
+    out = 4
+  }}
+  return y
+}}
+"""
+MIB = {"max_memory": 2**20}
+
+
+@settings(deadline=None)
+@given(t=st.integers(1, 400))
+def test_the_run_time_estimate_is_the_checks_with_the_symbols_sized(t):
+    """Inputs of T items are refused at run time exactly when the spec with T written as a number is refused at
+    check: one estimate, with the symbol sized."""
+    graph = rpn2c.check(KERNEL.format(t="T"), limits=MIB)
+    refusal = run_time_check(graph, {"B": 2, "T": t}, graph.limits)
+    try:
+        rpn2c.check(KERNEL.format(t=t), limits=MIB)
+        fixed = None
+    except rpn2c.SpecResourceError as exc:
+        fixed = exc
+    assert (refusal is None) == (fixed is None)
+    if refusal is not None:
+        assert refusal.codes == ["E0605"] and fixed.codes == ["E0602"]
+        assert (refusal.diagnostics[0].span.line, refusal.diagnostics[0].span.col) == (3, 7)
+
+
+def test_inputs_over_the_memory_budget_are_refused_before_anything_is_allocated():
+    """200,000 items would make a 160 GB kernel matrix: the model refuses them, by the node, before the forward."""
+    model = rpn2c.compile(KERNEL.format(t="T"))
+    assert model(torch.randn(2, 5, 8)).shape == (2, 5, 4)
+    with pytest.raises(rpn2c.SpecResourceError) as info:
+        model(torch.randn(1, 200_000, 8))
+    err = info.value
+    assert err.codes == ["E0605"] and err.diagnostics[0].span.line == 3
+    assert "T = 200,000" in str(err) and "the budget is 4 GiB" in str(err)
+    assert model(torch.randn(3, 6, 8)).shape == (3, 6, 4)  # the verdict is per size: smaller inputs still run
+
+
+def test_steps_that_grow_with_the_input_are_refused_at_run_time():
+    """A bidirectional eq (80) chain runs one shift per item: its steps are T, known only from the input."""
+    spec = ("model m {\n  input x: sequence[B, T, 3]\n  y = head(x) {\n"
+            "    xi_instance = inverse_chain(direction = \"bidirectional\")\n    out = 2\n  }\n  return y\n}\n")
+    model = rpn2c.compile(spec, limits={"max_work": 100})
+    assert torch.isfinite(model(torch.randn(2, 50, 3))).all()
+    with pytest.raises(rpn2c.SpecResourceError) as info:
+        model(torch.randn(2, 500, 3))
+    d = info.value.diagnostics[0]
+    assert d.code == "E0604" and (d.span.line, d.span.col) == (4, 19) and "T = 500" in d.message
+
+
+def test_the_fuzz_harness_counts_a_run_time_refusal_as_a_clear_one(monkeypatch):
+    import rpn2c.runtime.fuzz as fuzz
+
+    monkeypatch.setitem(fuzz.DIMS, "T", 2000)  # a 2,000 x 2,000 kernel matrix: 16 MB per sample
+    out = run_one(KERNEL.format(t="T"), limits=Limits(max_memory=2**20))
+    assert (out.status, out.detail) == ("ok", "refused at run time (E0605)")
+
+
+@pytest.mark.parametrize("hops, accumulate, identity", [(300, False, True), (1000, True, False), (257, True, True)])
+def test_many_hops_on_a_small_graph_are_squarings_equal_to_the_propagations(hops, accumulate, identity):
+    from rpn2c.functional.structure.graph import graph_propagate, multihop_propagate, squaring_pays
+
+    gen = torch.Generator().manual_seed(hops)
+    n, e = 10, torch.randint(0, 10, (2, 30), generator=gen)
+    w = torch.rand(30, generator=gen, dtype=torch.float64) / 3
+    x = torch.randn(2, n, 3, generator=gen, dtype=torch.float64)
+    assert squaring_pays(n, 30, hops, 6) and not squaring_pays(10_000, 30_000, hops, 6)
+    got = multihop_propagate(x, e[0], e[1], w, n, hops, accumulate, identity)
+    y, acc = x, (x if identity else torch.zeros_like(x))
+    for _ in range(hops):
+        y = graph_propagate(y, e[0], e[1], w, n)
+        acc = acc + y
+    want = acc if accumulate else y
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12 * float(want.abs().max()))
+
+
+class _Largest(TorchDispatchMode):
+    """The most elements any op makes (views and parameter reads excepted)."""
+
+    VIEWS = ("view", "transpose", "expand", "unsqueeze", "permute", "aten.t.", "select", "slice", "as_strided",
+             "alias", "detach", "squeeze", "unflatten", "reshape")
+
+    def __init__(self):
+        super().__init__()
+        self.most = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not any(v in str(func) for v in self.VIEWS):
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor):
+                    self.most = max(self.most, t.numel())
+        return out
+
+
+@pytest.mark.parametrize("head", [
+    'xi_instance = rpn_interdependence(kappa = "taylor", kappa_d = 6, psi = "hm")',
+    'kappa = nested(parts = ["taylor(d = 6)", "max_compression"])',
+    "psi = hm(p = 2, q = 2)\n    out = 600",
+    "xi_attribute = exponential_kernel",
+    "xi_instance = attention(rank = 3000)",
+    'pi = expansion(kappa = "taylor(d = 7)")',
+    "psi = dual_lphm(r = 5000)",
+])
+def test_the_memory_estimate_covers_the_largest_tensor_of_the_forward(head):
+    """Every tensor a forward pass makes (B = 1, both lowerings) is within the check's per-sample estimate plus
+    the model's own parameters and buffers."""
+    spec = f"model m {{\n  input x: sequence[B, 4, 4]\n  y = head(x) {{\n    {head}\n    out = 2\n  }}\n  return y\n}}\n"
+    spec = spec.replace("out = 600\n    out = 2", "out = 600")
+    graph = rpn2c.check(spec)
+    estimate = sum(node_elements(n) for n in graph.nodes())
+    for reference in (False, True):
+        model = rpn2c.compile(spec, reference=reference)
+        held = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
+        mode = _Largest()
+        with torch.no_grad(), mode:
+            model(torch.randn(1, 4, 4))
+        assert mode.most <= estimate + held, (reference, mode.most, estimate, held)
