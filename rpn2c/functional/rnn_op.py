@@ -62,7 +62,14 @@ def autocast_dtype(kernel: str, device_type: str, dtype: torch.dtype, autocast: 
     return autocast if kernel == "lstm" else dtype
 
 
-@torch.compiler.assume_constant_result
+def _constant_result(fn):
+    """``torch.compiler.assume_constant_result`` without importing ``torch._dynamo`` (3 s on a CPU machine) for a
+    model that is never compiled: that decorator imports dynamo only to set this one mark, which dynamo reads."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+@_constant_result
 def exporting() -> bool:
     """``torch.export`` is capturing the graph (its own flag, read once per trace). Not
     ``torch.compiler.is_exporting()``: dynamo before torch 2.13 folds that to True under ``torch.compile`` too."""
@@ -70,7 +77,7 @@ def exporting() -> bool:
     return bool(flag) if flag is not None else torch.compiler.is_exporting()
 
 
-@torch.compiler.assume_constant_result
+@_constant_result
 def _onednn_enabled() -> bool:
     """oneDNN on (``torch.backends.mkldnn.enabled``), a constant to the tracer."""
     return torch._C._get_mkldnn_enabled()
