@@ -37,10 +37,10 @@ def slug(text: str) -> str:
 
 def data_path(data: str, resolve) -> str:
     """``KIND:PATH`` with ``resolve(PATH)``; a built-in name unchanged."""
-    from rpn2c import data as datasets
+    from rpn2c.data.catalog import FILE_KINDS
 
     kind, sep, path = data.partition(":")
-    return f"{kind}:{resolve(os.path.expanduser(path))}" if sep and kind in datasets.LOADERS else data
+    return f"{kind}:{resolve(os.path.expanduser(path))}" if sep and kind in FILE_KINDS else data
 
 
 def embedding_path(options: dict | None, resolve) -> dict | None:
