@@ -147,8 +147,6 @@ def default_out(cfg) -> Path:
 def resolve(given: dict, config: str | None = None, resume: str | None = None):
     """(RunConfig, checkpoint to resume or None, its path) from the flags ``given`` (None values left out), a
     config file and ``resume`` (None: a new run; "": the run folder the options name; else a folder or file)."""
-    from . import checkpoint
-
     validated(given, None)
     file = read_config(config) if config else {}
     ckpt = path = None
@@ -164,6 +162,8 @@ def resolve(given: dict, config: str | None = None, resume: str | None = None):
         path = target / "checkpoint.pt" if target.is_dir() else target
         if not path.is_file():
             raise ConfigError(f"--resume {resume or target}: no checkpoint at {path}")
+        from . import checkpoint  # torch: only a resumed run reads a checkpoint
+
         ckpt = checkpoint.load(path)
         if "train_state" not in ckpt:
             raise ConfigError(f"--resume {path}: this checkpoint holds no training state (best.pt keeps only the "
