@@ -63,6 +63,13 @@ def autocast_dtype(kernel: str, device_type: str, dtype: torch.dtype, autocast: 
     return autocast if kernel == "lstm" else dtype
 
 
+def _constant_result(fn):
+    """``torch.compiler.assume_constant_result`` without importing ``torch._dynamo`` (3 s on a CPU machine) for a
+    model that is never compiled: that decorator imports dynamo only to set this one mark, which dynamo reads."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
 def cpu_fallback(kernel: str, device_type: str, dtype: torch.dtype, autocast: torch.dtype | None):
     """The autocast dtype (``autocast``: None when off) that this CPU cannot run the kernel in, where eager autocast
     would send it there: oneDNN's LSTM, fed a float32 input, in bfloat16 without AVX-512 (float16 without AVX-512
@@ -77,7 +84,7 @@ def cpu_fallback(kernel: str, device_type: str, dtype: torch.dtype, autocast: to
 _ONEDNN_RUNS: dict = {}
 
 
-@torch.compiler.assume_constant_result
+@_constant_result
 def _onednn_runs(dtype: torch.dtype) -> bool:
     """oneDNN runs ``dtype`` (bfloat16, float16) on this CPU (torch's own check, asked once), a constant to the
     tracer."""
@@ -88,7 +95,7 @@ def _onednn_runs(dtype: torch.dtype) -> bool:
     return _ONEDNN_RUNS[dtype]
 
 
-@torch.compiler.assume_constant_result
+@_constant_result
 def exporting() -> bool:
     """``torch.export`` is capturing the graph (its own flag, read once per trace). Not
     ``torch.compiler.is_exporting()``: dynamo before torch 2.13 folds that to True under ``torch.compile`` too."""
@@ -96,7 +103,7 @@ def exporting() -> bool:
     return bool(flag) if flag is not None else torch.compiler.is_exporting()
 
 
-@torch.compiler.assume_constant_result
+@_constant_result
 def _onednn_enabled() -> bool:
     """oneDNN on (``torch.backends.mkldnn.enabled``), a constant to the tracer."""
     return torch._C._get_mkldnn_enabled()

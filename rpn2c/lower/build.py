@@ -19,8 +19,6 @@ from rpn2c.ir.graph import Graph, Node
 from rpn2c.ir.names import module_paths
 from rpn2c.ir.types import TensorType
 from rpn2c.lower.heads import LayerModule
-from rpn2c.lower.oracle import ReferenceLayer
-from rpn2c.lower.recurrent import RecurrentModule
 
 
 class _Scope(nn.Module):
@@ -82,9 +80,13 @@ class CompiledModel(nn.Module):
             ctx = g.node(preds["context"]).type if "context" in preds else None
             aux = {src: g.node(src).type for role, src in preds.items() if role.startswith("aux:")}
             if self.reference:  # the oracle: built on its own, no rewritten term
+                from rpn2c.lower.oracle import ReferenceLayer
+
                 return ReferenceLayer(node.layer, node.trace["heads"], x, ctx, aux, node.type)
             return LayerModule(node.layer, node.trace["heads"], x, ctx, aux, node.type, node, preds)
-        if node.kind == "recurrent":
+        if node.kind == "recurrent":  # imported here: its module registers torch ops, which few models need
+            from rpn2c.lower.recurrent import RecurrentModule
+
             x = g.node(preds["x"]).type
             # the rewritten term's op: the fused kernel, a parallel scan, a time loop; ``recur`` (no rule) and the
             # reference lowering run the paper's form

@@ -158,8 +158,7 @@ def cmd_components(args) -> int:
 
 
 def cmd_data(args) -> int:
-    from rpn2c.data import LOADERS
-    from rpn2c.data.registry import catalog
+    from rpn2c.data.catalog import FILE_KINDS, catalog
 
     rows = catalog()
     if args.format == "json":
@@ -175,7 +174,7 @@ def cmd_data(args) -> int:
         _out("  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip())
         if k == 0:
             _out("  ".join("-" * w for w in widths))
-    _out(f"\nrpn2c train SPEC --data NAME; or --data KIND:PATH for your files (KIND: {', '.join(LOADERS)})")
+    _out(f"\nrpn2c train SPEC --data NAME; or --data KIND:PATH for your files (KIND: {', '.join(FILE_KINDS)})")
     return EXIT_OK
 
 

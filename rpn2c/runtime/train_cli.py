@@ -59,8 +59,7 @@ def _spec_files(cfg) -> tuple[list[Path], Path]:
 
 @_guard
 def cmd_train(args) -> int:
-    from rpn2c.train import distributed, run
-    from rpn2c.train.binding import bind
+    from rpn2c.train import run
 
     if args.overwrite and args.resume is not None:
         raise _Usage("--resume continues the run in its folder and --overwrite replaces it: give one of them")
@@ -69,6 +68,9 @@ def cmd_train(args) -> int:
     # continuing in its own folder keeps the run; anywhere else the folder must hold no other run
     here = ckpt is not None and ckpt_path.parent.resolve() == out_dir.resolve()
     run.claim(out_dir, resume=here, overwrite=args.overwrite, remove=False)  # every rank, before any removes
+    from rpn2c.train import distributed  # torch, once the folder is known to take the run: a refusal is quick
+    from rpn2c.train.binding import bind
+
     spec_args = argparse.Namespace(spec=cfg.spec, model=cfg.model, root=cfg.root)
     graph, text = _graph(spec_args, cfg.params)
     cfg = run.text_length(cfg, graph)
@@ -235,9 +237,7 @@ def _write_run(out_dir: Path, cfg, common, graph, dataset, history, state, secon
 def register(sub) -> None:
     """Add ``train`` to the ``rpn2c`` sub-command parser."""
     from rpn2c.runtime.common import add_spec_options
-    from rpn2c.train.config import TrainConfig
-
-    d = {k: f.default for k, f in TrainConfig.model_fields.items()}
+    from rpn2c.train.defaults import DEFAULTS as d  # not TrainConfig: building the parser needs no pydantic
     help_ = ("train a spec on a dataset; writes the last and the best checkpoint, run.yaml, metrics (CSV, JSON) "
              "and a curves PNG")
     s = sub.add_parser("train", help=help_, description=help_)

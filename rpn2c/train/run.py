@@ -38,10 +38,10 @@ def slug(text: str) -> str:
 
 def data_path(data: str, resolve) -> str:
     """``KIND:PATH`` with ``resolve(PATH)``; a built-in name unchanged."""
-    from rpn2c import data as datasets
+    from rpn2c.data.catalog import FILE_KINDS
 
     kind, sep, path = data.partition(":")
-    return f"{kind}:{resolve(os.path.expanduser(path))}" if sep and kind in datasets.LOADERS else data
+    return f"{kind}:{resolve(os.path.expanduser(path))}" if sep and kind in FILE_KINDS else data
 
 
 def embedding_path(options: dict | None, resolve) -> dict | None:
@@ -148,8 +148,6 @@ def default_out(cfg) -> Path:
 def resolve(given: dict, config: str | None = None, resume: str | None = None):
     """(RunConfig, checkpoint to resume or None, its path) from the flags ``given`` (None values left out), a
     config file and ``resume`` (None: a new run; "": the run folder the options name; else a folder or file)."""
-    from . import checkpoint
-
     validated(given, None)
     file = read_config(config) if config else {}
     ckpt = path = None
@@ -165,6 +163,8 @@ def resolve(given: dict, config: str | None = None, resume: str | None = None):
         path = target / "checkpoint.pt" if target.is_dir() else target
         if not path.is_file():
             raise ConfigError(f"--resume {resume or target}: no checkpoint at {path}")
+        from . import checkpoint  # torch: only a resumed run reads a checkpoint
+
         ckpt = checkpoint.load(path)
         if "train_state" not in ckpt:
             raise ConfigError(f"--resume {path}: this checkpoint holds no training state (best.pt keeps only the "
