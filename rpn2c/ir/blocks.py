@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import re
 
-import networkx as nx
-
+from rpn2c.ir.digraph import DiGraph
 from rpn2c.ir.graph import Graph, Node
 
 
@@ -52,7 +51,7 @@ def collapse(graph: Graph) -> Graph:
     of its parameters and every kernel chosen inside it; edges between uses and other nodes are kept once."""
     uses = block_uses(graph)
     owner = {nid: use for use, nodes in uses.items() for nid in nodes}
-    g = nx.DiGraph()
+    g = DiGraph()
     for n in graph.nodes():
         if n.id not in owner:
             g.add_node(n.id, node=n)
