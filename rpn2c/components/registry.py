@@ -21,6 +21,7 @@ Names are looked up only in this table: a spec can never import or execute anyth
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -214,6 +215,7 @@ class Family(MutableMapping):
 
 REGISTRY: dict[str, Family] = {f: Family(f) for f in FAMILIES}
 _LOADED: list[bool] = []  # [True] once every component module is imported
+_LOADING = threading.RLock()
 
 
 def _index() -> dict[str, dict[str, str]]:
@@ -223,14 +225,16 @@ def _index() -> dict[str, dict[str, str]]:
 
 
 def load_all() -> bool:
-    """Import every component module (``rpn2c.components.MODULES``); False if that was done before."""
-    if _LOADED:
-        return False
-    _LOADED.append(True)
-    from rpn2c.components import MODULES
+    """Import every component module (``rpn2c.components.MODULES``); False if that was done before. Another thread
+    listing the registry meanwhile waits for the whole of it."""
+    with _LOADING:
+        if _LOADED:
+            return False
+        _LOADED.append(True)
+        from rpn2c.components import MODULES
 
-    for module in MODULES:
-        importlib.import_module(f"rpn2c.components.{module}")
+        for module in MODULES:
+            importlib.import_module(f"rpn2c.components.{module}")
     return True
 
 
