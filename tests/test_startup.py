@@ -138,8 +138,8 @@ def checkpoint(tmp_path_factory):
     from rpn2c.runtime.cli import main
 
     out = tmp_path_factory.mktemp("run")
-    assert main(["train", "specs/mlp.rpn", "--data", "breast_cancer", "--epochs", "1", "--out", str(out),
-                 "--quiet"]) == 0
+    assert main(["train", str(ROOT / "specs" / "mlp.rpn"), "--data", "breast_cancer", "--epochs", "1",
+                 "--out", str(out), "--quiet"]) == 0
     return out / "best.pt"
 
 
