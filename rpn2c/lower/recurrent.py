@@ -37,6 +37,7 @@ from torch import nn
 
 from rpn2c.functional import rnn_op
 from rpn2c.functional.scan import linear_scan, recurrence_matrix, transition_powers, varying_matrix, varying_scan
+from rpn2c.functional.scan import symbolic as scan_symbolic
 from rpn2c.ir.trace import RecurrentTrace
 from rpn2c.ir.graph import RecurrentSpec
 
@@ -111,7 +112,7 @@ class RecurrentModule(nn.Module):
 
     def forward(self, x, state=None, cell_state=None):
         spec = self.spec
-        fused = self.fused
+        fused = self.fused and not scan_symbolic(x.shape[1])  # an export trace keeps the step loop as a loop
         b = x.shape[0]
         n_states = spec.layers * spec.directions
         zeros = x.new_zeros(n_states, b, spec.hidden)
@@ -183,6 +184,8 @@ class RecurrentModule(nn.Module):
         """A loop over time steps (κ_state is not the identity): input gates for all steps at once."""
         w = self._named(layer, direction)
         a = self._input_gates(x, w)  # [B, T, G·H]
+        if scan_symbolic(x.shape[1]):
+            return self._traced_steps(a, init, layer, w, direction)
         steps = range(x.shape[1] - 1, -1, -1) if direction else range(x.shape[1])
         state, outs = init, [None] * x.shape[1]
         for t in steps:
@@ -190,6 +193,18 @@ class RecurrentModule(nn.Module):
             state = self.cell.step(a[:, t], r, state)
             outs[t] = state[0]
         return torch.stack(outs, dim=1)
+
+    def _traced_steps(self, a, init, layer, w, direction):
+        """The step loop as ``torch.scan`` over the time axis, for an export trace whose length is a symbol (a Python
+        loop would fix it): the fused kernel's layers and the loop form export as one ``scan`` each (ONNX ``Scan``)."""
+        from torch._higher_order_ops.scan import scan
+
+        def step(state, a_t):
+            r = self.cell.state_gates(self.kappa_state[layer](state[0]), w["weight_hh"], w.get("bias_hh"))
+            new = self.cell.step(a_t, r, tuple(state))
+            return list(new), new[0].clone()
+
+        return scan(step, [s.contiguous() for s in init], a, dim=1, reverse=bool(direction))[1]
 
     def _linear_terms(self, x, layer, direction):
         """A linear cell's transition A (matrix or vector λ) and driving terms ``u_t = W_ih x_t + b_ih + b_hh``."""
@@ -215,7 +230,7 @@ class RecurrentModule(nn.Module):
         h0 = init[0] if self.cell.takes_state else None
         if self.reference:
             h = _by_matrix(a, u, h0)
-        elif self.scan:
+        elif self.scan or scan_symbolic(u.shape[1]):  # the step loop would fix a traced length
             h = linear_scan(u, a, h0) if a.dim() == 1 else varying_scan(u, a, h0)
         else:
             h = _by_loop(a, u, h0)
