@@ -131,21 +131,22 @@ def locate(exc: BaseException, model, graph, program=None, default: str = "") ->
 
 def _fx_origin(exc: BaseException, program, graph):
     """The spec node owning the parameter or buffer nearest upstream of the exported graph's node that a message
-    in ``exc`` names (``Error when translating node %graph_mm``), or None."""
+    in ``exc`` names (``Error when translating node %graph_mm``), else the one nearest downstream (an op on an
+    input, such as the edge list's sort, feeds the head that reads it), or None."""
     sig = program.graph_signature
-    owners = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
+    owners = {k: _node(graph, v) for k, v in {**sig.inputs_to_parameters, **sig.inputs_to_buffers}.items()}
     fx = {n.name: n for n in program.graph.nodes}
-    for e in _chain(exc):
-        for name in _FX_NODE.findall(str(e)):
-            frontier, seen = [fx[name]] if name in fx else [], set()
+    names = [name for e in _chain(exc) for name in _FX_NODE.findall(str(e)) if name in fx]
+    for step in (lambda n: n.all_input_nodes, lambda n: list(n.users)):
+        for name in names:
+            frontier, seen = [fx[name]], {name}
             while frontier:
-                nxt = []
                 for n in frontier:
-                    if n.name in owners and _node(graph, owners[n.name]) is not None:
-                        return _node(graph, owners[n.name])
-                    nxt += [m for m in n.all_input_nodes if m.name not in seen]
-                    seen.update(m.name for m in n.all_input_nodes)
-                frontier = nxt
+                    for m in n.all_input_nodes:  # a parameter feeding this node or one on the way
+                        if owners.get(m.name) is not None:
+                            return owners[m.name]
+                frontier = [m for n in frontier for m in step(n) if m.name not in seen]
+                seen.update(m.name for m in frontier)
     return None
 
 
@@ -208,7 +209,9 @@ def save_onnx(program, path: Path, graph) -> None:
 
     require_onnx()
     with quiet():
-        program = program.run_decompositions({torch.ops.aten.scaled_dot_product_attention.default: _sdpa_in_4d})
+        program = program.run_decompositions({torch.ops.aten.scaled_dot_product_attention.default: _sdpa_in_4d,
+                                              torch.ops.aten.sort.stable: _sort_by_topk,
+                                              torch.ops.aten.remainder.Scalar: _remainder_by_tensor})
         onnx_program = torch.onnx.export(program, (), dynamo=True, input_names=list(graph.inputs),
                                          output_names=list(graph.outputs), verbose=False)
         onnx_program.save(str(path))
@@ -230,6 +233,22 @@ def _sdpa_in_4d(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fals
                                                                dropout_p, is_causal, scale=scale,
                                                                enable_gqa=enable_gqa)
     return out.reshape(out.shape[lift:])
+
+
+def _sort_by_topk(x, *, stable=None, dim=-1, descending=False):
+    """``sort(stable=True)`` as the plain overload, which ONNX translates to ``TopK``: stable by definition (equal
+    values keep their index order), so nothing is lost (the stable overload has no translation)."""
+    import torch
+
+    return torch.ops.aten.sort.default(x, dim, descending)
+
+
+def _remainder_by_tensor(x, other):
+    """``x % n`` with ``n`` a symbolic size (a graph's node count): ONNX's translation needs a constant scalar, so
+    the divisor becomes a 0-d tensor."""
+    import torch
+
+    return torch.ops.aten.remainder.Tensor(x, torch.ops.aten.scalar_tensor.default(other, dtype=x.dtype))
 
 
 def _runner(fmt: str, path: Path):
