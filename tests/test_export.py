@@ -140,11 +140,15 @@ def test_onnx_runs_in_onnxruntime_and_equals_the_module(tmp_path, capsys, spec, 
     torch.testing.assert_close(torch.from_numpy(got), model(*xs).detach(), rtol=1e-5, atol=1e-5)
 
 
-def test_a_spec_that_cannot_be_traced_is_refused_where_it_says_so(tmp_path, capsys):
+@pytest.mark.parametrize("weights", ["--random-init", "checkpoint"])
+def test_a_spec_that_cannot_be_traced_is_refused_where_it_says_so(tmp_path, capsys, weights):
     spec = tmp_path / "embed.rpn"
     spec.write_text("model embed {\n  input x: sequence[B, 6, 4]\n  y = head(x) {\n    kappa = manifold(k = 2)\n"
                     "    out = 3\n  }\n  return y\n}\n")
-    code, out, err = _export(capsys, spec, "--random-init", "--out", tmp_path / "e.pt2")
+    if weights == "checkpoint":
+        pytest.importorskip("sklearn")
+        weights = _trained(spec, tmp_path)[0]
+    code, out, err = _export(capsys, spec, weights, "--out", tmp_path / "e.pt2")
     assert code == 1 and out == ""
     assert f"model 'embed' cannot be exported:\n  {spec}:3:7: 'y' uses manifold (compression)" in err
     assert not (tmp_path / "e.pt2").exists()

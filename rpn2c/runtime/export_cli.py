@@ -117,6 +117,7 @@ def _load(args):
     if args.checkpoint is not None:
         ckpt = workflow._load_checkpoint(args.checkpoint)
         graph, model = workflow._restored_model(args, ckpt)
+        _unexportable(graph)
         return graph, model, f"weights from {args.checkpoint}", trained_dims(ckpt)
     graph, _ = workflow._graph(args)
     _unexportable(graph)  # before building the module
