@@ -56,13 +56,6 @@ def _scan(u, a, h0=None):
     return scan.varying_scan(u, a, h0) if a.dim() == 3 else scan.linear_scan(u, a, h0)
 
 
-def _while_loop(cond, body, carried):
-    """``torch.while_loop``'s documented meaning."""
-    while cond(*carried):
-        carried = body(*carried)
-    return carried
-
-
 class _Scan(torch.nn.Module):
     def forward(self, u, a, h0):
         return _scan(u, a, h0)
@@ -72,12 +65,11 @@ class _Scan(torch.nn.Module):
        seed=st.integers(0, 99))
 @settings(max_examples=_n(40), deadline=None)
 def test_the_rounds_a_trace_keeps_equal_the_step_loop_for_every_length(kind, t, s, with_h0, seed):
-    """The rounds a trace keeps, run eagerly (as if the length were symbolic; ``while_loop`` by its definition, which
-    the export test below runs as the operator), for lengths that are not powers of two."""
+    """The rounds a trace keeps, run eagerly (as if the length were symbolic), for lengths that are not powers of
+    two."""
     u, a = _case(kind, 2, t, s, seed)
     h0 = _rand(2, s, seed=seed + 5).to(u.dtype) if with_h0 else None
-    with mock.patch.object(scan, "symbolic", lambda n: True), \
-            mock.patch("torch._higher_order_ops.while_loop", _while_loop):
+    with mock.patch.object(scan, "symbolic", lambda n: True):
         got = _scan(u, a, h0)
     assert_close(got, _steps(u, a, h0), rtol=1e-10, atol=1e-10)
 
@@ -102,7 +94,7 @@ def test_eager_and_static_shapes_keep_the_python_rounds():
     u, a = _case("diagonal", 2, 8, 3, seed=0)
     program = torch.export.export(_Scan(), (u, a, None))
     assert not any("while_loop" in str(n.target) for n in program.graph.nodes)
-    with mock.patch("torch._higher_order_ops.while_loop", side_effect=AssertionError("not eager")):
+    with mock.patch.object(scan, "_traced_rounds", side_effect=AssertionError("not eager")):
         assert_close(scan.linear_scan(u, a), _steps(u, a), rtol=1e-12, atol=1e-12)
 
 
@@ -125,3 +117,20 @@ def test_an_exported_step_loop_takes_any_length(cell, bi, layers, extra, plan):
         x, h0, c0 = torch.randn(b, t, 3).double(), torch.randn(s, b, 4).double(), torch.randn(s, b, 4).double()
         args = (x, h0, c0) if cell == "lstm" else (x, h0)
         assert_close(run(*args), model(*args), rtol=1e-10, atol=1e-10)
+
+
+def test_a_step_reading_kappa_state_tensors_gets_them_as_inputs():
+    """κ_state's buffers (and parameters) reach the exported step as operator inputs, not baked-in constants: the
+    program follows a change of them made after the export's weights were taken."""
+    from rpn2c.components.impl.kappa import CallModule
+
+    torch.manual_seed(0)
+    model = rpn2c.compile(_recurrent_text("rnn", 3, 4, 1, False, True, False, False,
+                                          "kappa_state = chebyshev(d = 2)")).double().eval()
+    model.y.kappa_state[0] = CallModule(lambda h, scale: torch.cat([h, h * scale], -1),
+                                        {"scale": torch.tensor(0.5, dtype=torch.float64)})
+    program = torch.export.export(model, (torch.randn(2, 8, 3).double(),),
+                                  dynamic_shapes=(({0: Dim.AUTO, 1: Dim.AUTO},),))
+    assert "scale" in " ".join(program.graph_signature.inputs_to_buffers.values())
+    x = torch.randn(3, 6, 3).double()
+    assert_close(program.module()(x), model(x), rtol=1e-10, atol=1e-10)

@@ -48,26 +48,40 @@ def _traced_rounds(u: torch.Tensor, a: torch.Tensor, start: torch.Tensor | None,
     """Hillis–Steele's rounds in ``torch.while_loop``, for a symbolic length ``T``: the round with stride ``s``
     adds ``P h_{t−s}`` to every ``h_t`` with ``t ≥ s``, ``P`` the constant ``A^s`` (squared each round) or, per step,
     ``a_t ⊙ … ⊙ a_{t−s+1}`` (``varying``: ``P_t ← P_t ⊙ P_{t−s}``); ``h_{t−s}`` is gathered and the initial
-    state's term ``start`` (``A h₀``) added to step 0 by a select, so no shape depends on ``s`` or slices ``T``."""
-    from torch._higher_order_ops import while_loop
-
-    n = u.shape[-2]
-    steps = torch.arange(n, device=u.device)
+    state's term ``start`` (``A h₀``) added to step 0 by a select, so no shape depends on ``s`` or slices ``T``.
+    The loop is the operator itself, every tensor its body reads passed in (the ``torch.while_loop`` function
+    would first run the body through dynamo: seconds per loop in an export)."""
+    steps = torch.arange(u.shape[-2], device=u.device)
     if start is not None:
         u = _where((steps == 0).unsqueeze(-1), u + start.unsqueeze(-2), u)
-
-    def more(s, h, p):
-        return s < n
-
-    def rnd(s, h, p):
-        back, keep = (steps - s).clamp(min=0), (steps >= s).unsqueeze(-1)
-        prev = _steps_at(h, back)
-        if varying:
-            return s * 2, _where(keep, h + p * prev, h), _where(keep, p * _steps_at(p, back), p)
-        return s * 2, _where(keep, h + _times(p, prev), h), p @ p if a.dim() == 2 else p * p
-
     stride = torch.ones((), dtype=torch.long, device=u.device)  # the carries keep their layout: contiguous
-    return while_loop(more, rnd, (stride, u.contiguous(), a.contiguous()))[1]
+    body = _varying_round if varying else _dense_round if a.dim() == 2 else _constant_round
+    return torch.ops.higher_order.while_loop(_more, body, (stride, u.contiguous(), a.contiguous()), (steps,))[1]
+
+
+def _more(s, h, p, steps):
+    return s < steps.shape[0]
+
+
+def _shifted(h, s, steps):
+    """``(h_{t−s}`` (clamped at 0), the steps ``t ≥ s``)."""
+    return _steps_at(h, (steps - s).clamp(min=0)), (steps >= s).unsqueeze(-1)
+
+
+def _constant_round(s, h, p, steps):
+    prev, keep = _shifted(h, s, steps)
+    return s * 2, _where(keep, h + p * prev, h), p * p
+
+
+def _dense_round(s, h, p, steps):
+    prev, keep = _shifted(h, s, steps)
+    return s * 2, _where(keep, h + prev @ p.transpose(-1, -2), h), p @ p
+
+
+def _varying_round(s, h, p, steps):
+    prev, keep = _shifted(h, s, steps)
+    p_prev, _ = _shifted(p, s, steps)
+    return s * 2, _where(keep, h + p * prev, h), _where(keep, p * p_prev, p)
 
 
 def _steps_at(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -195,16 +195,27 @@ class RecurrentModule(nn.Module):
         return torch.stack(outs, dim=1)
 
     def _traced_steps(self, a, init, layer, w, direction):
-        """The step loop as ``torch.scan`` over the time axis, for an export trace whose length is a symbol (a Python
-        loop would fix it): the fused kernel's layers and the loop form export as one ``scan`` each (ONNX ``Scan``)."""
-        from torch._higher_order_ops.scan import scan
+        """The step loop as the ``scan`` operator over the time axis, for an export trace whose length is a symbol
+        (a Python loop would fix it): the fused kernel's layers and the loop form export as one ``scan`` each (ONNX
+        ``Scan``). The operator itself, every tensor a step reads passed in (κ_state's by ``functional_call``):
+        the ``torch.scan`` function would first run the step through dynamo, seconds per layer in an export."""
+        kappa = self.kappa_state[layer]
+        names = [n for n, _ in kappa.named_parameters()] + [n for n, _ in kappa.named_buffers()]
+        tensors = [t for _, t in kappa.named_parameters()] + [t for _, t in kappa.named_buffers()]
+        k, bias = self.cell.states, "bias_hh" in w
 
-        def step(state, a_t):
-            r = self.cell.state_gates(self.kappa_state[layer](state[0]), w["weight_hh"], w.get("bias_hh"))
-            new = self.cell.step(a_t, r, tuple(state))
-            return list(new), new[0].clone()
+        def step(*args):  # the states, the step's input gates, W_hh (, b_hh), κ_state's tensors
+            state, a_t, weight = args[:k], args[k], args[k + 1]
+            own = dict(zip(names, args[k + 2 + bias:]))
+            h = torch.func.functional_call(kappa, own, (state[0],)) if own else kappa(state[0])
+            new = self.cell.step(a_t, self.cell.state_gates(h, weight, args[k + 2] if bias else None), state)
+            return (*new, new[0].clone())
 
-        return scan(step, [s.contiguous() for s in init], a, dim=1, reverse=bool(direction))[1]
+        xs = a.movedim(1, 0)  # the operator scans dim 0
+        xs = xs.flip(0) if direction else xs
+        extra = (w["weight_hh"], *([w["bias_hh"]] if bias else []), *tensors)
+        out = torch.ops.higher_order.scan(step, [s.contiguous() for s in init], [xs], extra)[k]
+        return (out.flip(0) if direction else out).movedim(0, 1)
 
     def _linear_terms(self, x, layer, direction):
         """A linear cell's transition A (matrix or vector λ) and driving terms ``u_t = W_ih x_t + b_ih + b_hh``."""
