@@ -88,7 +88,7 @@ def test_explaining_drawing_and_listing_components_and_data_sets_import_no_torch
     commands = [["data"], ["data", "--format", "json"], ["components", "chebyshev"], ["explain", "specs/gcn.rpn"],
                 ["explain", "--format", "json", "specs/rnn.rpn"], ["graph", "specs/cnn.rpn"],
                 ["graph", "--format", "mermaid", "specs/gcn.rpn"], ["graph", "--format", "svg", "specs/rnn.rpn"]]
-    assert _in_turn(commands, (*HEAVY, "networkx")) == [[]] * len(commands)  # the IR's graph is three dicts
+    assert _in_turn(commands, HEAVY) == [[]] * len(commands)
 
 
 def test_help_the_data_sets_and_formatting_import_neither_the_checker_nor_arrays():
@@ -107,7 +107,7 @@ def test_a_refused_training_run_imports_no_torch(tmp_path):
 
 
 # a model built and run needs torch, not its compiler nor the scientific stack a data file was once read through
-RUNTIME = ("torch", "torch._dynamo", "torch._inductor", "sympy", "sklearn", "scipy", "pandas", "networkx")
+RUNTIME = ("torch", "torch._dynamo", "torch._inductor", "sympy", "sklearn", "scipy", "pandas")
 
 
 def test_models_built_and_trained_eagerly_never_import_the_compiler():

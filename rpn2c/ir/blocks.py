@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 
-from rpn2c.ir.digraph import DiGraph
+import networkx as nx
+
 from rpn2c.ir.graph import Graph, Node
 
 
@@ -63,7 +64,7 @@ def collapse(graph: Graph) -> Graph:
     stacks = _stacks(block_uses(graph))
     uses = {use: [v for _, nodes in copies for v in nodes] for use, copies in stacks.items()}
     owner = {nid: use for use, nodes in uses.items() for nid in nodes}
-    g = DiGraph()
+    g = nx.DiGraph()
     for n in graph.nodes():
         if n.id not in owner:
             g.add_node(n.id, node=n)

@@ -15,8 +15,9 @@ import functools
 from dataclasses import dataclass, field
 from xml.sax.saxutils import escape, quoteattr
 
+import networkx as nx
+
 from rpn2c.ir import blocks
-from rpn2c.ir.digraph import DiGraph, lexicographical_topological_sort
 from rpn2c.ir.graph import Graph, Node
 
 FONT = "DejaVu Sans"  # bundled with matplotlib: the metrics the boxes are sized with
@@ -201,10 +202,10 @@ def _box(node: Node) -> Box:
 
 
 # ------------------------------------------------------------------------------------------------ layout
-def _layers(g: DiGraph) -> dict[str, int]:
+def _layers(g: nx.DiGraph) -> dict[str, int]:
     """Longest-path layering; sources sit one layer above their first consumer."""
     layer: dict[str, int] = {}
-    for v in lexicographical_topological_sort(g):
+    for v in nx.lexicographical_topological_sort(g):
         preds = list(g.predecessors(v))
         layer[v] = max((layer[u] + 1 for u in preds), default=0)
     for v in g.nodes:  # pull inputs down next to their first consumer
@@ -274,7 +275,7 @@ def _pack(row: list[str], width: dict[str, float], want: dict[str, float]) -> di
 
 def layout(graph: Graph) -> Layout:
     """Place every box, label and edge of ``graph``'s picture."""
-    g = DiGraph()
+    g = nx.DiGraph()
     boxes = {n.id: _box(n) for n in graph.nodes()}
     boxes[RETURN] = Box(RETURN, "return", [[Run("return", TEXT, bold=True)]],
                         hint="outputs: " + ", ".join(graph.outputs))
@@ -306,7 +307,7 @@ def layout(graph: Graph) -> Layout:
         chains[u, v] = chain
     depth = max(layer.values()) + 1
     order: list[list[str]] = [[] for _ in range(depth)]
-    topo = {v: i for i, v in enumerate(lexicographical_topological_sort(g))}
+    topo = {v: i for i, v in enumerate(nx.lexicographical_topological_sort(g))}
     for v in sorted(layer, key=lambda v: (topo[v] if v in topo else topo[v.split("\x00")[1]], v)):
         order[layer[v]].append(v)
     order = _order(order, up, down)
