@@ -322,7 +322,10 @@ def _follow_ups(caps: dict, answers: dict, ask) -> None:
     commands = (caps.get("executeCommandProvider") or {}).get("commands", [])
     lenses = answers.get("textDocument/codeLens") or []
     for lens in lenses[:1]:
-        command = lens.get("command") or {}
+        if not lens.get("command") and (caps.get("codeLensProvider") or {}).get("resolveProvider"):
+            resolved = ask("codeLens/resolve", lens)  # the title and command come on resolve
+            lens = (resolved or {}).get("result") or lens
+        command = (lens.get("command") if isinstance(lens, dict) else None) or {}
         if command.get("command") not in commands:
             continue
         arguments = command.get("arguments", [])
