@@ -31,6 +31,7 @@ KNOWN = (
 )
 _TORCH_TRACE = re.compile(r"torch\.export cannot trace model '[^']*': ")
 _ESCAPES = re.compile(r"\x1b\[[0-9;]*m")  # terminal colours in torch's messages
+_PATHS = re.compile(r"(?<![\w.])/[^\s:'\",]+")  # a file's path (a fresh temporary folder each run)
 _NUMBERS = re.compile(r"\b\d+(\.\d+)?(e[-+]?\d+)?\b")
 
 
@@ -50,7 +51,7 @@ def known(entry: str, kind: str) -> bool:
 
 def _kind(text: str) -> str:
     """A message's first line with its numbers and quoted names blanked: one kind per kind of failure."""
-    text = _ESCAPES.sub("", text)
+    text = _PATHS.sub("…", _ESCAPES.sub("", text))
     line = text.strip().splitlines()[0] if text.strip() else "no message"
     return _NUMBERS.sub("N", re.sub(r"'[^']*'", "'…'", line))[:160]
 
