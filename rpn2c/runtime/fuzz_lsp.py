@@ -313,7 +313,8 @@ def _diagnostics(notes: list[dict], uri: str) -> list:
 
 
 def _follow_ups(caps: dict, answers: dict, ask) -> None:
-    """Resolve the first completion item; run the first code lens's command (and one at a random position)."""
+    """Resolve the first completion item; resolve the first code lens where the server resolves lenses, and run
+    its command (and the same command at a random position)."""
     completion = caps.get("completionProvider")
     items = answers.get("textDocument/completion")
     items = items.get("items", []) if isinstance(items, dict) else items or []
@@ -321,7 +322,10 @@ def _follow_ups(caps: dict, answers: dict, ask) -> None:
         ask("completionItem/resolve", items[0])
     commands = (caps.get("executeCommandProvider") or {}).get("commands", [])
     lenses = answers.get("textDocument/codeLens") or []
+    resolves = (caps.get("codeLensProvider") or {}) if isinstance(caps.get("codeLensProvider"), dict) else {}
     for lens in lenses[:1]:
+        if "command" not in lens and resolves.get("resolveProvider"):  # a lens whose command comes on request
+            lens = (ask("codeLens/resolve", lens) or {}).get("result") or lens
         command = lens.get("command") or {}
         if command.get("command") not in commands:
             continue
