@@ -2,6 +2,7 @@
 
 The quick start is the first ```bash block under '## Quick start' in README.md: exactly two commands, one running
 the tests (pytest), one running the main job (rpn2c train). CI reads them from here so the two can never drift.
+The ```sh block before it makes the reader's virtualenv; CI makes a fresh one for each command itself.
 """
 
 from __future__ import annotations

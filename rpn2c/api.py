@@ -6,7 +6,7 @@ import contextlib
 import gc
 from pathlib import Path
 
-import rpn2c.components  # noqa: F401  (registers every component)
+import rpn2c.components  # noqa: F401  (the registry: each family module is imported when first read)
 from rpn2c.check.budget import Limits
 from rpn2c.check.elaborate import elaborate
 from rpn2c.check.loader import load, read_spec

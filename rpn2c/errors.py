@@ -93,7 +93,8 @@ CATALOG: dict[str, ErrorCode] = _codes(
     E("E0107", "spec too long", "the spec is longer than {chars} characters", "split the spec into imported files"),
     # ---- E02xx names
     E("E0201", "unknown component, operation or block", "unknown {family} component '{name}'",
-      "use a registry entry (`rpn2c list`) or a block defined in the file; the help line names the closest", True),
+      "use a registry entry (`rpn2c components`) or a block defined in the file; the help line names the closest, "
+      "or how rpn2c writes what other libraries call so (`gelu_tanh`: `gelu(approximate = \"tanh\")`)", True),
     E("E0202", "unknown name", "unknown value '{name}'",
       "define the value, parameter or import before using it; the help line names the closest", True),
     E("E0203", "duplicate definition", "'{name}' is defined twice", "rename one of the models or blocks"),
@@ -103,15 +104,18 @@ CATALOG: dict[str, ErrorCode] = _codes(
     E("E0206", "duplicate name", "'{name}' is already defined", "rename the value, parameter or head"),
     E("E0207", "used before definition", "'{name}' is used before it is defined {detail}",
       "define values in dataflow order; a head's `tie` names an earlier head"),
-    E("E0208", "reserved name", "'{name}' is a Python keyword, which the compiled model cannot use as a name",
-      "rename the value, input or head: the compiled model makes Python names and torch module attributes of them"),
+    E("E0208", "reserved name", "'{name}' is {why}, so {what} cannot take it as its name",
+      "rename the head or input: a layer's heads are the entries of a torch `nn.ModuleDict` (not its attributes "
+      "`keys`, `values`, `train`, …) and Python names in an exported program (no keywords); a model is called with "
+      "its inputs by name, and `self` is torch's own; a value may take any name"),
     # ---- E03xx types and hyper-parameters
     E("E0301", "component in the wrong slot", "'{name}' is a {family} component; '{slot}' takes {families}",
-      "move the component to a slot of its family (`rpn2c list` shows each family)", True),
+      "move the component to a slot of its family (`rpn2c components` shows each family)", True),
     E("E0302", "unknown hyper-parameter or parameter", "'{name}' has no hyper-parameter '{key}' (it takes: {known})",
       "spell the key as the component, block or model declares it; the help line names the closest", True),
     E("E0303", "bad hyper-parameter value", "bad value for '{key}' of '{name}': {why}",
-      "give a value of the type and range the message names (`rpn2c list NAME` shows each hyper-parameter)"),
+      "give a value of the type and range the message names (`rpn2c components NAME` shows each hyper-parameter); "
+      "the help line names the closest allowed value, or the operation that does what the value asks"),
     E("E0304", "unknown setting", "unknown {kind} setting '{key}'",
       "use a setting the head, layer or recurrent layer declares; the help line names the closest", True),
     E("E0305", "positional hyper-parameter", "hyper-parameters of '{name}' are keyword arguments (`key = value`)",
@@ -194,10 +198,58 @@ def template_pattern(code: str) -> "re.Pattern[str]":
     return re.compile(body + "(.*)", re.S)
 
 
+def _edits(a: str, b: str, limit: int) -> int:
+    """Single-character edits (insert, delete, substitute, swap two neighbours) from ``a`` to ``b``; ``limit + 1``
+    once more than ``limit`` are needed."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    prev2, prev = [], list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            d = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                d = min(d, prev2[j - 2] + 1)
+            cur.append(d)
+        if min(cur) > limit:
+            return limit + 1
+        prev2, prev = prev, cur
+    return prev[-1]
+
+
+def close_names(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
+    """The candidates a misspelt ``name`` most likely meant, best first: the same name in another case; else the
+    fewest single-character edits, when at most one per three characters (one for a name of two to five
+    characters: ``h3`` for ``h2``); else the same last part of a dotted name (``attn`` for ``y.attn``); else
+    difflib's closest (ratio >= 0.6). Candidates tied for best are all returned, at most ``n``."""
+    cands = sorted(set(candidates) - {name})
+    low = name.lower()
+    same = [c for c in cands if c.lower() == low]
+    if same:
+        return same[:n]
+    limit = max(1, len(name) // 3) if len(name) >= 2 else 0
+    scored = [(d, c) for c in cands if (d := _edits(low, c.lower(), limit)) <= limit]
+    if scored:
+        best = min(d for d, _ in scored)
+        ratio = lambda c: difflib.SequenceMatcher(None, low, c.lower()).ratio()  # noqa: E731
+        return sorted((c for d, c in scored if d == best), key=lambda c: (-ratio(c), c))[:n]
+    tail = [c for c in cands if "." in c and c.rsplit(".", 1)[1] == name]
+    if tail:
+        return tail[:n]
+    return difflib.get_close_matches(name, cands, n=1, cutoff=0.6)
+
+
+def quoted_choice(names: Sequence[str], quote: str = "'") -> str:
+    """``'a'``, ``'a' or 'b'``, ``'a', 'b' or 'c'``."""
+    q = [f"{quote}{x}{quote}" for x in names]
+    return q[0] if len(q) == 1 else ", ".join(q[:-1]) + " or " + q[-1]
+
+
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
-    """The closest candidate to ``name`` (difflib ratio >= 0.6), formatted as a hint."""
-    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.6)
-    return f"did you mean '{close[0]}'?" if close else None
+    """The hint naming what a misspelt ``name`` most likely meant (:func:`close_names`), or None. One name reads
+    ``did you mean 'x'?`` (the editor offers it as a quick fix); names tied for best are all listed."""
+    close = close_names(name, candidates)
+    return f"did you mean {quoted_choice(close)}?" if close else None
 
 
 class SpecError(Exception):

@@ -1,11 +1,14 @@
 """The command line: check tables and errors, graph exports, fmt, components, exit codes."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rpn2c.runtime.cli import main
 
@@ -83,3 +86,88 @@ def test_python_dash_m_runs_the_cli():
     proc = subprocess.run([sys.executable, "-m", "rpn2c", "check", str(ROOT / "specs" / "mlp.rpn")],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0 and "ok:" in proc.stdout
+
+
+# ------------------------------------------------------------------------------------------------ what outputs say
+@pytest.mark.parametrize("fmt, what", [("svg", "SVG picture"), ("png", "PNG picture"), ("dot", "Graphviz DOT"),
+                                       ("mermaid", "Mermaid flowchart"), ("json", "IR graph as JSON")])
+def test_graph_out_says_what_it_wrote(capsys, tmp_path, fmt, what):
+    out = tmp_path / f"g.{fmt}"
+    code, stdout, err = run(capsys, "graph", str(ROOT / "specs" / "gcn.rpn"), "--format", fmt, "--out", str(out))
+    assert code == 0 and stdout == ""
+    assert err == f"wrote {out}: {what} of model gcn, {out.stat().st_size:,} bytes\n"
+    if fmt != "png":  # the file holds what standard output would have
+        assert out.read_text(encoding="utf-8") == run(capsys, "graph", str(ROOT / "specs" / "gcn.rpn"), "--format",
+                                                      fmt)[1]
+
+
+CROSS = """model m {
+  input x: sequence[B, T, 4]
+  input c: sequence[B, S, 4]
+  y = head(x, context = c) { xi_instance = attention(rank = 2) out = 4 }
+  z = sub(y, x)
+  return z
+}
+"""
+
+
+@pytest.mark.parametrize("fmt, edge", [("mermaid", r'-->\|"([^"]*)"\|'), ("dot", r'-> "[^"]*" \[label="([^"]*)"\]')])
+def test_graph_edges_are_labelled_by_named_roles_and_types_only(capsys, tmp_path, fmt, edge):
+    spec = tmp_path / "m.rpn"
+    spec.write_text(CROSS)
+    code, out, _ = run(capsys, "graph", str(spec), "--format", fmt)
+    labels = sorted(re.findall(edge, out))
+    if fmt == "mermaid":
+        labels = [t.replace("#91;", "[").replace("#93;", "]") for t in labels]
+    assert code == 0 and labels == ["context: sequence[B, S, 4]", "sequence[B, T, 4]", "sequence[B, T, 4]",
+                                    "sequence[B, T, 4]"]  # x → y, x → z (a − b's b), y → z: no 'arg1:', no 'x:'
+
+
+def test_check_wraps_a_long_recipe_between_its_parts_never_inside_a_call(capsys):
+    code, out, _ = run(capsys, "check", str(ROOT / "specs" / "transformer.rpn"))
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("y.attn "))
+    start = lines[1].index("recipe")
+    recipe = " ".join(line[start:].split("  ")[0].strip() for line in lines[at:at + 2])
+    assert code == 0 and recipe == ("4 heads: ξ_instance=low_rank_bilinear(bias=True, rank=8); "
+                                    "fusion=concat_linear(out=32); π=identity")
+    assert lines[at + 1][:start].strip() == ""  # a continuation line: the other cells are blank
+    for line in lines[2:]:  # every recipe line closes the calls it opens
+        cell = line[start:].split("  ")[0]
+        assert cell.count("(") == cell.count(")"), line
+
+
+WORD = st.from_regex(r"[a-zξκ_=;]{1,12}", fullmatch=True)
+CALL = st.builds(lambda f, args: f"{f}({', '.join(args)})", WORD, st.lists(WORD, min_size=1, max_size=4))
+
+
+@given(st.lists(st.one_of(WORD, CALL), min_size=1, max_size=12), st.integers(8, 60))
+def test_recipe_lines_are_whole_parts_within_the_width(parts, width):
+    """A recipe wraps between its parts (words and calls), each line within the width unless one part is longer."""
+    from rpn2c.ir.table import wrap_outside_calls
+
+    lines = wrap_outside_calls(" ".join(parts), width)
+    rest = list(parts)
+    for line in lines:  # each line is a run of whole parts
+        k = next(k for k in range(1, len(rest) + 1) if " ".join(rest[:k]) == line)
+        assert len(line) <= width or k == 1
+        if k < len(rest):  # and the next part did not fit
+            assert len(line) + 1 + len(rest[k]) > width
+        rest = rest[k:]
+    assert rest == []
+
+
+def test_explain_shows_identical_heads_once_and_the_kappa_a_kernel_absorbed(capsys, tmp_path):
+    spec = tmp_path / "m.rpn"
+    spec.write_text("model m {\n  input g: image[B, 3, 8, 8]\n  c = head(g) {\n    kappa = chebyshev(d = 2)\n"
+                    "    xi_attribute = grid_patch(size = 3, pad = 1)\n    out = 4\n  }\n  return c\n}\n")
+    code, out, _ = run(capsys, "explain", str(spec))
+    assert code == 0 and "  rewritten  conv[tied; κ=chebyshev](input(g))" in out
+    code, out, _ = run(capsys, "explain", str(ROOT / "specs" / "transformer.rpn"))
+    assert "fuse_heads[concat_linear](4 × bias[tied](" in out and "fused_sdpa[concat_linear](4 × bias[tied](" in out
+    assert "  order      project_first × 4 heads [h0, h1, h2, h3]   defined at" in out
+    assert "[head h1]" not in out
+    code, out, _ = run(capsys, "explain", str(ROOT / "specs" / "transformer.rpn"), "--format", "json")
+    node = json.loads(out)["nodes"][0]  # the record for tools keeps every head
+    assert node["rewritten"].count("xi_kernel[low_rank_bilinear]") == 4
+    assert [d["head"] for d in node["decisions"] if d["rule"] == "project_first"] == ["h0", "h1", "h2", "h3"]

@@ -150,7 +150,8 @@ def test_explain_header_counts_what_its_rows_show(path, capsys):
     rewritten, layers, fired = map(int, head.groups())
     assert len(re.findall(r"^  rewritten  ", out, re.M)) == rewritten
     assert len(re.findall(r"^\S+\.rpn:\d+:\d+: \S+ = ", out, re.M)) == layers
-    assert len(re.findall(r"   defined at ", out, re.M)) == fired
+    rows = re.findall(r"(?: × (\d+) heads \[[^]]*\])?   defined at ", out)  # a row for identical heads counts each
+    assert sum(int(n or 1) for n in rows) == fired
     for m in re.finditer(r"estimated: (\S+ \S+) → (\S+ \S+), (\S+ \S+) → (\S+ \S+) per sample", out):
         assert (m[1], m[3]) != (m[2], m[4]), m[0]  # a rule that changes nothing is not listed
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rpn2c.check.elaborate import OP_FAMILIES
-from rpn2c.components.registry import REGISTRY, SLOT_FAMILIES, names
+from rpn2c.components.registry import REGISTRY, SLOT_FAMILIES, lookup
 from rpn2c.runtime import analysis, editor, symbols
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,6 +26,20 @@ BODIES = {  # a spec with the cursor at `|` inside each kind of body
 }
 
 
+def canonical(families: tuple[str, ...]) -> set[str]:
+    """Every component of ``families`` by its own name (aliases left out)."""
+    return {e.cls.name for f in families for e in REGISTRY[f].values()}
+
+
+def assert_each_component_once(labels: list[str], families: tuple[str, ...]) -> None:
+    """Each component once under its name; an alias only when it is a name of its own (``max_pool``), never the
+    name with words added (``chebyshev_expansion``) or misspelt (``harr``); no label twice."""
+    assert len(labels) == len(set(labels)) and canonical(families) <= set(labels)
+    for label in labels:
+        entry = lookup(label, families)
+        assert entry is not None and (label == entry.cls.name or editor.distinct_alias(label, entry.cls.name))
+
+
 def complete(text: str) -> list[str]:
     before = text[:text.index("|")]
     line, col = before.count("\n"), len(before) - (before.rfind("\n") + 1)
@@ -36,7 +50,7 @@ def complete(text: str) -> list[str]:
 def test_every_slot_completes_to_exactly_its_families_components(slot):
     kind = next(k for k, keys in editor.SETTING_KEYS.items() if slot in keys)
     labels = complete(BODIES[kind].replace("|", f"{slot} = |"))
-    assert labels == names(SLOT_FAMILIES[slot])
+    assert_each_component_once(labels, SLOT_FAMILIES[slot])
     other = {n for f in REGISTRY if f not in SLOT_FAMILIES[slot] for n in REGISTRY[f]} - set(labels)
     assert other  # a component of another family is left out
     partial = complete(BODIES[kind].replace("|", f"{slot} = {labels[0][:2]}|"))
@@ -55,7 +69,7 @@ def test_each_body_completes_its_setting_keys(kind):
 
 def test_list_settings_complete_processing_and_calls_complete_their_hyper_parameters():
     text = BODIES["head"].replace("|", "post = [relu, |]")
-    assert complete(text) == names(SLOT_FAMILIES["post"])
+    assert_each_component_once(complete(text), SLOT_FAMILIES["post"])
     text = BODIES["head"].replace("|", "kappa = chebyshev(|)")
     assert complete(text) == list(REGISTRY["expansion"]["chebyshev"].schema.model_fields)
     text = BODIES["head"].replace("|", "post = [dropout(|)]")
@@ -68,7 +82,7 @@ def test_body_top_level_and_value_positions():
     assert complete(lib + "model m {\n  |\n}\n") == list(editor.BODY_KEYWORDS)
     value = complete(lib + "model m {\n  input x: vector[B, 4]\n  y = |\n}\n")
     assert value[:len(editor.VALUE_KEYWORDS)] == list(editor.VALUE_KEYWORDS) and "enc" in value
-    assert set(names(OP_FAMILIES)) <= set(value)
+    assert canonical(OP_FAMILIES) <= set(value) and len(value) == len(set(value))
     assert complete(lib + "model m {\n  input x: vector[B, 4]\n  y = enc(x, |)\n}\n") == ["d", "heads"]
 
 
@@ -204,3 +218,27 @@ def test_document_symbols_references_and_signatures_on_the_token_stream():
     fields = list(REGISTRY["expansion"]["chebyshev"].schema.model_fields)
     assert [sig.label[a:b].split(":")[0] for a, b, _ in sig.parameters] == fields
     assert sig.active == fields.index("kind")
+
+
+def test_aliases_offered_are_other_names_and_the_rest_only_respell_the_components_name():
+    kappa = set(complete(BODIES["head"].replace("|", "kappa = |")))
+    assert {"max_pool", "avg_pool", "mexican_hat_wavelet"} <= kappa  # names a user knows the component by
+    assert not {"chebyshev_expansion", "harr", "harr_wavelet", "dog", "incremental_pca", "linear_compression"} & kappa
+    fusion = set(complete(BODIES["layer"].replace("|", "fusion = |")))
+    assert {"concat", "sum", "prod"} <= fusion and not {"concatenation", "summation", "product"} & fusion
+    xi = set(complete(BODIES["head"].replace("|", "xi_instance = |")))
+    assert {"gat", "graph_attention"} <= xi and "low_rank_parameterized" not in xi
+
+
+SPEC_TEXTS = [p.read_text(encoding="utf-8") for p in sorted((ROOT / "specs").rglob("*.rpn"))]
+
+
+@given(st.data())
+def test_completion_never_offers_a_label_twice_anywhere_in_a_shipped_spec_or_its_half_written_prefix(data):
+    text = data.draw(st.sampled_from(SPEC_TEXTS))
+    offset = data.draw(st.integers(0, len(text)))
+    for source in (text, text[:offset]):
+        before = source[:offset]
+        line, col = before.count("\n"), len(before) - (before.rfind("\n") + 1)
+        labels = [c.label for c in editor.complete(source, line, col)]
+        assert len(labels) == len(set(labels))

@@ -123,11 +123,12 @@ def test_an_imported_file_over_the_size_bound_is_refused(tmp_path):
 
 
 def test_reserved_names_cover_what_torch_defines():
-    """E0208's lists hold every attribute a compiled model, a block scope and a layer's heads already have (a
-    value or head of that name broke ``add_module``); a new torch version that adds one fails here."""
+    """The lists hold every attribute a compiled model, a block scope and a layer's heads already have (a value of
+    that name takes another module name; a head of that name is E0208): a new torch version that adds one fails
+    here."""
     import torch.nn as nn
 
-    from rpn2c.check.reserved import HEADS_ATTRIBUTES, MODEL_ATTRIBUTES, MODULE_ATTRIBUTES, reserved
+    from rpn2c.ir.names import HEADS_ATTRIBUTES, MODEL_ATTRIBUTES, MODULE_ATTRIBUTES, needs_mangling, reserved
     from rpn2c.lower.build import _Scope
 
     def attrs(o):  # dunders, and the markers torch.compile sets on module classes once it has run ("___...")
@@ -138,5 +139,6 @@ def test_reserved_names_cover_what_torch_defines():
     assert attrs(_Scope()) | attrs(nn.Module()) <= MODULE_ATTRIBUTES
     assert attrs(model) - {"y"} <= MODULE_ATTRIBUTES | MODEL_ATTRIBUTES
     assert attrs(nn.ModuleDict()) <= MODULE_ATTRIBUTES | HEADS_ATTRIBUTES
-    assert reserved("keys", "value") is None and reserved("keys", "head") and reserved("graph", "input") is None
-    assert reserved("class", "input") and reserved("__dict__", "value") and reserved("h1", "head") is None
+    assert not needs_mangling("keys") and reserved("keys", "head") and needs_mangling("graph")
+    assert needs_mangling("class") and needs_mangling("__dict__") and reserved("h1", "head") is None
+    assert reserved("class", "head") and reserved("self", "input") and reserved("class", "input") is None

@@ -11,7 +11,10 @@ import torch
 
 import rpn2c
 from rpn2c.data import Dataset
+from rpn2c.lower.recurrent import RecurrentModule
+from rpn2c.runtime import export_write
 from rpn2c.runtime.cli import main
+from rpn2c.runtime.export_cli import example_inputs
 from rpn2c.train import checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +80,7 @@ def test_cnn_exports_in_float64_and_equals_the_module(tmp_path, capsys):
 
 @pytest.mark.parametrize("spec,sizes,dynamic", [
     pytest.param("transformer", {"B": 3, "T": 11}, "dynamic B, T", marks=pytest.mark.slow),
-    ("rnn", {"B": 6, "T": 8}, "dynamic B, fixed T=8"),  # the recurrent layer unrolls over T
+    ("rnn", {"B": 6, "T": 13}, "dynamic B, T"),  # the GRU's steps: one torch.scan, not unrolled
     pytest.param("rnn_chain", {"B": 2, "T": 13}, "dynamic B, T", marks=pytest.mark.slow)])
 def test_sequence_models_export_with_their_dynamic_dims(tmp_path, capsys, spec, sizes, dynamic):
     ckpt, model = _trained(SPECS / f"{spec}.rpn", tmp_path)
@@ -113,7 +116,8 @@ def test_a_failed_dynamic_trace_falls_back_to_static_shapes(tmp_path, capsys, mo
     code, out, err = _export(capsys, SPECS / "gcn.rpn", ckpt, "--dim", "N=12", "--dim", "E=30")
     assert code == 0, err
     assert "(fixed N=12)" in out and "(fixed E=30)" in out
-    assert "static shapes: the dynamic trace failed (RuntimeError: a dynamic dimension was specialised)" in out
+    assert ("static N=12, E=30: with N, E dynamic torch.export cannot trace it (RuntimeError: a dynamic dimension "
+            "was specialised)") in out
     x, edges = torch.randn(12, 34), torch.randint(0, 12, (2, 30))
     program = torch.export.load(tmp_path / "checkpoint.pt2").module()
     torch.testing.assert_close(program(x, edges), model(x, edges), rtol=1e-5, atol=1e-5)
@@ -136,11 +140,15 @@ def test_onnx_runs_in_onnxruntime_and_equals_the_module(tmp_path, capsys, spec, 
     torch.testing.assert_close(torch.from_numpy(got), model(*xs).detach(), rtol=1e-5, atol=1e-5)
 
 
-def test_a_spec_that_cannot_be_traced_is_refused_where_it_says_so(tmp_path, capsys):
+@pytest.mark.parametrize("weights", ["--random-init", "checkpoint"])
+def test_a_spec_that_cannot_be_traced_is_refused_where_it_says_so(tmp_path, capsys, weights):
     spec = tmp_path / "embed.rpn"
     spec.write_text("model embed {\n  input x: sequence[B, 6, 4]\n  y = head(x) {\n    kappa = manifold(k = 2)\n"
                     "    out = 3\n  }\n  return y\n}\n")
-    code, out, err = _export(capsys, spec, "--random-init", "--out", tmp_path / "e.pt2")
+    if weights == "checkpoint":
+        pytest.importorskip("sklearn")
+        weights = _trained(spec, tmp_path)[0]
+    code, out, err = _export(capsys, spec, weights, "--out", tmp_path / "e.pt2")
     assert code == 1 and out == ""
     assert f"model 'embed' cannot be exported:\n  {spec}:3:7: 'y' uses manifold (compression)" in err
     assert not (tmp_path / "e.pt2").exists()
@@ -173,3 +181,89 @@ def test_graph_model_exports_to_onnx_without_the_spmm_custom_op(tmp_path, capsys
     x, edges = torch.randn(250, 34), torch.randint(0, 250, (2, 700))
     (got,) = session.run(None, {"x": x.numpy(), "edges": edges.numpy()})
     torch.testing.assert_close(torch.from_numpy(got), model(x, edges).detach(), rtol=1e-5, atol=1e-5)
+
+
+def _line_col(spec: Path, text: str) -> str:
+    """``LINE:COL`` of the first ``text`` in ``spec``."""
+    for i, line in enumerate(spec.read_text().splitlines(), 1):
+        if text in line:
+            return f"{i}:{line.index(text) + 1}"
+    raise AssertionError(text)
+
+
+def test_a_program_that_fails_its_check_is_removed_and_the_old_file_kept(tmp_path, capsys, monkeypatch):
+    spec, target = SPECS / "mlp.rpn", tmp_path / "mlp.pt2"
+    target.write_bytes(b"an earlier export")
+    monkeypatch.setattr(export_write, "difference", lambda ours, theirs: float("inf"))
+    code, out, err = _export(capsys, spec, "--random-init", "--out", target)
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert err == (f"rpn2c: error: {spec}:{_line_col(spec, 'model mlp')}: model 'mlp' cannot be exported to pt2: "
+                   "the written program differs from the module on inputs x[4, 30] (ArithmeticError: relative "
+                   "difference inf from the module)\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["mlp.pt2"] and target.read_bytes() == b"an earlier export"
+
+
+def test_a_dim_whose_dynamic_program_fails_at_another_size_is_exported_static(tmp_path, capsys, monkeypatch):
+    """A shape guard naming input 0's axis 1 (T) at the other size: T static, B still dynamic, the reason printed."""
+    real = export_write._runner
+
+    def guarded(fmt, path):
+        run = real(fmt, path)
+
+        def check(inputs):
+            if inputs[0].shape[1] != 8:
+                raise AssertionError("Guard failed: args_0.size()[1] <= 8")
+            return run(inputs)
+        return check
+
+    monkeypatch.setattr(export_write, "_runner", guarded)
+    spec, target = ROOT / "examples" / "specs" / "swiglu.rpn", tmp_path / "s.pt2"
+    code, out, err = _export(capsys, spec, "--random-init", "--out", target)
+    assert code == 0, err
+    assert "input x: sequence[B, T, 8] (dynamic B, fixed T=8)" in out
+    assert ("static T=8: with B, T dynamic the written program fails on inputs x[5, 9, 8] (AssertionError: Guard "
+            "failed: args_0.size()[1] <= 8)") in out
+    assert "checked: equals the module on fresh random inputs (x[4, 8, 8]) and (x[5, 8, 8])" in out
+    assert [p.name for p in tmp_path.iterdir()] == ["s.pt2"]
+    torch.manual_seed(0)
+    model = rpn2c.compile_file(spec).eval()
+    x = torch.randn(7, 8, 8)
+    torch.testing.assert_close(torch.export.load(target).module()(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_trace_failure_is_located_at_the_node_and_leaves_no_file(tmp_path, capsys, monkeypatch):
+    def broken(self, x, state=None, cell_state=None):
+        raise RuntimeError("no trace today")
+
+    monkeypatch.setattr(RecurrentModule, "forward", broken)
+    spec = SPECS / "rnn.rpn"
+    code, out, err = _export(capsys, spec, "--random-init", "--out", tmp_path / "r.pt2")
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert err == (f"rpn2c: error: {spec}:{_line_col(spec, 'recurrent(e)')}: model 'rnn' cannot be exported to pt2: "
+                   "torch.export cannot trace it (RuntimeError: no trace today)\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_conversion_failure_is_located_at_the_node_owning_the_nearest_parameter():
+    """torch.onnx names the exported graph's node it could not translate; the error points at the spec node whose
+    parameter feeds it most directly (here: the last head's weight and bias, read by the last linear)."""
+    spec = SPECS / "mlp.rpn"
+    model = rpn2c.compile_file(spec).eval()
+    inputs, names = example_inputs(model.graph)
+    program = export_write.trace(model, inputs, names, {"B"})
+    last = [n.name for n in program.graph.nodes if n.op == "call_function" and "linear" in str(n.target)][-1]
+    try:
+        try:
+            raise LookupError("No ONNX function found")
+        except LookupError as inner:
+            raise RuntimeError(f"Error when translating node %{last} : [num_users=1]") from inner
+    except RuntimeError as exc:
+        where = export_write.locate(exc, model, model.graph, program, "the model")
+        assert export_write.reason(exc) == "LookupError: No ONNX function found"
+    assert where == f"{spec}:{_line_col(spec, 'head(h2)')}"
+
+
+def test_an_unwritable_target_is_an_error_not_a_traceback(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    code, out, err = _export(capsys, SPECS / "mlp.rpn", "--random-init", "--out", tmp_path / "file" / "m.pt2")
+    assert code == 1 and out == "" and err.startswith(f"rpn2c: error: cannot write {tmp_path / 'file' / 'm.pt2'}: ")

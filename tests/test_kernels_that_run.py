@@ -63,8 +63,8 @@ def _computed(root):
 def _traced_steps(model):
     """Wrap every layer's program steps to count the ops that run."""
     ran = Counter()
-    for nid, kind, _ in model._steps:
-        module = model.get_submodule(nid)
+    for nid, path, kind, _ in model._steps:
+        module = model.get_submodule(path)
         if kind != "layer":
             continue
 

@@ -1,6 +1,7 @@
 """The language server, driven by pygls's own client over real LSP messages against `rpn2c lsp` in a subprocess
 (initialize, didOpen/didChange, publishDiagnostics, hover, completion, definition, formatting, code actions,
-document symbols, references, signature help, inlay hints, code lenses, executeCommand, debounced checks)."""
+document symbols, references, signature help, inlay hints, code lenses and their resolution, executeCommand on the
+worker with cancellation, debounced checks, rename, semantic tokens, folding ranges, workspace symbols)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ TRANSFORMER = (ROOT / "specs" / "transformer.rpn").read_text(encoding="utf-8")
 class Session:
     """A client and a server process; the client's event loop runs on a thread so tests stay synchronous."""
 
-    def __init__(self, workspace: Path):
+    def __init__(self, workspace: Path, options: dict | None = None):
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -44,16 +45,24 @@ class Session:
 
         self.run(self.client.start_io(sys.executable, "-m", "rpn2c", "lsp", cwd=str(ROOT)))
         result = self.run(self.client.initialize_async(lsp.InitializeParams(
-            capabilities=lsp.ClientCapabilities(), root_uri=workspace.as_uri(),
+            capabilities=lsp.ClientCapabilities(), root_uri=workspace.as_uri(), initialization_options=options,
             workspace_folders=[lsp.WorkspaceFolder(workspace.as_uri(), "ws")])))
         self.capabilities = result.capabilities
         self.notify(self.client.initialized, lsp.InitializedParams())
 
-    def run(self, coro, timeout: float = 60):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+    def run(self, awaitable, timeout: float = 60):
+        async def wait():
+            return await awaitable
+        return asyncio.run_coroutine_threadsafe(wait(), self.loop).result(timeout)
 
     def notify(self, fn, params) -> None:
         self.loop.call_soon_threadsafe(fn, params)
+
+    def on_loop(self, fn):
+        """Call ``fn`` on the client's loop (messages it sends leave in order) and return its result."""
+        async def call():
+            return fn()
+        return self.run(call())
 
     def open(self, path: Path, text: str, version: int = 1) -> list[lsp.Diagnostic]:
         self.notify(self.client.text_document_did_open,
@@ -119,6 +128,13 @@ def test_server_announces_every_feature(session):
     assert caps.document_symbol_provider and caps.references_provider and caps.inlay_hint_provider
     assert {"(", ","} <= set(caps.signature_help_provider.trigger_characters)
     assert caps.code_lens_provider and list(caps.execute_command_provider.commands) == [VIEW_OUTPUT]
+    assert caps.code_lens_provider.resolve_provider
+    # beyond MLIR's server
+    assert caps.rename_provider.prepare_provider and caps.folding_range_provider and caps.workspace_symbol_provider
+    legend = caps.semantic_tokens_provider.legend
+    assert caps.semantic_tokens_provider.full and "parameter" in legend.token_types
+    assert set(legend.token_types) <= {t.value for t in lsp.SemanticTokenTypes}  # the LSP's standard names
+    assert set(legend.token_modifiers) <= {m.value for m in lsp.SemanticTokenModifiers}
 
 
 def test_diagnostics_as_you_type_report_every_error_with_code_range_and_hint(session, workspace):
@@ -198,7 +214,11 @@ def test_completion_offers_exactly_the_components_of_the_slot(session, workspace
     pos = at(text, "relu, " if slot == "post" else f"{slot} = ")
     items = session.run(session.client.text_document_completion_async(lsp.CompletionParams(doc(path), pos)))
     labels = [i.label for i in items.items]
-    assert labels == names(SLOT_FAMILIES[slot]) and len(labels) == len(set(labels))
+    assert len(labels) == len(set(labels))  # each component once: its name, and only aliases of other words
+    assert {e.cls.name for f in SLOT_FAMILIES[slot] for e in REGISTRY[f].values()} <= set(labels) <= set(
+        names(SLOT_FAMILIES[slot]))
+    assert not any(label.endswith("_expansion") and lookup(label, ("expansion",)).cls.name != label
+                   for label in labels)
     assert all(i.kind == lsp.CompletionItemKind.Function for i in items.items)
     first = items.items[0]
     assert first.documentation is None and first.detail.startswith(first.data["family"])
@@ -401,12 +421,19 @@ def test_hover_on_a_value_gives_its_type_shape_parameters_and_kernels(session, w
 def test_code_lens_and_view_output_show_explain_and_the_generated_code(session, workspace):
     path = workspace / "view.rpn"
     session.open(path, TRANSFORMER)
-    lenses = session.run(session.client.text_document_code_lens_async(lsp.CodeLensParams(doc(path))))
+    found = session.run(session.client.text_document_code_lens_async(lsp.CodeLensParams(doc(path))))
     lines = TRANSFORMER.splitlines()
-    named = [lines[c.range.start.line][c.range.start.character:c.range.end.character] for c in lenses]
+    named = [lines[c.range.start.line][c.range.start.character:c.range.end.character] for c in found]
     assert named == ["attn", "ff", "ff2", "y"]  # layers, and the model's block use; not ops or inputs
+    assert all(c.command is None for c in found)  # titled by resolve, on the worker
+    lenses = [session.run(session.client.code_lens_resolve_async(c)) for c in found]
+    graph = optimize(rpn2c.check(TRANSFORMER))
+    assert [c.range for c in lenses] == [c.range for c in found]
+    kernels = graph.node("y.attn").plan
+    assert lenses[0].command.title == f"{', '.join(kernels[:3])}{' …' if len(kernels) > 3 else ''} · explain · " \
+                                      "generated code"
     lens = lenses[0]
-    assert lens.command.command == VIEW_OUTPUT
+    assert lens.command.command == VIEW_OUTPUT and lens.command.arguments[0] == path.as_uri()
     out = session.run(session.client.workspace_execute_command_async(lsp.ExecuteCommandParams(
         lens.command.command, lens.command.arguments)))
     assert out["explain"].splitlines()[0].endswith(": y.attn = head  sequence[B, T, 32]  (4 heads: ξ_instance="
@@ -420,6 +447,13 @@ def test_code_lens_and_view_output_show_explain_and_the_generated_code(session, 
         VIEW_OUTPUT, lenses[-1].command.arguments)))
     assert all(f"self.y.{n}" in whole["code"] for n in ("attn", "ff", "ff2", "y_add", "y("))
     assert "```python" in whole["markdown"]
+    # a lens made for an older text is not resolved: the client asks for the new lenses
+    from pygls.exceptions import JsonRpcException
+
+    session.change(path, TRANSFORMER + "\n", 2)
+    with pytest.raises(JsonRpcException) as stale:
+        session.run(session.client.code_lens_resolve_async(found[0]))
+    assert stale.value.code == -32801  # ContentModified
 
 
 # ------------------------------------------------------------------------------------------------ debounce
@@ -437,3 +471,183 @@ def test_a_burst_of_changes_is_checked_once_typing_pauses_and_the_latest_text_wi
     assert diag.code == "E0201" and "patch_maxx" in diag.message  # the final text's diagnostics
     published = [p.version for p in session.published[uri]]
     assert len(published) - 1 < n / 2 and published[-1] == n + 1  # far fewer checks than changes
+
+
+# ------------------------------------------------------------------------------------------------ heavy requests
+def _view(text: str, path: Path, marker: str) -> lsp.ExecuteCommandParams:
+    pos = at(text, marker)
+    return lsp.ExecuteCommandParams(VIEW_OUTPUT, [path.as_uri(), pos.line, pos.character])
+
+
+def test_diagnostics_and_light_requests_never_wait_for_the_first_view_output(workspace):
+    """A fresh server: its first viewOutput (the worker starts, imports torch, builds the model) is still running
+    when an edit made after it has been checked and published and a hover answered; a second viewOutput queued
+    behind it is cancelled (RequestCancelled), a third is superseded by the edit (ContentModified), and the first
+    answers for the text it was asked about."""
+    from pygls.exceptions import JsonRpcException, JsonRpcRequestCancelled
+
+    s = Session(workspace, {"debounce_ms": 0})
+    try:
+        path = workspace / "busy.rpn"
+        assert s.open(path, TRANSFORMER) == []
+        order: list[str] = []
+        with s.changed:
+            s.published.clear()
+
+        def send():
+            send = s.client.protocol.send_request_async
+            first = send("workspace/executeCommand", _view(TRANSFORMER, path, "\n  att"), msg_id=101)
+            cancelled = send("workspace/executeCommand", _view(TRANSFORMER, path, "\n  ff"), msg_id=102)
+            stale = send("workspace/executeCommand", _view(TRANSFORMER, path, "\n  ff2"), msg_id=103)
+            first.add_done_callback(lambda _: order.append("viewOutput"))
+            s.client.cancel_request(lsp.CancelParams(id=102))
+            s.client.text_document_did_change(lsp.DidChangeTextDocumentParams(
+                lsp.VersionedTextDocumentIdentifier(2, path.as_uri()),
+                [lsp.TextDocumentContentChangeWholeDocument(TRANSFORMER.replace("out = ffn", "out = nope"))]))
+            return first, cancelled, stale
+
+        first, cancelled, stale = s.on_loop(send)
+        (diag,) = s.diagnostics(path, 2)
+        order.append("diagnostics")
+        hover = s.run(s.client.text_document_hover_async(lsp.HoverParams(doc(path), at(TRANSFORMER, "layer_no"))))
+        order.append("hover")
+        assert diag.code == "E0202" and "**layer_norm**" in hover.contents.value
+        with pytest.raises(JsonRpcRequestCancelled):
+            s.run(cancelled)
+        with pytest.raises(JsonRpcException) as modified:
+            s.run(stale)
+        assert modified.value.code == -32801  # ContentModified (pygls has no class of its own for it)
+        out = s.run(first)
+        assert order == ["diagnostics", "hover", "viewOutput"]
+        assert ": y.attn = head" in out["explain"].splitlines()[0]  # version 1's model: version 2 does not check
+        # a running job cancelled (the cancel leaves with it, before the worker can answer): answered at once, and
+        # the worker goes on to the next
+
+        def send_and_cancel():
+            running = s.client.protocol.send_request_async(
+                "workspace/executeCommand", _view(TRANSFORMER, path, "\n  att"), msg_id=104)
+            s.client.cancel_request(lsp.CancelParams(id=104))
+            return running
+
+        running = s.on_loop(send_and_cancel)
+        with pytest.raises(JsonRpcRequestCancelled):
+            s.run(running)
+        s.change(path, TRANSFORMER, 3)
+        again = s.run(s.client.workspace_execute_command_async(_view(TRANSFORMER, path, "\n  ff2")))
+        assert ": y.ff2 = head" in again["explain"].splitlines()[0]
+    finally:
+        s.close()
+
+
+def test_heavy_requests_with_bad_arguments_are_refused_without_the_worker(session, workspace):
+    from pygls.exceptions import JsonRpcInvalidParams
+
+    for params in (lsp.ExecuteCommandParams("rpn2c.nope", []), lsp.ExecuteCommandParams(VIEW_OUTPUT, ["x", 1])):
+        with pytest.raises(JsonRpcInvalidParams):
+            session.run(session.client.workspace_execute_command_async(params))
+
+
+# ------------------------------------------------------------------------------------------------ beyond MLIR's server
+LIB = "block mlp(width = 16) {\n  input x\n  h = head(x) {\n    out = width\n  }\n  return h\n}\n"
+USE = ('import "rename_lib.rpn" as lib\nmodel m {\n  input x: vector[B, 4]\n  y = lib.mlp(x, width = 8)\n'
+       '  return y\n}\n')
+
+
+def _edits(edit: lsp.WorkspaceEdit, texts: dict[str, str]) -> dict[str, list[tuple[int, str]]]:
+    """Each file's edits as (line, the text they replace)."""
+    out = {}
+    for uri, found in edit.changes.items():
+        lines = texts[uri].splitlines()
+        out[uri] = sorted((e.range.start.line, lines[e.range.start.line][e.range.start.character:
+                                                                         e.range.end.character]) for e in found)
+        assert {e.new_text for e in found} == {found[0].new_text}
+    return out
+
+
+def test_rename_a_block_parameter_everywhere_a_call_writes_it_across_the_workspace(session, workspace):
+    from pygls.exceptions import JsonRpcException
+
+    lib, use = workspace / "rename_lib.rpn", workspace / "rename_use.rpn"
+    lib.write_text(LIB, encoding="utf-8")
+    use.write_text(USE, encoding="utf-8")  # on disk only: the workspace's files take part too
+    assert session.open(lib, LIB) == []
+    texts = {lib.as_uri(): LIB, use.as_uri(): USE}
+    prepared = session.run(session.client.text_document_prepare_rename_async(lsp.PrepareRenameParams(
+        doc(lib), at(LIB, "out = wid"))))
+    assert prepared.placeholder == "width" and prepared.range.start == at(LIB, "out = ")
+    edit = session.run(session.client.text_document_rename_async(lsp.RenameParams(
+        doc(lib), at(LIB, "mlp(wi"), "size")))
+    assert _edits(edit, texts) == {lib.as_uri(): [(0, "width"), (3, "width")], use.as_uri(): [(3, "width")]}
+    # the block itself, from the file that imports it
+    session.open(use, USE)
+    edit = session.run(session.client.text_document_rename_async(lsp.RenameParams(
+        doc(use), at(USE, "lib.ml"), "perceptron")))
+    assert _edits(edit, texts) == {lib.as_uri(): [(0, "mlp")], use.as_uri(): [(3, "mlp")]}
+    # refused, with the reason
+    for marker, reason in (("= hea", "'head' is a keyword"), ("    ou", "'out' is a setting"),
+                           ("vect", "'vector' is a tensor type")):
+        text, path = (LIB, lib) if marker != "vect" else (USE, use)
+        with pytest.raises(JsonRpcException) as refused:
+            session.run(session.client.text_document_prepare_rename_async(lsp.PrepareRenameParams(
+                doc(path), at(text, marker))))
+        assert refused.value.code == -32803 and reason in refused.value.message  # RequestFailed
+    with pytest.raises(JsonRpcException) as taken:
+        session.run(session.client.text_document_rename_async(lsp.RenameParams(doc(lib), at(LIB, "h = hea", -6),
+                                                                               "x")))
+    assert "'x' is already a value of mlp" in taken.value.message
+
+
+def _decode(data: list[int], legend: lsp.SemanticTokensLegend, text: str) -> list[tuple[str, str, set[str]]]:
+    lines, line, start, out = text.splitlines(), 0, 0, []
+    for k in range(0, len(data), 5):
+        dl, ds, length, kind, mods = data[k:k + 5]
+        line, start = line + dl, (start + ds if dl == 0 else ds)
+        word = lines[line][start:start + length]
+        out.append((word, legend.token_types[kind], {m for b, m in enumerate(legend.token_modifiers) if mods >> b & 1}))
+    return out
+
+
+def test_semantic_tokens_colour_each_name_by_what_it_is(session, workspace):
+    path = workspace / "colours.rpn"
+    session.open(path, TRANSFORMER)
+    tokens = session.run(session.client.text_document_semantic_tokens_full_async(lsp.SemanticTokensParams(
+        doc(path))))
+    found = _decode(tokens.data, session.capabilities.semantic_tokens_provider.legend, TRANSFORMER)
+    assert [m for w, t, m in found if w == "encoder"] == [{"declaration"}, set()]  # the block, then its call
+    assert ("transformer", "class", {"declaration"}) in found
+    assert ("relu", "function", {"defaultLibrary"}) in found and ("layer_norm", "function", {"defaultLibrary"}) in found
+    assert ("heads", "parameter", {"declaration"}) in found and ("attn", "variable", {"declaration"}) in found
+    assert ("sequence", "type", set()) in found and ("B", "typeParameter", set()) in found
+    assert ("xi_instance", "property", set()) in found and ("rank", "property", set()) in found
+    assert ("head", "keyword", set()) in found and ("true", "keyword", set()) in found
+    comments = [w for w, t, _ in found if t == "comment"]
+    assert comments and all(c.startswith("#") for c in comments)
+    assert len(comments) == sum(1 for ln in TRANSFORMER.splitlines() if "#" in ln)
+
+
+def test_folding_ranges_cover_bodies_multi_line_calls_and_comment_runs(session, workspace):
+    text = ("# a model\n# over two lines\nmodel m {\n  input x: vector[B, 4]\n  y = head(x) {\n"
+            "    kappa = chebyshev(\n      d = 3)\n    out = 2\n  }\n  return y\n}\n")
+    path = workspace / "folds.rpn"
+    session.open(path, text)
+    folds = session.run(session.client.text_document_folding_range_async(lsp.FoldingRangeParams(doc(path))))
+    got = {(f.start_line, f.end_line, f.kind) for f in folds}
+    assert got == {(0, 1, lsp.FoldingRangeKind.Comment), (2, 9, None), (4, 7, None), (5, 6, None)}
+
+
+def test_workspace_symbols_search_every_spec_file_of_the_workspace(session, workspace):
+    (workspace / "nested").mkdir(exist_ok=True)
+    (workspace / "nested" / "deep.rpn").write_text(TRANSFORMER, encoding="utf-8")
+    (workspace / ".hidden").mkdir(exist_ok=True)
+    (workspace / ".hidden" / "skip.rpn").write_text(TRANSFORMER.replace("encoder", "hidden_enc"), encoding="utf-8")
+    found = session.run(session.client.workspace_symbol_async(lsp.WorkspaceSymbolParams("encodr")))
+    deep = [s for s in found if s.location.uri == (workspace / "nested" / "deep.rpn").as_uri()]
+    (enc,) = [s for s in deep if s.name == "encoder"]  # a fuzzy match: the letters in order
+    assert enc.kind == lsp.SymbolKind.Function and enc.location.range.start == at(TRANSFORMER, "\nblock ")
+    assert not any("hidden" in s.location.uri for s in found)
+    blocks = session.run(session.client.workspace_symbol_async(lsp.WorkspaceSymbolParams("")))
+    assert {s.kind for s in blocks} <= {lsp.SymbolKind.Class, lsp.SymbolKind.Function}  # no query: definitions
+    assert {"mlp", "transformer", "encoder"} <= {s.name for s in blocks}
+    values = session.run(session.client.workspace_symbol_async(lsp.WorkspaceSymbolParams("attn")))
+    (attn,) = [s for s in values if s.location.uri.endswith("deep.rpn")]
+    assert attn.kind == lsp.SymbolKind.Variable and attn.container_name == "encoder"

@@ -176,21 +176,38 @@ def test_repeated_blocks_are_framed_and_labelled_one_cluster_per_use():
             assert frame[1] < r[1] and r[1] + r[3] < frame[1] + frame[3]
 
 
-def test_collapsed_pictures_draw_one_box_per_block_use(capsys):
+def test_collapsed_pictures_draw_one_box_per_block_use_and_one_per_repeat(capsys):
+    """``h = repeat(6) encoder(x)`` is one box ``block encoder × 6`` holding all six copies; ``z = encoder(h)``
+    (a use of its own) another."""
     graph = optimize(rpn2c.check(ENCODER6))
     full, small = ET.fromstring(to_svg(graph)), ET.fromstring(to_svg(graph, collapse=True))
     boxes = _boxes(small)
-    assert set(boxes) == {"x", *(f"h.{i}" for i in range(6)), "z", "y", "return"}
-    assert len(_boxes(full)) == 1 + 7 * 5 + 2 and len(boxes) < len(_boxes(full)) / 3
-    assert float(small.get("height")) < float(full.get("height")) / 3
+    assert set(boxes) == {"x", "h", "z", "y", "return"}
+    assert len(_boxes(full)) == 1 + 7 * 5 + 2
+    assert float(small.get("height")) < float(full.get("height")) / 5
     edges = [(g.get("data-source"), g.get("data-target")) for g in small.iter(f"{NS}g") if g.get("class") == "edge"]
-    assert sorted(edges) == sorted([("x", "h.0"), *((f"h.{i}", f"h.{i + 1}") for i in range(5)), ("h.5", "z"),
-                                    ("z", "y"), ("y", "return")])
-    h0 = "".join(t for g in small.iter(f"{NS}g") if g.get("data-node") == "h.0" for t in g.itertext())
-    per_use = sum(n.params for n in graph.nodes() if n.id.startswith("h.0."))
-    assert "block encoder" in h0 and f"{per_use:,} parameters" in h0 and "fused_heads" in h0
-    assert "sequence[B, T, 32]" in "".join(small.itertext())
+    assert sorted(edges) == sorted([("x", "h"), ("h", "z"), ("z", "y"), ("y", "return")])
+
+    def text(node):
+        return "".join(t for g in small.iter(f"{NS}g") if g.get("data-node") == node for t in g.itertext())
+
+    stack = sum(n.params for n in graph.nodes() if n.id.startswith("h."))
+    one = sum(n.params for n in graph.nodes() if n.id.startswith("z."))
+    assert stack == 6 * one
+    assert "block encoder × 6" in text("h") and "30 nodes (6 × 5)" in text("h")
+    assert f"{stack:,} parameters" in text("h")
+    assert "block encoder" in text("z") and "×" not in text("z") and f"{one:,} parameters" in text("z")
+    assert "fused_heads" in text("h") and "sequence[B, T, 32]" in "".join(small.itertext())
     assert not [g for g in small.iter(f"{NS}g") if g.get("class") == "cluster"]
+
+
+def test_a_tied_repeat_collapses_to_the_parameters_of_one_copy():
+    spec = ENCODER6.replace("repeat(6)", "repeat(6, tie = true)")
+    graph = optimize(rpn2c.check(spec))
+    small = ET.fromstring(to_svg(graph, collapse=True))
+    text = "".join(t for g in small.iter(f"{NS}g") if g.get("data-node") == "h" for t in g.itertext())
+    one = sum(n.params for n in graph.nodes() if n.id.startswith("z."))
+    assert "block encoder × 6" in text and f"{one:,} parameters" in text
 
 
 def test_the_command_line_collapses_pictures_only(tmp_path, capsys):

@@ -31,6 +31,9 @@ def test_quick_start_is_two_complete_commands_that_ci_runs():
     assert cmds["main"].endswith("rpn2c train specs/cnn.rpn --data digits")
     assert (ROOT / "specs" / "cnn.rpn").is_file()
     assert '-e ".[test]"' in cmds["test"] and cmds["test"].endswith('python -m pytest -m "not slow and not gpu"')
+    section = README.split("## Quick start", 1)[1]  # a newcomer makes the virtualenv first (CI makes its own)
+    venv = section.index("```sh\npython -m venv .venv && source .venv/bin/activate\n```")
+    assert venv < min(section.index(cmds["main"]), section.index(cmds["test"]))
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "readme_commands.py test" in ci and "readme_commands.py main" in ci and "-m venv" in ci
     assert "pytest" not in ci.replace("pytest command", "")  # CI never restates the test command

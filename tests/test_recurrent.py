@@ -503,6 +503,46 @@ def test_an_exported_program_keeps_torch_s_own_kernel():
     assert "aten.gru.input" in targets and not any("rpn2c" in t for t in targets), targets
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("low", [torch.bfloat16, torch.float16])
+def test_an_lstm_under_cpu_autocast_runs_in_float32_where_onednn_lacks_the_dtype(monkeypatch, low, compiled):
+    """Where oneDNN has no LSTM in autocast's dtype (bfloat16 without AVX-512), the layer runs in float32 and
+    returns the autocast dtype, forced here so that every CPU takes the path: its output is the float32 output
+    rounded once, its gradients the float32 ones (the rounding passes gradients through)."""
+    from rpn2c.functional import rnn_op
+
+    for dtype in (torch.bfloat16, torch.float16):
+        monkeypatch.setitem(rnn_op._ONEDNN_RUNS, dtype, False)
+    torch._dynamo.reset()
+    model = rpn2c.compile(_recurrent_text("lstm", 3, 4, 2, True, True, False, True))
+    x, h0, c0 = torch.randn(2, 5, 3), torch.randn(4, 2, 4), torch.randn(4, 2, 4)
+    want = model(x, h0, c0)
+    want_grads = torch.autograd.grad(want.sum(), list(model.parameters()))
+    run = torch.compile(model, backend="aot_eager", fullgraph=True) if compiled else model
+    with torch.autocast("cpu", dtype=low):
+        got = run(x, h0, c0)
+    assert got.dtype == low
+    assert_close(got, want.detach().to(low), rtol=0, atol=0)
+    assert_close(torch.autograd.grad(got.float().sum(), list(model.parameters())), want_grads, rtol=1e-6, atol=1e-6)
+    torch._dynamo.reset()
+
+
+def test_an_lstm_runs_under_cpu_bfloat16_autocast_on_any_cpu():
+    """The README's suite on a CPU without AVX-512: eager and compiled, with and without gradients."""
+    torch._dynamo.reset()
+    model = rpn2c.compile(_recurrent_text("lstm", 3, 4, 2, False, True, False, False))
+    x = torch.randn(2, 5, 3)
+    want = model(x).detach()
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    for run in (model, compiled):
+        for grad in (False, True):
+            with torch.autocast("cpu", dtype=torch.bfloat16), torch.set_grad_enabled(grad):
+                got = run(x)
+            assert got.dtype == torch.bfloat16
+            assert_close(got.float(), want, rtol=4e-2, atol=4e-2)  # bfloat16 weights where the CPU has the kernel
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_a_compiled_recurrence_under_autocast_computes_in_eager_s_dtype(cell):
     """CPU bfloat16 autocast with gradients: the opaque op is fed what eager autocast feeds the kernel, so the

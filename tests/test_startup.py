@@ -1,6 +1,9 @@
-"""Start-up stays fast: importing the package, checking and formatting a spec, ``rpn2c --help`` and the language
-server's first diagnostic import neither torch nor ``torch._dynamo`` (importing torch alone costs seconds), nor an LSP
-library (the server speaks JSON-RPC itself; ``lsprotocol.types`` alone is a third of a second).
+"""Start-up follows the work: importing the package, checking, formatting, explaining and drawing a spec, listing
+the components and the data sets, ``rpn2c --help``, a refused ``train`` and the language server's first diagnostic
+import neither torch nor ``torch._dynamo`` (importing torch alone costs seconds), nor an LSP library (the server speaks
+JSON-RPC itself; ``lsprotocol.types`` alone is a third of a second). A command that builds and runs a model imports
+torch but not ``torch._dynamo`` (seconds more), which only compiling and exporting need, nor scikit-learn and its
+scipy and pandas to read a data file that scikit-learn ships.
 
 Each case runs in a fresh interpreter (``sys.modules`` of this test process already holds torch) and reports which
 of the heavy modules it loaded; the language server is driven over stdio with real LSP messages.
@@ -65,6 +68,88 @@ def test_cli_commands_that_need_no_tensors_import_no_torch(argv):
     proc = _python("import sys\nfrom rpn2c.runtime.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
                    "except SystemExit as exc:\n    code = exc.code\nassert code == 0, code\n" + REPORT, *argv)
     assert _loaded(proc) == []
+
+
+def _in_turn(commands: list[list[str]], watched: tuple[str, ...]) -> list[list[str]]:
+    """Run the ``rpn2c`` commands one after the other in one fresh interpreter: after each, which of the
+    ``watched`` modules are loaded (what a command loads stays loaded, so a list that must stay empty is checked
+    for every command at the price of one interpreter)."""
+    code = ("import contextlib, io, sys\nfrom rpn2c.runtime.cli import main\n"
+            f"for argv in {commands!r}:\n    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        assert main(argv) == 0, argv\n"
+            f"    print('loaded:', json.dumps([m for m in {watched!r} if m in sys.modules]))\n")
+    proc = _python(code)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return [json.loads(line.split(":", 1)[1]) for line in proc.stdout.decode().splitlines()
+            if line.startswith("loaded:")]
+
+
+def test_explaining_drawing_and_listing_components_and_data_sets_import_no_torch():
+    commands = [["data"], ["data", "--format", "json"], ["components", "chebyshev"], ["explain", "specs/gcn.rpn"],
+                ["explain", "--format", "json", "specs/rnn.rpn"], ["graph", "specs/cnn.rpn"],
+                ["graph", "--format", "mermaid", "specs/gcn.rpn"], ["graph", "--format", "svg", "specs/rnn.rpn"]]
+    assert _in_turn(commands, (*HEAVY, "networkx")) == [[]] * len(commands)  # the IR's graph is three dicts
+
+
+def test_help_the_data_sets_and_formatting_import_neither_the_checker_nor_arrays():
+    """What only reads text needs no hyper-parameter schemas (pydantic), arrays or tensors."""
+    commands = [["--help"], ["data"], ["fmt", "specs/cnn.rpn"]]
+    assert _in_turn(commands, ("pydantic", "numpy", "torch")) == [[]] * 3
+
+
+def test_a_refused_training_run_imports_no_torch(tmp_path):
+    """``rpn2c train`` into a folder holding another run refuses before building anything."""
+    (tmp_path / "checkpoint.pt").write_bytes(b"")
+    proc = _python("import sys\nfrom rpn2c.runtime.cli import main\nassert main(sys.argv[1:]) == 2\n" + REPORT,
+                   "train", "specs/mlp.rpn", "--data", "iris", "--out", str(tmp_path))
+    assert "already holds" in proc.stderr.decode()
+    assert _loaded(proc) == []
+
+
+# a model built and run needs torch, not its compiler nor the scientific stack a data file was once read through
+RUNTIME = ("torch", "torch._dynamo", "torch._inductor", "sympy", "sklearn", "scipy", "pandas", "networkx")
+
+
+def test_models_built_and_trained_eagerly_never_import_the_compiler():
+    """A fused recurrent kernel (compiled, a custom op), a graph ξ's cached SpMM (a custom op, run eagerly too) and a
+    convolution: forward and backward in training mode, forward in evaluation mode."""
+    code = ("import torch, rpn2c\nfrom rpn2c.runtime.export_cli import example_inputs\n"
+            "for spec in ('specs/rnn.rpn', 'specs/gcn.rpn', 'specs/cnn.rpn'):\n"
+            "    model = rpn2c.compile_file(spec)\n    x, _ = example_inputs(model.graph)\n"
+            "    model(*x).sum().backward()\n    with torch.no_grad():\n        model.eval()(*x)\n"
+            f"print(json.dumps([m for m in {RUNTIME!r} if m in sys.modules]))\n")
+    assert _loaded(_python("import sys\n" + code)) == ["torch"]
+
+
+def test_the_recurrent_kernels_constant_mark_is_the_one_dynamo_sets():
+    """``rnn_op`` marks its trace-time constants itself: ``torch.compiler.assume_constant_result`` would import
+    dynamo to set the same attribute."""
+    import torch
+
+    from rpn2c.functional import rnn_op
+
+    assert vars(rnn_op._constant_result(lambda: 0)) == vars(torch.compiler.assume_constant_result(lambda: 0))
+    assert all(vars(f) == {"_dynamo_marked_constant": True} for f in (rnn_op.exporting, rnn_op._onednn_enabled))
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """One epoch of ``specs/mlp.rpn`` on breast_cancer (its data file read the way every run reads it)."""
+    from rpn2c.runtime.cli import main
+
+    out = tmp_path_factory.mktemp("run")
+    assert main(["train", str(ROOT / "specs" / "mlp.rpn"), "--data", "breast_cancer", "--epochs", "1",
+                 "--out", str(out), "--quiet"]) == 0
+    return out / "best.pt"
+
+
+def test_evaluating_predicting_and_showing_a_checkpoint_import_torch_and_nothing_of_the_compiler(checkpoint,
+                                                                                                  tmp_path):
+    ckpt, spec = str(checkpoint), "specs/mlp.rpn"
+    commands = [["eval", spec, ckpt],
+                ["predict", spec, ckpt, "--data", "breast_cancer", "--out", str(tmp_path / "p.csv")],
+                ["show", spec, "--checkpoint", ckpt, "--layer", "y", "--out", str(tmp_path / "y.png")]]
+    assert _in_turn(commands, RUNTIME) == [["torch"]] * 3
 
 
 def _frame(message: dict) -> bytes:

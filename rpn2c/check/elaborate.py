@@ -9,22 +9,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import networkx as nx
-
 from rpn2c.check.budget import Guard, Limits, node_elements, node_steps, per_sample
 from rpn2c.ir.estimate import stepping_use
 from rpn2c.check.heads import LayerShapeError, build_layer, infer_layer, resolve_use
 from rpn2c.check.loader import Unit
-from rpn2c.check.reserved import reserved
 from rpn2c.check.recurrent import build_recurrent, infer_recurrent
 from rpn2c.check.instances import REPORTED, Instances
 from rpn2c.check.relations import RELATION, refuse_matrix, relation_call
 from rpn2c.check.ties import Tying, param_call, take_tie, take_tie_kwarg
 from rpn2c.check.values import INVALID, Scope, evaluate
 from rpn2c.components.base import ShapeRuleError
-from rpn2c.components.registry import REGISTRY, names
+from rpn2c.components.registry import REGISTRY, synonym_hint, unknown_hint
 from rpn2c.errors import Diagnostics, Span, did_you_mean
+from rpn2c.ir.digraph import DiGraph
 from rpn2c.ir.graph import Graph, Node
+from rpn2c.ir.names import reserved
 from rpn2c.ir.types import MASK_MODES, TYPE_CONSTRUCTORS, TensorType
 from rpn2c.syntax import ast
 
@@ -41,7 +40,7 @@ class Elaborator(Tying, Instances):
     def __init__(self, root: Unit, sources: dict[str, str], limits: Limits | dict | None = None):
         self.root = root
         self.diags = Diagnostics(sources)
-        self.g = nx.DiGraph()
+        self.g = DiGraph()
         self.instances: dict[str, str] = {}  # a block call's output node id -> its nodes' prefix
         self.stack: list[tuple[int, str]] = []  # (id(defn), name) being inlined
         self.guard = Guard(Limits.of(limits), self.diags)
@@ -144,8 +143,6 @@ class Elaborator(Tying, Instances):
                 if stmt.name in scope.values or stmt.name in scope.params:
                     self.diags.error("E0206", f"'{stmt.name}' is already defined", stmt.span)
                     continue
-                if why := reserved(stmt.name, "value"):
-                    self.diags.error("E0208", why, stmt.span, suggestion=f"rename it, e.g. '{stmt.name}_'")
                 scope.values[stmt.name] = self._value(stmt.name, stmt.value, stmt.span, unit, scope,
                                                       assigned_later)
             elif isinstance(stmt, ast.Return):
@@ -412,10 +409,11 @@ class Elaborator(Tying, Instances):
             other = [f for f in REGISTRY if fname in REGISTRY[f] and f not in OP_FAMILIES]
             if other:
                 self.diags.error("E0301", f"'{fname}' is a {other[0]} component; use it inside a head "
-                                          f"(e.g. as a setting), not as an operation", func.span)
+                                          f"(e.g. as a setting), not as an operation", func.span,
+                                 suggestion=synonym_hint(fname, OP_FAMILIES))
             else:
                 self.diags.error("E0201", f"unknown operation or block '{fname}'", func.span,
-                                 suggestion=did_you_mean(fname, [*names(OP_FAMILIES), *blocks]))
+                                 suggestion=unknown_hint(fname, OP_FAMILIES, blocks))
             return None
         arg_ids = [self._value_ref(a, scope, unit, later, name, i) for i, a in enumerate(call.args)]
         kwargs, tie_k = take_tie_kwarg(call.kwargs)

@@ -7,19 +7,19 @@ input (the ``context`` when given, else the main input after ``pre`` processing)
 
 from __future__ import annotations
 
-import difflib
 import math
+import typing
 from typing import Any
 
 from pydantic import ValidationError
 
-from rpn2c.check.reserved import reserved
 from rpn2c.components.base import Interdependence, Kappa, ShapeRuleError, XiContext
 from rpn2c.components.xi import GridXi as GridXiLike
-from rpn2c.components.registry import REGISTRY, SLOT_FAMILIES, FAMILIES, ValueRef, lookup, names
+from rpn2c.components.registry import REGISTRY, SLOT_FAMILIES, FAMILIES, ValueRef, lookup, names, unknown_hint
 from rpn2c.check.values import INVALID, MAX_INT, Scope, evaluate
-from rpn2c.errors import Diagnostics, Span, did_you_mean
+from rpn2c.errors import Diagnostics, Span, close_names, did_you_mean, quoted_choice
 from rpn2c.ir.graph import HEAD_SLOT, HeadSlot, HeadSpec, LayerSpec, Use, slots_after, slots_before
+from rpn2c.ir.names import reserved
 from rpn2c.ir.trace import HeadTrace
 from rpn2c.ir.types import TensorType, dim_add, dim_mul, grid, is_known, items, numel, vector
 from rpn2c.syntax import ast
@@ -56,10 +56,10 @@ def resolve_use(expr: ast.Expr, slot: str, scope: Scope, diags: Diagnostics) -> 
         other = [f for f in REGISTRY if name in REGISTRY[f] and f not in families]
         if other:
             diags.error("E0301", f"'{name}' is a {other[0]} component; '{slot}' takes {' or '.join(families)}",
-                        func.span, suggestion=did_you_mean(name, names(families)))
+                        func.span, suggestion=unknown_hint(name, families))
         else:
             diags.error("E0201", f"unknown {' or '.join(families)} component '{name}'", func.span,
-                        suggestion=did_you_mean(name, names(families)))
+                        suggestion=unknown_hint(name, families))
         return None
     positional = entry.cls.positional
     if len(args) > len(positional):
@@ -87,7 +87,7 @@ def resolve_use(expr: ast.Expr, slot: str, scope: Scope, diags: Diagnostics) -> 
         errors = exc.errors()
         # a misspelt key ('sise' for 'size') is one mistake: do not also report the field it meant as missing
         meant = {m for e in errors if e["type"] == "extra_forbidden" and e["loc"]
-                 for m in difflib.get_close_matches(str(e["loc"][0]), fields, n=1, cutoff=0.6)}
+                 for m in close_names(str(e["loc"][0]), fields)}
         # a value that fits no member of a union (a float or "fan_in") is one mistake: report its most telling error
         errors = sorted(errors, key=lambda e: e["type"] in ("literal_error", "string_type"))
         reported: set[str] = set()
@@ -111,7 +111,8 @@ def resolve_use(expr: ast.Expr, slot: str, scope: Scope, diags: Diagnostics) -> 
             elif not key:  # a rule over several hyper-parameters
                 diags.error("E0303", f"bad hyper-parameters for '{name}': {err['msg']}", at)
             else:
-                diags.error("E0303", f"bad value for '{key}' of '{name}': {err['msg']}", at)
+                diags.error("E0303", f"bad value for '{key}' of '{name}': {err['msg']}", at,
+                            suggestion=_value_hint(entry, key, values.get(key)))
         return None
     for key, v in hp:
         if _out_of_range(v):
@@ -119,6 +120,26 @@ def resolve_use(expr: ast.Expr, slot: str, scope: Scope, diags: Diagnostics) -> 
                         spans.get(key, span))
             return None
     return Use(entry.cls(hp), span)
+
+
+def _value_hint(entry, key: str, value) -> str | None:
+    """Help for a refused value: the entry's own word on it (``how = "last"`` of pool_items is ``last(x)``), else
+    the closest allowed string of a ``Literal`` field (in double quotes, as the spec writes it)."""
+    if not isinstance(value, str):
+        return None
+    hint = entry.cls.value_hints.get(key, {}).get(value)
+    if hint is not None:
+        return hint
+    field = entry.schema.model_fields.get(key)
+    close = close_names(value, _literals(field.annotation)) if field is not None else []
+    return f"did you mean {quoted_choice(close, chr(34))}?" if close else None
+
+
+def _literals(annotation) -> list[str]:
+    """The strings a ``Literal`` annotation (possibly inside Optional / Union / Annotated) allows."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return [a for a in typing.get_args(annotation) if isinstance(a, str)]
+    return [s for a in typing.get_args(annotation) for s in _literals(a)]
 
 
 def _out_of_range(v) -> bool:

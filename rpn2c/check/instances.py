@@ -123,7 +123,8 @@ class Instances:
         shared = False
         for kw in v.kwargs:
             if kw.name != "tie":
-                self.diags.error("E0302", f"repeat takes a count and `tie = true|false`, not '{kw.name}'", kw.span)
+                self.diags.error("E0302", f"repeat takes a count and `tie = true|false`, not '{kw.name}'", kw.span,
+                                 suggestion=did_you_mean(kw.name, ["tie"]))
                 return None
             shared = evaluate(kw.value, scope, self.diags, allow_values=False)
             if not isinstance(shared, bool):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rpn2c.errors import Diagnostics, Span
+from rpn2c.errors import Diagnostics, Span, did_you_mean
 from rpn2c.ir.graph import Node
 from rpn2c.syntax import ast
 
@@ -36,8 +36,9 @@ def tie_target(expr: ast.Expr, values: dict[str, str], diags: Diagnostics, what:
         diags.error("E0303", f"'tie' takes the name of an earlier {what} whose parameters to use", expr.span)
         return None
     if expr.text not in values or values[expr.text] is None:
-        diags.error("E0202", f"'tie' names no earlier value: '{expr.text}'", expr.span,
-                    suggestion=f"tie to one of: {', '.join(sorted(values))}" if values else None)
+        known = sorted(k for k, v in values.items() if v is not None)
+        hint = did_you_mean(expr.text, known) or (f"tie to one of: {', '.join(known)}" if known else None)
+        diags.error("E0202", f"'tie' names no earlier value: '{expr.text}'", expr.span, suggestion=hint)
         return None
     return values[expr.text]
 

@@ -1,19 +1,24 @@
-"""The component registry and every component family (importing this package registers them all)."""
+"""The component registry and every component family. A family's module is imported when one of its names is
+first read (``registry.Family``, through ``index.INDEX``), or with all the others when the registry is listed
+(``registry.load_all``); ``MODULES`` names them all, in the order they register their components."""
 
-from rpn2c.components import cells, fusion, kappa, kappa_compression, kappa_expansion, ops, pi, processing, psi, xi  # noqa: F401  (registration)
-from rpn2c.components import kappa_patches, kappa_pooling, kappa_probabilistic, kappa_sampling, kappa_wavelets  # noqa: F401,E402  (registration: κ catalog)
-from rpn2c.components import xi_graph, xi_attention  # noqa: F401,E402  (registration: graph, bilinear ξ)
-from rpn2c.components import xi_kernels, xi_learned, xi_hybrid, xi_structural  # noqa: F401,E402  (registration: ξ catalog)
-from rpn2c.components import xi_graph_attention  # noqa: F401,E402  (registration: GAT's edge attention)
-from rpn2c.components import xi_recurrence  # noqa: F401,E402  (registration: seed 004's recurrence ξ)
-from rpn2c.components import cells_selective  # noqa: F401,E402  (registration: selective and complex cells)
-from rpn2c.components import sequence  # noqa: F401,E402  (registration: tokens, positions, readouts)
-from rpn2c.components import free_params  # noqa: F401,E402  (registration: free learnable tensors)
-from rpn2c.components import psi_tied  # noqa: F401,E402  (registration: ψ from another node's weight)
-from rpn2c.components import masks  # noqa: F401,E402  (registration: masks computed from token ids)
-from rpn2c.components import ops_batch  # noqa: F401,E402  (registration: the opt-in batch interdependence)
-from rpn2c.components import layout, pi_more, processing_more  # noqa: F401,E402  (registration: layout ops, more π, processing)
-from rpn2c.components import relation  # noqa: F401,E402  (registration: relations as values)
-from rpn2c.components.registry import REGISTRY, Entry, all_entries, lookup, names
+MODULES = (
+    "cells", "fusion", "kappa", "kappa_compression", "kappa_expansion", "ops", "pi", "processing", "psi", "xi",
+    "kappa_patches", "kappa_pooling", "kappa_probabilistic", "kappa_sampling", "kappa_wavelets",  # κ catalog
+    "xi_graph", "xi_attention",  # graph, bilinear ξ
+    "xi_kernels", "xi_learned", "xi_hybrid", "xi_structural",  # ξ catalog
+    "xi_graph_attention",  # GAT's edge attention
+    "xi_recurrence",  # seed 004's recurrence ξ
+    "cells_selective",  # selective and complex cells
+    "sequence",  # tokens, positions, readouts
+    "free_params",  # free learnable tensors
+    "psi_tied",  # ψ from another node's weight
+    "masks",  # masks computed from token ids
+    "ops_batch",  # the opt-in batch interdependence
+    "layout", "pi_more", "processing_more",  # layout ops, more π, processing
+    "relation",  # relations as values
+)
 
-__all__ = ["REGISTRY", "Entry", "all_entries", "lookup", "names"]
+from rpn2c.components.registry import REGISTRY, Entry, all_entries, load_all, lookup, names  # noqa: E402
+
+__all__ = ["MODULES", "REGISTRY", "Entry", "all_entries", "load_all", "lookup", "names"]

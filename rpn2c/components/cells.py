@@ -62,6 +62,7 @@ class RNN(Cell):
     """Elman cell: h_t = σ(a + r), σ = tanh or relu (nn.RNN)."""
 
     name = "rnn"
+    synonyms = {"elman": "rnn", "simple_rnn": "rnn", "vanilla_rnn": "rnn"}
 
     class HP(HP):
         nonlinearity: Literal["tanh", "relu"] = "tanh"

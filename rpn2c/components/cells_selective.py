@@ -276,8 +276,9 @@ class LRU(SelectiveCell):
         """``(λ, γ)``: ``λ = exp(−exp(ν) + i·exp(θ))`` (complex) and ``γ = sqrt(1 − |λ|²)``."""
         import torch
 
-        lam = torch.exp(torch.complex(-torch.exp(w["nu_log"]), torch.exp(w["theta_log"])))
-        return lam, torch.sqrt(1 - lam.abs() ** 2)
+        radius, phase = torch.exp(-torch.exp(w["nu_log"])), torch.exp(w["theta_log"])  # |λ|, arg λ: real maths,
+        lam = torch.complex(radius * torch.cos(phase), radius * torch.sin(phase))  # which ONNX can also run
+        return lam, torch.sqrt(1 - radius ** 2)
 
     def terms(self, x, w):
         import torch

@@ -20,7 +20,6 @@ This module holds what they share:
 from __future__ import annotations
 
 import ast as pyast
-import difflib
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Optional, TYPE_CHECKING, Union
@@ -30,6 +29,7 @@ from pydantic import Field, field_validator, model_validator
 from rpn2c.components.base import Kappa, ShapeRuleError
 from rpn2c.components.grid import CentredPatchHP, Geometry, IntOrList, PatchHP, _per_axis
 from rpn2c.components.registry import HP, REGISTRY
+from rpn2c.errors import did_you_mean
 from rpn2c.functional import compression as FC
 from rpn2c.functional import structure
 
@@ -143,8 +143,8 @@ def parse_part(item: Any, families: tuple[str, ...]) -> Part:
     entry = next((REGISTRY[f][name] for f in families if name in REGISTRY[f]), None)
     if entry is None:
         known = sorted({n for f in families for n in REGISTRY[f]})
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(name, known)
+        hint = f"; {hint}" if hint else ""
         raise ValueError(f"unknown inner κ {name!r}{hint}")
     if entry.cls.grid_only:
         raise ValueError(f"'{name}' needs grid features and cannot be an inner κ (flat features only)")

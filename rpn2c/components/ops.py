@@ -124,6 +124,7 @@ class Add(_ElementwiseOp):
     """
 
     name, family = "add", "op"
+    synonyms = {"sum": "add", "residual": "add"}
     arity = (2, 64)
     fn = Lazy("torch.add")
     example = example_model("input x: sequence[B, 4, 3]", "input v: vector[B, 3]", "y = add(x, v)", "return y")
@@ -141,6 +142,7 @@ class Multiply(_ElementwiseOp):
     """
 
     name, family = "mul", "op"
+    synonyms = {"multiply": "mul"}
     arity = (2, 64)
     fn = Lazy("torch.mul")
     example = example_model("input x: image[B, 2, 3, 3]", "input g: vector[B, 2]", "y = mul(x, g)", "return y")
@@ -151,6 +153,7 @@ class Subtract(_ElementwiseOp):
     """sub(a, b): elementwise difference a − b; size-1 sample, item and spatial axes and vectors broadcast."""
 
     name, family = "sub", "op"
+    synonyms = {"subtract": "sub"}
     arity = (2, 2)
     fn = Lazy("torch.sub")
     example = example_model("input x: signal[B, 2, 5]", "input v: vector[B, 2]", "y = sub(v, x)", "return y")
@@ -243,6 +246,11 @@ class PoolItems(Op):
 
     name, family = "pool_items", "op"
     aliases = ("readout",)
+    synonyms = {"global_mean_pool": 'pool_items(how = "mean")', "global_avg_pool": 'pool_items(how = "mean")',
+                "global_add_pool": 'pool_items(how = "sum")', "global_max_pool": 'pool_items(how = "max")'}  # PyG
+    value_hints = {"how": {"last": "the last item of a sequence is an operation of its own: `last(x)`",
+                           "first": "the first item of a sequence is an operation of its own: `first(x)`",
+                           **dict.fromkeys(("avg", "average"), 'the average is `how = "mean"`')}}
     HP = _PoolHP
 
     def infer(self, ins):

@@ -28,10 +28,12 @@ class _Activation(Processing):
         return functools.partial(type(self).fn, **kwargs) if kwargs else type(self).fn
 
 
-def _act(name_, fn_, doc, hp=None, call=""):
+def _act(name_, fn_, doc, hp=None, call="", aliases=(), synonyms=None):
     """Register the activation ``name_`` = ``fn_(x, **hp)`` (``fn_``: the function's import path); ``hp``: its
-    hyper-parameter schema (keyword arguments of ``fn_``), ``call``: how its example writes it."""
-    body = {"__doc__": doc, "name": name_, "fn": Lazy(fn_), "example_call": call}
+    hyper-parameter schema (keyword arguments of ``fn_``), ``call``: how its example writes it; ``aliases`` and
+    ``synonyms`` as :class:`rpn2c.components.registry.Component` declares them."""
+    body = {"__doc__": doc, "name": name_, "fn": Lazy(fn_), "example_call": call, "aliases": tuple(aliases),
+            "synonyms": dict(synonyms or {})}
     if hp is not None:
         body["HP"] = hp
     cls = type(name_.title().replace("_", ""), (_Activation,), body)
@@ -63,18 +65,23 @@ class _Bounds(HP):
 _F = "torch.nn.functional."  # the import path of most activations
 _act("relu", "torch.relu", "ReLU max(0, x).")
 _act("tanh", "torch.tanh", "Hyperbolic tangent.")
-_act("sigmoid", "torch.sigmoid", "Logistic sigmoid 1/(1+e^{−x}).")
+_act("sigmoid", "torch.sigmoid", "Logistic sigmoid 1/(1+e^{−x}).", synonyms={"logistic": "sigmoid"})
 _act("gelu", _F + "gelu", "GELU x·Φ(x) (approximate = \"none\": the exact erf form, torch's default; \"tanh\": "
      "0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).",
      _hp("gelu", approximate=(Literal["none", "tanh"], Field("none", json_schema_extra=_LATER, description="the erf form or the tanh one"))),
-     'gelu(approximate = "tanh")')
-_act("silu", _F + "silu", "SiLU x·σ(x).")
+     'gelu(approximate = "tanh")',
+     synonyms={**dict.fromkeys(("gelu_tanh", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "approximate_gelu",
+                                "approx_gelu"), 'gelu(approximate = "tanh")'),
+               "gaussian_error_linear_unit": "gelu"})
+# swish (TensorFlow, Keras, JAX, Hugging Face) is exactly x·σ(x): accepted as a name of silu
+_act("silu", _F + "silu", "SiLU x·σ(x) (also called swish).", aliases=("swish",),
+     synonyms={"sigmoid_linear_unit": "silu"})
 _act("elu", _F + "elu", "ELU x for x > 0, alpha·(e^x − 1) otherwise.",
      _hp("elu", alpha=(_Real, Field(1.0, json_schema_extra=_LATER, description="the negative saturation value −alpha"))),
      "elu(alpha = 0.5)")
 _act("leaky_relu", _F + "leaky_relu", "Leaky ReLU x for x ≥ 0, negative_slope·x otherwise (default slope 0.01).",
      _hp("leaky_relu", negative_slope=(_Real, Field(0.01, json_schema_extra=_LATER, description="the slope for x < 0"))),
-     "leaky_relu(negative_slope = 0.2)")
+     "leaky_relu(negative_slope = 0.2)", synonyms={"lrelu": "leaky_relu"})
 _act("softplus", _F + "softplus", "Softplus log(1 + e^{beta·x})/beta, x itself where beta·x > threshold.",
      _hp("softplus", beta=(_Real, Field(1.0, gt=0, json_schema_extra=_LATER, description="the sharpness")),
          threshold=(_Real, Field(20.0, json_schema_extra=_LATER, description="beta·x above which the result is x (numerical stability)"))),
@@ -82,8 +89,10 @@ _act("softplus", _F + "softplus", "Softplus log(1 + e^{beta·x})/beta, x itself 
 _act("relu6", _F + "relu6", "ReLU6 min(max(0, x), 6).")
 _act("hardtanh", _F + "hardtanh", "Hard tanh min(max(x, min_val), max_val).",
      _Bounds, "hardtanh(min_val = -2.0, max_val = 2.0)")
-_act("hardsigmoid", _F + "hardsigmoid", "Hard sigmoid min(max(0, x/6 + 1/2), 1).")
-_act("hardswish", _F + "hardswish", "Hard swish x·min(max(0, x + 3), 6)/6.")
+_act("hardsigmoid", _F + "hardsigmoid", "Hard sigmoid min(max(0, x/6 + 1/2), 1).",
+     synonyms={"hsigmoid": "hardsigmoid", "hard_sigmoid": "hardsigmoid"})
+_act("hardswish", _F + "hardswish", "Hard swish x·min(max(0, x + 3), 6)/6.",
+     synonyms={"hswish": "hardswish", "hard_swish": "hardswish"})
 _act("selu", _F + "selu", "SELU scale·(max(0, x) + min(0, alpha·(e^x − 1))), alpha ≈ 1.6733, scale ≈ 1.0507.")
 _act("celu", _F + "celu", "CELU max(0, x) + min(0, alpha·(e^{x/alpha} − 1)).",
      _hp("celu", alpha=(_Real, Field(1.0, gt=0, description="the negative saturation value −alpha"))),

@@ -65,6 +65,7 @@ class StochasticDepth(Processing):
     """
 
     name, family = "stochastic_depth", "processing"
+    synonyms = {"drop_path": "stochastic_depth", "droppath": "stochastic_depth"}  # timm's name
     example_call = 'stochastic_depth(p = 0.2, mode = "row")'
 
     class HP(HP):

@@ -21,11 +21,14 @@ Names are looked up only in this table: a spec can never import or execute anyth
 from __future__ import annotations
 
 import importlib
+import threading
+from collections.abc import MutableMapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterable
 
 from pydantic import BaseModel, ConfigDict
 
+from rpn2c.errors import did_you_mean
 from rpn2c.ir.graph import HEAD_SLOTS
 from rpn2c.ir.types import ValueRef  # noqa: F401  (hyper-parameters may name dataflow values)
 
@@ -69,6 +72,12 @@ class Component:
     family: ClassVar[str] = ""
     HP: ClassVar[type[HP]] = HP
     aliases: ClassVar[tuple[str, ...]] = ()
+    # other libraries' names for this entry that a spec does not accept (they need hyper-parameters, or name it only
+    # loosely): name -> how a spec writes it here, offered as the help of an unknown-component error (the class's
+    # own: a subclass does not inherit them)
+    synonyms: ClassVar[dict[str, str]] = {}
+    # help for a refused hyper-parameter value whose job another entry does: {key: {value: help}}
+    value_hints: ClassVar[dict[str, dict[str, str]]] = {}
     positional: ClassVar[tuple[str, ...]] = ()  # hyper-parameters a call may give by position (``tied(emb)``)
     tags: ClassVar[frozenset[str]] = frozenset()
     example: ClassVar[str] = ""  # a whole runnable spec, when the family template does not fit
@@ -150,30 +159,142 @@ class Lazy:
         return self._value
 
 
-REGISTRY: dict[str, dict[str, Entry]] = {f: {} for f in FAMILIES}
+class Family(MutableMapping):
+    """One family's entries by name, each module imported when one of its names is first read.
+
+    ``rpn2c.components.index`` says which module registers which name: reading a name imports that module (its
+    classes register themselves), so checking a spec builds the hyper-parameter schemas of the components it uses,
+    not of all of them (191 pydantic models). Iterating, counting, and reading a name the index does not know
+    (a misspelling, about to be reported with the names it resembles, or a name of a stale index) import every
+    component module first. Iteration follows the index: the order an eager import of every module registered
+    the names in, whatever order they were read in."""
+
+    def __init__(self, family: str):
+        self.family = family
+        self._entries: dict[str, Entry] = {}
+
+    def add(self, entry: Entry) -> None:
+        """Register ``entry`` under its name; an entry already registered under that name is a bug."""
+        if entry.name in self._entries:
+            raise RuntimeError(f"duplicate {self.family} component {entry.name!r}")
+        self._entries[entry.name] = entry
+
+    def find(self, name: str, everywhere: bool = True) -> Entry | None:
+        """The entry ``name``, its module imported if need be; None if there is none (``everywhere``: after
+        importing every component module, in case the index is stale)."""
+        entry = self._entries.get(name)
+        if entry is None:
+            module = _index().get(self.family, {}).get(name)
+            if module is not None:
+                importlib.import_module(f"rpn2c.components.{module}")
+                entry = self._entries.get(name)
+            if entry is None and everywhere and load_all():
+                entry = self._entries.get(name)
+        return entry
+
+    def __getitem__(self, name: str) -> Entry:
+        entry = self.find(name)
+        if entry is None:
+            raise KeyError(name)
+        return entry
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.find(name) is not None
+
+    def __iter__(self):
+        load_all()
+        order = _index().get(self.family, {})
+        return iter([n for n in order if n in self._entries] + [n for n in self._entries if n not in order])
+
+    def __len__(self) -> int:
+        load_all()
+        return len(self._entries)
+
+    def __setitem__(self, name: str, entry: Entry) -> None:
+        self._entries[name] = entry
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
+
+    def __repr__(self) -> str:
+        return f"Family({self.family!r}, {len(self._entries)} of its entries imported)"
+
+
+REGISTRY: dict[str, Family] = {f: Family(f) for f in FAMILIES}
+SYNONYMS: dict[str, dict[str, str]] = {f: {} for f in FAMILIES}  # family -> other libraries' name -> spec text
+_LOADED: list[bool] = []  # [True] once every component module is imported
+_LOADING = threading.RLock()
+
+
+def _index() -> dict[str, dict[str, str]]:
+    from rpn2c.components.index import INDEX
+
+    return INDEX
+
+
+def load_all() -> bool:
+    """Import every component module (``rpn2c.components.MODULES``); False if that was done before. Another thread
+    listing the registry meanwhile waits for the whole of it."""
+    with _LOADING:
+        if _LOADED:
+            return False
+        _LOADED.append(True)
+        from rpn2c.components import MODULES
+
+        for module in MODULES:
+            importlib.import_module(f"rpn2c.components.{module}")
+    return True
 
 
 def register(cls: type[Component]) -> type[Component]:
-    """Class decorator adding an entry (and its aliases) to the registry; duplicates are a bug."""
-    table = REGISTRY[cls.family]
+    """Class decorator adding an entry (its aliases and synonyms) to the registry; duplicates are a bug."""
+    table, synonyms = REGISTRY[cls.family], SYNONYMS[cls.family]
+    own = vars(cls).get("synonyms", {})  # a subclass names other things than its base
+    for name in own:
+        if name in synonyms:
+            raise RuntimeError(f"duplicate {cls.family} synonym {name!r}")
     for name in (cls.name, *cls.aliases):
-        if name in table:
-            raise RuntimeError(f"duplicate {cls.family} component {name!r}")
-        table[name] = Entry(name, cls.family, cls)
+        table.add(Entry(name, cls.family, cls))
+    synonyms.update(own)
     return cls
 
 
 def lookup(name: str, families: tuple[str, ...]) -> Entry | None:
-    for fam in families:
-        entry = REGISTRY[fam].get(name)
-        if entry is not None:
-            return entry
+    """The entry ``name`` of the first of ``families`` that has one, or None."""
+    for everywhere in (False, True):  # the index first; every module only for a name it does not know
+        for fam in families:
+            entry = REGISTRY[fam].find(name, everywhere)
+            if entry is not None:
+                return entry
     return None
 
 
 def names(families: tuple[str, ...] | None = None) -> list[str]:
+    """Every name (aliases included) of ``families`` (default: all), sorted; read from the index where it can."""
     fams = families or tuple(FAMILIES)
+    if not _LOADED:
+        index = _index()
+        return sorted({n for f in fams for n in (*index.get(f, ()), *REGISTRY[f]._entries)})
     return sorted({n for f in fams for n in REGISTRY[f]})
+
+
+def synonym_hint(name: str, families: tuple[str, ...] | None = None) -> str | None:
+    """How a spec writes what other libraries call ``name`` (an entry's ``synonyms``: ``sigmoid_linear_unit`` is
+    ``silu``, ``gelu_tanh`` is ``gelu(approximate = "tanh")``), or None."""
+    load_all()  # synonyms are declared by the component modules
+    for fam in families or tuple(FAMILIES):
+        how = SYNONYMS[fam].get(name.lower())
+        if how is not None:
+            if how.isidentifier():  # a name: the editor's quick fix takes it
+                return f"did you mean '{how}'? ('{name}' is its name in other libraries)"
+            return f"rpn2c writes '{name}' as {how}"
+    return None
+
+
+def unknown_hint(name: str, families: tuple[str, ...] | None = None, extra: Iterable[str] = ()) -> str | None:
+    """The help for an unknown component ``name``: :func:`synonym_hint`, else the closest names among the entries
+    of ``families`` and ``extra`` (blocks)."""
+    return synonym_hint(name, families) or did_you_mean(name, [*names(families), *extra])
 
 
 def all_entries() -> list[Entry]:

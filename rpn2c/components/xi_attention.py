@@ -76,6 +76,9 @@ class LowRankBilinear(_BilinearBase):
 
     name, family = "low_rank_bilinear", "interdependence"
     aliases = ("attention",)
+    synonyms = dict.fromkeys(("mha", "multihead_attention", "multi_head_attention", "self_attention",
+                              "scaled_dot_product_attention", "sdpa", "dot_product_attention"),
+                             "attention(rank = r), with heads = H for several heads")
     example_call = "low_rank_bilinear(rank = 2)"
 
     class HP(_BilinearHP):

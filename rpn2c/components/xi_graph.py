@@ -38,6 +38,7 @@ class Graph(Interdependence):
     """
 
     name, family = "graph", "interdependence"
+    synonyms = dict.fromkeys(("gcn", "gcn_conv", "graph_conv"), 'graph(edges = E, norm = "symmetric")')  # Kipf's
     HP = _GraphHP
     example, example_call = graph_example(), "{name}(edges = edges)"
     shareable = True  # the normalised edge list depends only on the named inputs: computed once per forward

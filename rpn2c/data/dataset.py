@@ -118,7 +118,7 @@ def stratified_split(labels: np.ndarray, test_fraction: float, seed: int) -> tup
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
     rng = np.random.default_rng(seed)
     test_parts = []
-    for c in np.unique(labels):
+    for c in sorted(set(labels.tolist())):  # np.unique's sorted classes, without its import of numpy.ma
         idx = np.flatnonzero(labels == c)
         k = 0 if idx.size < 2 else min(max(int(round(test_fraction * idx.size)), 1), idx.size - 1)
         test_parts.append(rng.permutation(idx)[:k])

@@ -25,23 +25,23 @@ and is ignored by the others.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import torch
 
+from . import sklearn_files
+from .catalog import ENTRIES, available, catalog, lookup  # noqa: F401 - available, catalog: the registry's API
 from .dataset import (Dataset, fit_standardizer, forecasting_dataset, node_dataset, stratified_split,
                       undirected_edge_index)
-from .formats import load_ucr
 from .tokens import majority
 
 TEST_FRACTION = 0.2
+_DESC = {name: entry.description for name, entry in ENTRIES.items()}
 
 # pip distribution and rpn2c extra for each optional package
 _PIP = {"sklearn": ("scikit-learn", None), "statsmodels": ("statsmodels", "data"),
@@ -72,9 +72,20 @@ def _package_dir(package: str) -> Path | None:
 # ------------------------------------------------------------------------------------------- image / tabular
 
 
-def _tabular(name: str, loader: str, seed: int, description: str) -> Dataset:
-    bunch = getattr(_require("sklearn.datasets", name), loader)()
-    x, y = np.asarray(bunch.data, dtype=np.float64), np.asarray(bunch.target, dtype=np.int64)
+def _sklearn(name: str) -> sklearn_files.Table:
+    """Data set ``name`` as scikit-learn's ``load_<name>()`` holds it: read from the file scikit-learn ships (no
+    import of scikit-learn), or by its loader where that file is not where this version keeps it."""
+    table = sklearn_files.read(name, _package_dir("sklearn"))
+    if table is not None:
+        return table
+    bunch = getattr(_require("sklearn.datasets", name), f"load_{name}")()
+    return sklearn_files.Table(np.asarray(bunch.data, dtype=np.float64), np.asarray(bunch.target, dtype=np.int64),
+                               [str(f) for f in bunch.feature_names], [str(c) for c in bunch.target_names])
+
+
+def _tabular(name: str, seed: int, description: str) -> Dataset:
+    table = _sklearn(name)
+    x, y = table.data, table.target
     tr, te = stratified_split(y, TEST_FRACTION, seed)
     mean, std = fit_standardizer(x[tr])
     z = ((x - mean) / std).astype(np.float32)
@@ -83,15 +94,14 @@ def _tabular(name: str, loader: str, seed: int, description: str) -> Dataset:
                    num_classes=int(y.max()) + 1, target_dim=None, input_spec=f"vector[B, {x.shape[1]}]",
                    description=description,
                    meta={"mean": t(mean.astype(np.float32)), "std": t(std.astype(np.float32)), "seed": seed,
-                         "train_idx": t(tr), "test_idx": t(te),
-                         "feature_names": [str(f) for f in bunch.feature_names],
-                         "class_names": [str(c) for c in bunch.target_names]})
+                         "train_idx": t(tr), "test_idx": t(te), "feature_names": table.feature_names,
+                         "class_names": table.target_names})
 
 
 def _digits(seed: int, root: Path | None) -> Dataset:
-    bunch = _require("sklearn.datasets", "digits").load_digits()
-    x = (np.asarray(bunch.images, dtype=np.float32) / 16.0)[:, None]  # pixel counts 0..16 -> [0, 1]
-    y = np.asarray(bunch.target, dtype=np.int64)
+    table = _sklearn("digits")
+    x = (table.data.reshape(-1, 8, 8).astype(np.float32) / 16.0)[:, None]  # pixel counts 0..16 -> [0, 1]
+    y = table.target
     tr, te = stratified_split(y, TEST_FRACTION, seed)
     t = torch.from_numpy
     return Dataset(name="digits", task="classification", train=(t(x[tr]), t(y[tr])), test=(t(x[te]), t(y[te])),
@@ -143,6 +153,8 @@ def _ucr(name: str) -> Callable[[int, Path | None], Dataset]:
             d / "datasets" / "data" / archive for d in map(_package_dir, ("sktime", "aeon")) if d is not None]
         for d in candidates:
             if (d / f"{archive}_TRAIN.ts").is_file():
+                from .formats import load_ucr  # the user-file readers: only these sets need one
+
                 return load_ucr(d / f"{archive}_TRAIN.ts", name=name)
         where = f"{root}" if root is not None else "the installed sktime/aeon packages"
         raise ImportError(f"dataset {name!r} reads {archive}_TRAIN.ts / {archive}_TEST.ts, not found in {where}: "
@@ -203,72 +215,17 @@ def _drosophila(seed: int, root: Path | None) -> Dataset:
 
 # --------------------------------------------------------------------------------------------------- registry
 
-_DESC = {
-    "digits": "8x8 handwritten digits (scikit-learn/UCI), 1797 images, 10 classes",
-    "iris": "Fisher's iris flowers (scikit-learn), 150 x 4 features, 3 classes",
-    "wine": "wine cultivars (scikit-learn/UCI), 178 x 13 features, 3 classes",
-    "breast_cancer": "Wisconsin diagnostic breast cancer (scikit-learn/UCI), 569 x 30 features, 2 classes",
-    "sunspots": "yearly sunspot numbers 1700-2008 (statsmodels), 12-year windows -> next year",
-    "co2": "Mauna Loa CO2 ppm (statsmodels), monthly 1958-2001, 24-month windows -> next month",
-    "macrodata": "US macro quarterly 1959-2009 (statsmodels), 9 series (7 log growth %, 2 rates), 8-quarter "
-                 "windows -> next quarter",
-    "italy_power": "UCR ItalyPowerDemand (sktime/aeon .ts), 24-hour demand curves, winter vs summer, 2 classes",
-    "gunpoint": "UCR GunPoint (sktime/aeon .ts), 150-step hand trajectories, gun vs point, 2 classes",
-    "basic_motions": "UEA BasicMotions (sktime/aeon .ts), 6-axis smartwatch, 100 steps, 4 activities",
-    "karate": "Zachary's karate club (networkx), 34 members, 78 ties, split into 2 clubs",
-    "drosophila": "larval Drosophila mushroom body connectome, left (graspologic), 209 neurons, 4 cell types",
-    "majority": "generated token sequences (16 ids of 4), label = the most frequent id, 2000 + 500 samples",
-}
-
-
-@dataclass(frozen=True)
-class _Entry:
-    build: Callable[[int, Path | None], Dataset]
-    description: str
-    task: str  # as Dataset.task
-    input_spec: str  # as Dataset.input_spec
-    outputs: int  # classes (classification) or target width (regression)
-    package: str  # where the data ships
-
 
 def _tab(name: str) -> Callable[[int, Path | None], Dataset]:
-    return lambda seed, root: _tabular(name, f"load_{name}", seed, _DESC[name])
+    return lambda seed, root: _tabular(name, seed, _DESC[name])
 
 
-_C, _R, _N = "classification", "regression", "node_classification"
-# name: (builder, task, input type, classes or target width, where the data ships)
-_TABLE: dict[str, tuple] = {
-    "digits": (_digits, _C, "image[B, 1, 8, 8]", 10, "scikit-learn"),
-    "iris": (_tab("iris"), _C, "vector[B, 4]", 3, "scikit-learn"),
-    "wine": (_tab("wine"), _C, "vector[B, 13]", 3, "scikit-learn"),
-    "breast_cancer": (_tab("breast_cancer"), _C, "vector[B, 30]", 2, "scikit-learn"),
-    "sunspots": (_sunspots, _R, "sequence[B, 12, 1]", 1, "statsmodels"),
-    "co2": (_co2, _R, "sequence[B, 24, 1]", 1, "statsmodels"),
-    "macrodata": (_macrodata, _R, "sequence[B, 8, 9]", 9, "statsmodels"),
-    **{n: (_ucr(n), _C, f"sequence[B, {t}, {f}]", k, "sktime")
-       for n, t, f, k in (("italy_power", 24, 1, 2), ("gunpoint", 150, 1, 2), ("basic_motions", 100, 6, 4))},
-    "karate": (_karate, _N, "graph[N, 34]", 2, "networkx"),
-    "drosophila": (_drosophila, _N, "graph[N, 4]", 4, "graspologic"),
-    "majority": (lambda seed, root: majority(seed, _DESC["majority"]), _C, "tokens[B, 16]", 4, "generated"),
+_BUILDERS: dict[str, Callable[[int, Path | None], Dataset]] = {
+    "digits": _digits, "iris": _tab("iris"), "wine": _tab("wine"), "breast_cancer": _tab("breast_cancer"),
+    "sunspots": _sunspots, "co2": _co2, "macrodata": _macrodata, **{n: _ucr(n) for n in _UCR},
+    "karate": _karate, "drosophila": _drosophila,
+    "majority": lambda seed, root: majority(seed, _DESC["majority"]),
 }
-_REGISTRY: dict[str, _Entry] = {name: _Entry(build, _DESC[name], *rest) for name, (build, *rest) in _TABLE.items()}
-
-
-def available() -> dict[str, str]:
-    """Built-in dataset names mapped to one-line descriptions (whether or not their package is installed)."""
-    return {name: entry.description for name, entry in _REGISTRY.items()}
-
-
-def catalog() -> list[dict]:
-    """Every built-in dataset without loading it: ``name``, ``task``, ``input`` (the sample type, as a spec
-    declares it), ``classes`` (or ``target_dim`` for regression), ``package`` (where it ships) and
-    ``description``."""
-    out = []
-    for name, e in _REGISTRY.items():
-        key = "target_dim" if e.task == _R else "classes"
-        out.append({"name": name, "task": e.task, "input": e.input_spec, key: e.outputs, "package": e.package,
-                    "description": e.description})
-    return out
 
 
 def load(name: str, *, seed: int = 0, root: str | Path | None = None) -> Dataset:
@@ -277,11 +234,4 @@ def load(name: str, *, seed: int = 0, root: str | Path | None = None) -> Dataset
     Unknown names raise ValueError with the closest known name; a missing optional package raises ImportError
     naming the pip extra.
     """
-    key = name.strip().lower().replace("-", "_")
-    entry = _REGISTRY.get(key)
-    if entry is None:
-        hint = difflib.get_close_matches(key, list(_REGISTRY), n=1, cutoff=0.6)
-        raise ValueError(f"unknown dataset {name!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
-                         + f" (available: {', '.join(_REGISTRY)})")
-    return entry.build(int(seed), Path(root) if root is not None else None)
-
+    return _BUILDERS[lookup(name)](int(seed), Path(root) if root is not None else None)

@@ -41,6 +41,7 @@ from torch import nn
 
 from rpn2c.errors import Diagnostic, Span, SpecTypeError
 from rpn2c.frontends.sharing import share_weights
+from rpn2c.ir.names import needs_mangling
 from rpn2c.syntax.format import literal as lit
 
 ERROR_CODE = "E0390"
@@ -572,7 +573,7 @@ class SpecBuilder:
         base = re.sub(r"\W", "_", base or "")
         if not base or base[0].isdigit():
             base = prefix + base
-        if base in RESERVED or keyword.iskeyword(base):
+        if base in RESERVED or needs_mangling(base):  # a value's module would sit elsewhere than its name says
             base = prefix + "_" + base
         name, k = base, 2
         while name in self.names:

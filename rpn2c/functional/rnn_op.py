@@ -17,7 +17,8 @@ recomputation. Random dropout between layers could not be replayed by a recomput
 per op call and drop out between calls.
 
 The ops run in their inputs' dtype (autocast is off inside; callers cast as torch's autocast would,
-:func:`autocast_dtype`). A kernel
+:func:`autocast_dtype`); where the CPU lacks the kernel in autocast's dtype (oneDNN's bfloat16 LSTM without
+AVX-512), callers run it in float32 and cast its output (:func:`cpu_fallback`). A kernel
 differentiated on an accelerator runs in its training-mode form (cuDNN keeps no backward for its inference
 form), which without dropout computes the same values (:func:`kernel_train`).
 """
@@ -62,7 +63,39 @@ def autocast_dtype(kernel: str, device_type: str, dtype: torch.dtype, autocast: 
     return autocast if kernel == "lstm" else dtype
 
 
-@torch.compiler.assume_constant_result
+def _constant_result(fn):
+    """``torch.compiler.assume_constant_result`` without importing ``torch._dynamo`` (3 s on a CPU machine) for a
+    model that is never compiled: that decorator imports dynamo only to set this one mark, which dynamo reads."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+def cpu_fallback(kernel: str, device_type: str, dtype: torch.dtype, autocast: torch.dtype | None):
+    """The autocast dtype (``autocast``: None when off) that this CPU cannot run the kernel in, where eager autocast
+    would send it there: oneDNN's LSTM, fed a float32 input, in bfloat16 without AVX-512 (float16 without AVX-512
+    FP16 or AMX) has no primitive (``could not create a primitive descriptor``). The caller then runs the kernel in
+    float32 with autocast off and casts its output to that dtype, what the kernel would return. None: no fallback."""
+    if (autocast is None or kernel != "lstm" or device_type != "cpu" or dtype != torch.float32
+            or not _onednn_enabled()):
+        return None
+    return None if _onednn_runs(autocast) else autocast
+
+
+_ONEDNN_RUNS: dict = {}
+
+
+@_constant_result
+def _onednn_runs(dtype: torch.dtype) -> bool:
+    """oneDNN runs ``dtype`` (bfloat16, float16) on this CPU (torch's own check, asked once), a constant to the
+    tracer."""
+    if dtype not in _ONEDNN_RUNS:
+        check = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}.get(dtype)
+        probe = getattr(torch.ops.mkldnn, check, None) if check else None
+        _ONEDNN_RUNS[dtype] = bool(probe()) if probe is not None else True
+    return _ONEDNN_RUNS[dtype]
+
+
+@_constant_result
 def exporting() -> bool:
     """``torch.export`` is capturing the graph (its own flag, read once per trace). Not
     ``torch.compiler.is_exporting()``: dynamo before torch 2.13 folds that to True under ``torch.compile`` too."""
@@ -70,7 +103,7 @@ def exporting() -> bool:
     return bool(flag) if flag is not None else torch.compiler.is_exporting()
 
 
-@torch.compiler.assume_constant_result
+@_constant_result
 def _onednn_enabled() -> bool:
     """oneDNN on (``torch.backends.mkldnn.enabled``), a constant to the tracer."""
     return torch._C._get_mkldnn_enabled()

@@ -5,6 +5,10 @@
 ``s`` every ``h_t`` holds ``Σ_{k<2s} A^k u_{t−k}``, using ``A^s`` from repeated squaring, so ``⌈log₂ T⌉`` rounds
 of one batched multiply each. It never divides by ``A`` (the closed form ``λ^t·cumsum(u_j / λ^j)`` overflows for
 small ``|λ|``), so any ``λ`` that keeps the outputs finite is exact.
+
+Under ``torch.export`` with a symbolic time length the rounds cannot be a Python loop (its test ``s < T`` would
+fix ``T``): both scans then run the same Hillis–Steele rounds inside ``torch.while_loop``, which torch.export keeps
+as a loop and ONNX as ``Loop``, so the exported program takes any ``T``.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ def _times(a: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 def linear_scan(u: torch.Tensor, a: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
     """``h_t = A h_{t−1} + u_t`` along dim −2 of ``u [..., T, H]``, ``h_{−1} = h0 [..., H]`` (or 0)."""
+    if symbolic(u.shape[-2]):
+        return _traced_rounds(u, a, None if h0 is None else _times(a, h0), varying=False)
     if h0 is not None:
         u = torch.cat([(u[..., :1, :] + _times(a, h0).unsqueeze(-2)), u[..., 1:, :]], dim=-2)
     h, power, s, n = u, a, 1, u.shape[-2]
@@ -27,6 +33,69 @@ def linear_scan(u: torch.Tensor, a: torch.Tensor, h0: torch.Tensor | None = None
         power = power @ power if a.dim() == 2 else power * power
         s *= 2
     return h
+
+
+def symbolic(n) -> bool:
+    """Whether a length is a symbol of a ``torch.export`` trace (a Python loop over it would specialise it); the
+    export's own flag, as ``rnn_op.exporting`` reads it (older dynamo folds ``is_exporting()`` to True in compile)."""
+    if isinstance(n, int):
+        return False
+    flag = getattr(torch.compiler, "_is_exporting_flag", None)
+    return bool(flag) if flag is not None else torch.compiler.is_exporting()
+
+
+def _traced_rounds(u: torch.Tensor, a: torch.Tensor, start: torch.Tensor | None, varying: bool) -> torch.Tensor:
+    """Hillis–Steele's rounds in ``torch.while_loop``, for a symbolic length ``T``: the round with stride ``s``
+    adds ``P h_{t−s}`` to every ``h_t`` with ``t ≥ s``, ``P`` the constant ``A^s`` (squared each round) or, per step,
+    ``a_t ⊙ … ⊙ a_{t−s+1}`` (``varying``: ``P_t ← P_t ⊙ P_{t−s}``); ``h_{t−s}`` is gathered and the initial
+    state's term ``start`` (``A h₀``) added to step 0 by a select, so no shape depends on ``s`` or slices ``T``.
+    The loop is the operator itself, every tensor its body reads passed in (the ``torch.while_loop`` function
+    would first run the body through dynamo: seconds per loop in an export)."""
+    steps = torch.arange(u.shape[-2], device=u.device)
+    if start is not None:
+        u = _where((steps == 0).unsqueeze(-1), u + start.unsqueeze(-2), u)
+    stride = torch.ones((), dtype=torch.long, device=u.device)  # the carries keep their layout: contiguous
+    body = _varying_round if varying else _dense_round if a.dim() == 2 else _constant_round
+    return torch.ops.higher_order.while_loop(_more, body, (stride, u.contiguous(), a.contiguous()), (steps,))[1]
+
+
+def _more(s, h, p, steps):
+    return s < steps.shape[0]
+
+
+def _shifted(h, s, steps):
+    """``(h_{t−s}`` (clamped at 0), the steps ``t ≥ s``)."""
+    return _steps_at(h, (steps - s).clamp(min=0)), (steps >= s).unsqueeze(-1)
+
+
+def _constant_round(s, h, p, steps):
+    prev, keep = _shifted(h, s, steps)
+    return s * 2, _where(keep, h + p * prev, h), p * p
+
+
+def _dense_round(s, h, p, steps):
+    prev, keep = _shifted(h, s, steps)
+    return s * 2, _where(keep, h + prev @ p.transpose(-1, -2), h), p @ p
+
+
+def _varying_round(s, h, p, steps):
+    prev, keep = _shifted(h, s, steps)
+    p_prev, _ = _shifted(p, s, steps)
+    return s * 2, _where(keep, h + p * prev, h), _where(keep, p * p_prev, p)
+
+
+def _steps_at(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x[..., index, :]``; a complex ``x`` is gathered as its real view (ONNX has no complex gather)."""
+    if x.is_complex():
+        return torch.view_as_complex(torch.view_as_real(x).index_select(-3, index))
+    return x.index_select(-2, index)
+
+
+def _where(keep: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``torch.where(keep, x, y)``; complex ``x``, ``y`` as their real views (ONNX has no complex select)."""
+    if x.is_complex():
+        return torch.view_as_complex(torch.where(keep.unsqueeze(-1), torch.view_as_real(x), torch.view_as_real(y)))
+    return torch.where(keep, x, y)
 
 
 def transition_powers(a: torch.Tensor, n: int) -> torch.Tensor:
@@ -58,6 +127,8 @@ def varying_scan(u: torch.Tensor, a: torch.Tensor, h0: torch.Tensor | None = Non
     as ``(a, u) ∘ (a′, u′) = (a a′, a u′ + u)``: combine neighbouring pairs, scan the half-length sequence, fill
     in the even steps: ``⌈log₂ T⌉`` levels, O(T) work in all, no division (real or complex)."""
     a = a.expand_as(u) if a.shape != u.shape else a
+    if symbolic(u.shape[-2]):
+        return _traced_rounds(u, a, None if h0 is None else a[..., 0, :] * h0, varying=True)
     if h0 is not None:
         u = torch.cat([u[..., :1, :] + a[..., :1, :] * h0.unsqueeze(-2), u[..., 1:, :]], dim=-2)
     return _odd_even(u, a)

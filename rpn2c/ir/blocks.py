@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import re
 
-import networkx as nx
-
+from rpn2c.ir.digraph import DiGraph
 from rpn2c.ir.graph import Graph, Node
 
 
@@ -47,22 +46,34 @@ def block_name(graph: Graph, use: str, nodes: list[str]) -> str | None:
     return None
 
 
+def _stacks(uses: dict[str, list[str]]) -> dict[str, list[tuple[str, list[str]]]]:
+    """The uses (use, nodes) grouped by the value that made them: the copies ``y.0``, ``y.1``, ... of
+    ``y = repeat(n) b(x)`` under ``y``, every other use alone."""
+    out: dict[str, list[tuple[str, list[str]]]] = {}
+    for use, nodes in uses.items():
+        m = re.fullmatch(r"(.+)\.(\d+)", use)
+        out.setdefault(m[1] if m else use, []).append((use, nodes))
+    return out
+
+
 def collapse(graph: Graph) -> Graph:
-    """``graph`` with each block use drawn as one node (kind ``block``): the type of the value it returns, the sum
-    of its parameters and every kernel chosen inside it; edges between uses and other nodes are kept once."""
-    uses = block_uses(graph)
+    """``graph`` with each block use drawn as one node (kind ``block``), and the ``n`` copies of a ``repeat`` as one
+    node ``× n``: the type of the value it returns, the sum of its parameters and every kernel chosen inside it;
+    edges between uses and other nodes are kept once."""
+    stacks = _stacks(block_uses(graph))
+    uses = {use: [v for _, nodes in copies for v in nodes] for use, copies in stacks.items()}
     owner = {nid: use for use, nodes in uses.items() for nid in nodes}
-    g = nx.DiGraph()
+    g = DiGraph()
     for n in graph.nodes():
         if n.id not in owner:
             g.add_node(n.id, node=n)
     for use, nodes in uses.items():
         leaving = [v for v in nodes if v in graph.outputs or any(owner.get(w) != use for w in graph.g.successors(v))]
         out = graph.node(leaving[-1] if leaving else nodes[-1])
-        name = block_name(graph, use, nodes)
+        name = block_name(graph, *stacks[use][0])
         plan = list(dict.fromkeys(k for v in nodes for k in graph.node(v).plan))
         node = Node(use, "block", out.span, out.type, params=sum(graph.node(v).params for v in nodes), plan=plan,
-                    trace={"block": name, "nodes": len(nodes)})
+                    trace={"block": name, "nodes": len(nodes), "copies": len(stacks[use])})
         g.add_node(use, node=node)
     for u, v, d in graph.g.edges(data=True):
         a, b = owner.get(u, u), owner.get(v, v)

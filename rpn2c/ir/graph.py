@@ -1,4 +1,5 @@
-"""The IR: a networkx DiGraph of typed nodes, with a canonical serialisation and a content hash.
+"""The IR: a directed graph of typed nodes (``rpn2c.ir.digraph``: networkx's interface, without its import), with a
+canonical serialisation and a content hash.
 
 Node kinds: ``input`` (a model input), ``layer`` (one or more RPN 2 heads + fusion + remainder + processing),
 ``op`` (a dataflow operation or processing function), ``output``. Edges carry the input role
@@ -12,9 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
-
 from rpn2c.errors import UNKNOWN_SPAN, Span
+from rpn2c.ir.digraph import DiGraph, lexicographical_topological_sort
 from rpn2c.ir.types import TensorType, ValueRef
 
 if TYPE_CHECKING:
@@ -231,10 +231,11 @@ def _type(t: TensorType | None):
 
 @dataclass
 class Graph:
-    """A checked model: the networkx graph plus its ordered inputs and outputs."""
+    """A checked model: the graph (``g.to_networkx()`` for networkx's algorithms) plus its ordered inputs and
+    outputs."""
 
     name: str
-    g: nx.DiGraph
+    g: DiGraph
     inputs: list[str]
     outputs: list[str]
     sources: dict[str, str] = field(default_factory=dict)
@@ -246,7 +247,7 @@ class Graph:
 
     def nodes(self) -> list[Node]:
         """Nodes in a deterministic topological order (ties broken by id)."""
-        return [self.node(n) for n in nx.lexicographical_topological_sort(self.g)]
+        return [self.node(n) for n in lexicographical_topological_sort(self.g)]
 
     def preds(self, nid: str) -> dict[str, str]:
         """role -> producer id for the inputs of ``nid`` (an edge's ``also`` lists further roles of the same

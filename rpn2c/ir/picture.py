@@ -15,9 +15,8 @@ import functools
 from dataclasses import dataclass, field
 from xml.sax.saxutils import escape, quoteattr
 
-import networkx as nx
-
 from rpn2c.ir import blocks
+from rpn2c.ir.digraph import DiGraph, lexicographical_topological_sort
 from rpn2c.ir.graph import Graph, Node
 
 FONT = "DejaVu Sans"  # bundled with matplotlib: the metrics the boxes are sized with
@@ -42,7 +41,8 @@ def describe(node: Node) -> str:
     if node.kind == "op":
         return str(node.op)
     if node.kind == "block":
-        return f"{node.trace['nodes']} nodes"
+        n, copies = node.trace["nodes"], node.trace.get("copies", 1)
+        return f"{n} nodes" + (f" ({copies} × {n // copies})" if copies > 1 else "")
     if node.kind == "recurrent":
         r = node.layer
         bits = [f"cell={r.cell}", "ξ=chain(state feedback)", f"H={r.hidden}"]
@@ -187,6 +187,8 @@ def _line_height(line: list[Run]) -> float:
 def _box(node: Node) -> Box:
     kind = node.layer.kind if node.layer is not None and node.kind == "layer" else node.kind
     shown = f"block {node.trace['block']}" if node.kind == "block" and node.trace.get("block") else kind
+    if node.kind == "block" and node.trace.get("copies", 1) > 1:
+        shown += f" × {node.trace['copies']}"
     lines = [[Run(node.id, TITLE, bold=True), Run(shown, TEXT, colour=MUTED, gap=8.0)]]
     if node.kind != "input":
         lines += [[Run(part)] for part in _wrap(describe(node))]
@@ -199,10 +201,10 @@ def _box(node: Node) -> Box:
 
 
 # ------------------------------------------------------------------------------------------------ layout
-def _layers(g: nx.DiGraph) -> dict[str, int]:
+def _layers(g: DiGraph) -> dict[str, int]:
     """Longest-path layering; sources sit one layer above their first consumer."""
     layer: dict[str, int] = {}
-    for v in nx.lexicographical_topological_sort(g):
+    for v in lexicographical_topological_sort(g):
         preds = list(g.predecessors(v))
         layer[v] = max((layer[u] + 1 for u in preds), default=0)
     for v in g.nodes:  # pull inputs down next to their first consumer
@@ -272,7 +274,7 @@ def _pack(row: list[str], width: dict[str, float], want: dict[str, float]) -> di
 
 def layout(graph: Graph) -> Layout:
     """Place every box, label and edge of ``graph``'s picture."""
-    g = nx.DiGraph()
+    g = DiGraph()
     boxes = {n.id: _box(n) for n in graph.nodes()}
     boxes[RETURN] = Box(RETURN, "return", [[Run("return", TEXT, bold=True)]],
                         hint="outputs: " + ", ".join(graph.outputs))
@@ -304,7 +306,7 @@ def layout(graph: Graph) -> Layout:
         chains[u, v] = chain
     depth = max(layer.values()) + 1
     order: list[list[str]] = [[] for _ in range(depth)]
-    topo = {v: i for i, v in enumerate(nx.lexicographical_topological_sort(g))}
+    topo = {v: i for i, v in enumerate(lexicographical_topological_sort(g))}
     for v in sorted(layer, key=lambda v: (topo[v] if v in topo else topo[v.split("\x00")[1]], v)):
         order[layer[v]].append(v)
     order = _order(order, up, down)
@@ -353,7 +355,7 @@ def layout(graph: Graph) -> Layout:
     for v, ins in ports.items():
         ins.sort(key=lambda p: (x[p[1]], p[0]))
         b = boxes[v]
-        named = [text_width(t, SMALL) + 14 for u, _ in ins if (t := _role_text(roles[u, v]))]
+        named = [text_width(t, SMALL) + 14 for u, _ in ins if (t := role_text(roles[u, v]))]
         step = min(max([24.0, *named]), (b.w - 16) / max(len(ins) - 1, 1))
         for i, (u, _) in enumerate(ins):
             port_x[u, v] = x[v] + (i - (len(ins) - 1) / 2) * step
@@ -398,11 +400,11 @@ def _arrow(x: float, y: float) -> list[tuple[float, float]]:
     return [(x, y), (x - 4.0, y - 8.0), (x + 4.0, y - 8.0)]
 
 
-def _role_text(role: str) -> str | None:
-    """Edge roles worth printing: context and named auxiliary inputs (not x, positional args or return)."""
-    if role in ("x", "return") or role.startswith("arg"):
-        return None
-    return role.removeprefix("aux:")
+def role_text(role: str) -> str | None:
+    """What an edge's roles (``"x, context"``: one value in two roles) are worth printing: the context and named
+    auxiliary inputs, not the main input ``x``, an operation's positional arguments (``arg0``) or ``return``."""
+    names = [r.removeprefix("aux:") for r in role.split(", ") if r not in ("x", "return") and not r.startswith("arg")]
+    return ", ".join(names) or None
 
 
 # ------------------------------------------------------------------------------------------------ SVG
@@ -433,7 +435,7 @@ def to_svg(graph: Graph, collapse: bool = False) -> str:
         out.append(f'<g class="edge" data-source={quoteattr(e.source)} data-target={quoteattr(_name(e.target))} '
                    f'data-role={quoteattr(e.role)}><path d="{d}" fill="none" stroke="{EDGE}" stroke-width="1.3"/>'
                    f'<polygon points="{" ".join(f"{_f(a)},{_f(b)}" for a, b in tip)}" fill="{EDGE}"/></g>')
-        role = _role_text(e.role)
+        role = role_text(e.role)
         if role:
             tx, ty = e.points[-1]
             anchor = ' text-anchor="end"' if e.left else ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from rpn2c.ir.picture import (COLOURS, EDGE, FONT, INK, MARGIN, MUTED, SMALL, TITLE, Layout, Run, _arrow,
-                               _line_positions, _path, _role_text)
+                               _line_positions, _path, role_text)
 
 def render_png(lay: Layout, scale: float = 2.0) -> bytes:
     """A laid-out picture rasterised with matplotlib (``scale`` pixels per SVG unit)."""
@@ -35,7 +35,7 @@ def render_png(lay: Layout, scale: float = 2.0) -> bytes:
             codes += [MPath.LINETO] if cmd == "L" else [MPath.CURVE4] * 3
         ax.add_patch(PathPatch(MPath(verts, codes), fill=False, edgecolor=EDGE, linewidth=1.3))
         ax.add_patch(Polygon(_arrow(*e.points[-1]), closed=True, facecolor=EDGE, edgecolor="none"))
-        role = _role_text(e.role)
+        role = role_text(e.role)
         if role:
             tx, ty = e.points[-1]
             text(tx - 5 if e.left else tx + 5, ty - 10, Run(role, SMALL, colour=MUTED), fontstyle="italic",

@@ -82,8 +82,35 @@ class TermTable:
         return self._terms.setdefault(t, t)
 
 
-def render(root: Term) -> str:
-    """A term as text; a subterm used more than once is named once (``%1 = ...``) and referred to by name."""
+_ABSORBED = {"expand": "κ", "reconcile": "ψ"}  # what a kernel op's label names of the components it absorbed
+_NO_OP = ("identity", "eye")
+
+
+def _detailed_label(t: Term) -> str:
+    """The label with the κ and ψ a kernel op absorbed (``conv[tied; κ=chebyshev]``), when not the identity."""
+    parts = [f"{_ABSORBED[op]}={what}" for op, what in t.info.get("absorbed", ())
+             if op in _ABSORBED and what not in _NO_OP]
+    if not parts:
+        return t.label
+    what = t.info.get("what")
+    return f"{t.op}[{'; '.join([what, *parts] if what else parts)}]"
+
+
+def _collapsed(texts: list[str]) -> list[str]:
+    """Runs of equal texts as one ``n × text`` (identical heads or channels)."""
+    out: list[str] = []
+    for i, s in enumerate(texts):
+        if i and s == texts[i - 1]:
+            continue
+        n = next((k for k in range(i, len(texts)) if texts[k] != s), len(texts)) - i
+        out.append(f"{n} × {s}" if n > 1 else s)
+    return out
+
+
+def render(root: Term, detail: bool = False) -> str:
+    """A term as text; a subterm used more than once is named once (``%1 = ...``) and referred to by name.
+    ``detail`` (``rpn2c explain``): equal arguments in a row once as ``n × term`` (identical heads), and each
+    kernel op with the κ and ψ it absorbed."""
     uses: dict[int, int] = {}
     for t in root.walk():
         for a in t.args:
@@ -94,8 +121,9 @@ def render(root: Term) -> str:
     def text(t: Term) -> str:
         if id(t) in names:
             return names[id(t)]
-        inner = t.info.get("name") if t.op == "input" else ", ".join(text(a) for a in t.args)
-        s = f"{t.label}({inner})"
+        args = [text(a) for a in t.args]
+        inner = t.info.get("name") if t.op == "input" else ", ".join(_collapsed(args) if detail else args)
+        s = f"{_detailed_label(t) if detail else t.label}({inner})"
         if uses.get(id(t), 0) > 1 and t.op != "input":
             names[id(t)] = f"%{len(names) + 1}"
             lets.append(f"{names[id(t)]} = {s}")

@@ -1,7 +1,9 @@
 """IR graph -> ``torch.nn.Module``.
 
 Each node becomes a registered sub-module at its spec path (``conv1``, ``enc.attn`` ...), so parameters get
-readable names (``conv1.psi.weight``), ``train()``/``eval()`` reach everything and ``state_dict`` saves it all.
+readable names (``conv1.psi.weight``), ``train()``/``eval()`` reach everything and ``state_dict`` saves it all. A
+path segment that cannot name a torch sub-module (a value named ``train``, ``to`` or ``class``) takes a free name
+instead (``train_``: ``rpn2c.ir.names.module_paths``); :func:`submodule` finds a node's module by its id.
 """
 
 from __future__ import annotations
@@ -14,10 +16,9 @@ from torch import nn
 from rpn2c.errors import InputError
 from rpn2c.ir.estimate import run_time_check
 from rpn2c.ir.graph import Graph, Node
+from rpn2c.ir.names import module_paths
 from rpn2c.ir.types import TensorType
 from rpn2c.lower.heads import LayerModule
-from rpn2c.lower.oracle import ReferenceLayer
-from rpn2c.lower.recurrent import RecurrentModule
 
 
 class _Scope(nn.Module):
@@ -39,14 +40,15 @@ class CompiledModel(nn.Module):
             _unoptimised_terms(graph)
         self.input_names = list(graph.inputs)
         self.input_types = {i: graph.node(i).type for i in graph.inputs}
-        self._steps: list[tuple[str, str, dict[str, str]]] = []
+        self._steps: list[tuple[str, str, str, dict[str, str]]] = []  # (node id, module path, kind, preds)
+        paths = module_paths(n.id for n in graph.nodes() if n.kind != "input")
         for node in graph.nodes():
             if node.kind == "input":
                 continue
             preds = graph.preds(node.id)
             module = self._build(node, preds)
-            _set_path(self, node.id, module)
-            self._steps.append((node.id, node.kind, preds))
+            _set_path(self, paths[node.id], module)
+            self._steps.append((node.id, paths[node.id], node.kind, preds))
         self._tied = [(n.id, n.tie) for n in graph.nodes() if n.tie is not None]
         self._tie_parameters()
         self._bind_tied_psi()
@@ -78,9 +80,13 @@ class CompiledModel(nn.Module):
             ctx = g.node(preds["context"]).type if "context" in preds else None
             aux = {src: g.node(src).type for role, src in preds.items() if role.startswith("aux:")}
             if self.reference:  # the oracle: built on its own, no rewritten term
+                from rpn2c.lower.oracle import ReferenceLayer
+
                 return ReferenceLayer(node.layer, node.trace["heads"], x, ctx, aux, node.type)
             return LayerModule(node.layer, node.trace["heads"], x, ctx, aux, node.type, node, preds)
-        if node.kind == "recurrent":
+        if node.kind == "recurrent":  # imported here: its module registers torch ops, which few models need
+            from rpn2c.lower.recurrent import RecurrentModule
+
             x = g.node(preds["x"]).type
             # the rewritten term's op: the fused kernel, a parallel scan, a time loop; ``recur`` (no rule) and the
             # reference lowering run the paper's form
@@ -98,11 +104,11 @@ class CompiledModel(nn.Module):
         so both compute with one tensor and their gradients accumulate in it (``parameters()`` lists it once;
         ``state_dict`` names it under both paths, as torch does for tied weights)."""
         for mine, theirs in self._tied:
-            holder = self.get_submodule(mine)
+            holder = submodule(self, mine)
             if hasattr(holder, "tie_to"):  # a module that ties itself (a relation with its factors swapped)
-                holder.tie_to(self.get_submodule(theirs))
+                holder.tie_to(submodule(self, theirs))
             else:
-                share(holder, self.get_submodule(theirs))
+                share(holder, submodule(self, theirs))
 
     def _bind_tied_psi(self) -> None:
         """``psi = tied(src)``: each such ψ reads the source node's weight matrix (components/psi_tied.py);
@@ -111,7 +117,7 @@ class CompiledModel(nn.Module):
         for node in g.nodes():
             if node.kind != "layer":
                 continue
-            module = self.get_submodule(node.id)
+            module = submodule(self, node.id)
             for h in node.layer.heads:
                 holder = module.heads[h.name] if len(node.layer.heads) > 1 else module
                 xi = h.xi.get("xi_instance")
@@ -120,7 +126,7 @@ class CompiledModel(nn.Module):
                 if h.psi.name == "tied":
                     src = g.node(h.psi.component.hp.source.name)
                     src = g.node(src.tie) if src.tie is not None else src
-                    owner = self.get_submodule(src.id)
+                    owner = submodule(self, src.id)
                     holder.psi.bind(owner.psi if src.kind == "layer" else owner, "weight")
 
     def _apply(self, fn, recurse=True):
@@ -247,6 +253,14 @@ def _unoptimised_terms(graph: Graph) -> None:
         terms = build_terms(graph)
         for n in missing:
             n.terms = (terms[n.id], terms[n.id])
+
+
+def submodule(model: CompiledModel, nid: str) -> nn.Module:
+    """The module of node ``nid`` (a value's id, ``enc.attn``) in ``model``."""
+    path = next((p for n, p, _, _ in model._steps if n == nid), None)
+    if path is None:
+        raise KeyError(f"model '{model._name}' has no layer or operation '{nid}'")
+    return model.get_submodule(path)
 
 
 def _set_path(root: nn.Module, path: str, module: nn.Module) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from torch import fx
 from torch import nn
 
+from rpn2c.ir.names import PYTHON
 from rpn2c.lower.program import arguments
 
 
@@ -24,24 +25,24 @@ def emit(model: nn.Module, graph, inline: bool = True) -> tuple[Callable, str]:
     sub-module from ``model`` at call time, so moving, converting, loading or sharding the model needs nothing
     else."""
     g = fx.Graph()
-    env = {name: g.placeholder(name) for name in model.input_names}
+    env = {name: g.placeholder(arg) for name, arg in _parameters(model.input_names).items()}
     memo = g.call_function(dict) if model._shared else None
-    for nid, kind, preds in model._steps:
-        module = model.get_submodule(nid)
+    for nid, path, kind, preds in model._steps:
+        module = model.get_submodule(path)
         if kind == "layer":
             aux = {role[4:]: env[src] for role, src in preds.items() if role.startswith("aux:")}
             if memo is not None:
                 aux["_memo"] = memo
             ctx = env[preds["context"]] if "context" in preds else None
             if inline and not module.reference:
-                y = _emit_program(g, nid, module, {preds["x"]: env[preds["x"]], preds.get("context"): ctx}, aux)
+                y = _emit_program(g, path, module, {preds["x"]: env[preds["x"]], preds.get("context"): ctx}, aux)
             else:
-                y = g.call_module(nid, (env[preds["x"]], ctx, aux))
+                y = g.call_module(path, (env[preds["x"]], ctx, aux))
         elif kind == "recurrent":
             states = {role[4:]: env[src] for role, src in preds.items() if role.startswith("aux:")}
-            y = g.call_module(nid, (env[preds["x"]],), states)
+            y = g.call_module(path, (env[preds["x"]],), states)
         else:
-            y = g.call_module(nid, tuple(env[preds[f"arg{i}"]] for i in range(len(preds))))
+            y = g.call_module(path, tuple(env[preds[f"arg{i}"]] for i in range(len(preds))))
         env[nid] = y
     outs = [env[o] for o in model.outputs]
     g.output(outs[0] if len(outs) == 1 else tuple(outs))
@@ -51,8 +52,23 @@ def emit(model: nn.Module, graph, inline: bool = True) -> tuple[Callable, str]:
     return scope["forward"], code.src
 
 
-def _emit_program(g: fx.Graph, nid: str, module, inputs: dict, aux: dict):
-    layer = g.get_attr(nid)
+def _parameters(names: list[str]) -> dict[str, str]:
+    """The generated function's parameter for each input: its name, or for a Python keyword (or ``self``) the name
+    with ``_`` appended until it is neither that nor another input's (``lambda`` -> ``lambda_``)."""
+    taken, out = set(names), {}
+    for name in names:
+        arg = name
+        if arg in PYTHON:
+            arg += "_"
+            while arg in PYTHON or arg in taken:
+                arg += "_"
+            taken.add(arg)
+        out[name] = arg
+    return out
+
+
+def _emit_program(g: fx.Graph, path: str, module, inputs: dict, aux: dict):
+    layer = g.get_attr(path)
     if module.needs_prologue:
         g.call_method("prologue", (layer,))
     values: list = []

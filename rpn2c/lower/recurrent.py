@@ -37,6 +37,7 @@ from torch import nn
 
 from rpn2c.functional import rnn_op
 from rpn2c.functional.scan import linear_scan, recurrence_matrix, transition_powers, varying_matrix, varying_scan
+from rpn2c.functional.scan import symbolic as scan_symbolic
 from rpn2c.ir.trace import RecurrentTrace
 from rpn2c.ir.graph import RecurrentSpec
 
@@ -111,7 +112,7 @@ class RecurrentModule(nn.Module):
 
     def forward(self, x, state=None, cell_state=None):
         spec = self.spec
-        fused = self.fused
+        fused = self.fused and not scan_symbolic(x.shape[1])  # an export trace keeps the step loop as a loop
         b = x.shape[0]
         n_states = spec.layers * spec.directions
         zeros = x.new_zeros(n_states, b, spec.hidden)
@@ -146,12 +147,25 @@ class RecurrentModule(nn.Module):
     def _kernel(self, x, h0, c0, layers: int, first: int, grad: bool) -> torch.Tensor:
         """``layers`` layers from ``first`` on through the fused torch kernel (batch-first): eager, torch's kernel
         (cuDNN on CUDA, oneDNN or native on CPU); compiled, the opaque op where the compiler would unroll it.
-        An eval layer differentiated on CUDA runs the kernel's training form with dropout 0 (same values)."""
+        An eval layer differentiated on CUDA runs the kernel's training form with dropout 0 (same values). Where
+        the CPU cannot run the kernel in autocast's dtype (:func:`rnn_op.cpu_fallback`), it runs in float32 with
+        autocast off and returns that dtype."""
         spec = self.spec
         flat = [w for i in range(first, first + layers) for d in range(spec.directions)
                 for w in self._kernel_weights(i, d)]
         sl = slice(first * spec.directions, (first + layers) * spec.directions)
         hx = [h0[sl].contiguous(), c0[sl].contiguous()][: self.cell.states]
+        cpu = x.device.type == "cpu"  # (autocast has no state on some devices: meta)
+        low = rnn_op.cpu_fallback(self.cell.kernel(), "cpu", x.dtype, self._autocast_on("cpu")) if cpu else None
+        if low is None:
+            return self._call(x, hx, flat, layers, grad)
+        with torch.autocast("cpu", enabled=False):
+            hx, flat = [h.float() for h in hx], [w.float() for w in flat]
+            return self._call(x, hx, flat, layers, grad).to(low)
+
+    def _call(self, x, hx, flat, layers: int, grad: bool) -> torch.Tensor:
+        """The kernel on ``x``, the states ``hx`` and the flat weights: the opaque op or ``torch._VF``'s."""
+        spec = self.spec
         if self._opaque(x, grad):
             x, hx, flat = self._autocast(x, hx, flat)
             record = self.training and grad  # keep the tape where a backward is expected
@@ -164,13 +178,16 @@ class RecurrentModule(nn.Module):
                         spec.bidirectional, True)
         return result[0]
 
+    @staticmethod
+    def _autocast_on(device: str):
+        """Autocast's dtype on ``device``, None when it is off."""
+        return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+
     def _autocast(self, x, hx, flat):
         """The opaque op runs in its inputs' dtype: under autocast, cast them as torch's autocast casts this kernel
         in eager mode (:func:`rnn_op.autocast_dtype`); floating inputs only, float64 excepted."""
         device = x.device.type
-        enabled = torch.is_autocast_enabled(device)
-        low = rnn_op.autocast_dtype(self.cell.kernel(), device, x.dtype,
-                                    torch.get_autocast_dtype(device) if enabled else None)
+        low = rnn_op.autocast_dtype(self.cell.kernel(), device, x.dtype, self._autocast_on(device))
         if low is None:
             return x, hx, flat
 
@@ -183,6 +200,8 @@ class RecurrentModule(nn.Module):
         """A loop over time steps (κ_state is not the identity): input gates for all steps at once."""
         w = self._named(layer, direction)
         a = self._input_gates(x, w)  # [B, T, G·H]
+        if scan_symbolic(x.shape[1]):
+            return self._traced_steps(a, init, layer, w, direction)
         steps = range(x.shape[1] - 1, -1, -1) if direction else range(x.shape[1])
         state, outs = init, [None] * x.shape[1]
         for t in steps:
@@ -190,6 +209,29 @@ class RecurrentModule(nn.Module):
             state = self.cell.step(a[:, t], r, state)
             outs[t] = state[0]
         return torch.stack(outs, dim=1)
+
+    def _traced_steps(self, a, init, layer, w, direction):
+        """The step loop as the ``scan`` operator over the time axis, for an export trace whose length is a symbol
+        (a Python loop would fix it): the fused kernel's layers and the loop form export as one ``scan`` each (ONNX
+        ``Scan``). The operator itself, every tensor a step reads passed in (κ_state's by ``functional_call``):
+        the ``torch.scan`` function would first run the step through dynamo, seconds per layer in an export."""
+        kappa = self.kappa_state[layer]
+        names = [n for n, _ in kappa.named_parameters()] + [n for n, _ in kappa.named_buffers()]
+        tensors = [t for _, t in kappa.named_parameters()] + [t for _, t in kappa.named_buffers()]
+        k, bias = self.cell.states, "bias_hh" in w
+
+        def step(*args):  # the states, the step's input gates, W_hh (, b_hh), κ_state's tensors
+            state, a_t, weight = args[:k], args[k], args[k + 1]
+            own = dict(zip(names, args[k + 2 + bias:]))
+            h = torch.func.functional_call(kappa, own, (state[0],)) if own else kappa(state[0])
+            new = self.cell.step(a_t, self.cell.state_gates(h, weight, args[k + 2] if bias else None), state)
+            return (*new, new[0].clone())
+
+        xs = a.movedim(1, 0)  # the operator scans dim 0
+        xs = xs.flip(0) if direction else xs
+        extra = (w["weight_hh"], *([w["bias_hh"]] if bias else []), *tensors)
+        out = torch.ops.higher_order.scan(step, [s.contiguous() for s in init], [xs], extra)[k]
+        return (out.flip(0) if direction else out).movedim(0, 1)
 
     def _linear_terms(self, x, layer, direction):
         """A linear cell's transition A (matrix or vector λ) and driving terms ``u_t = W_ih x_t + b_ih + b_hh``."""
@@ -215,7 +257,7 @@ class RecurrentModule(nn.Module):
         h0 = init[0] if self.cell.takes_state else None
         if self.reference:
             h = _by_matrix(a, u, h0)
-        elif self.scan:
+        elif self.scan or scan_symbolic(u.shape[1]):  # the step loop would fix a traced length
             h = linear_scan(u, a, h0) if a.dim() == 1 else varying_scan(u, a, h0)
         else:
             h = _by_loop(a, u, h0)

@@ -53,9 +53,16 @@ class Match:
         return frozenset().union(*(t.spans for t in self.matched))
 
     def make(self, op: str, args=(), *, key=None, info=None) -> Term:
-        """A term replacing the match: it stands for every matched span and records the rule."""
-        return self.table.make(op, args, self.root.key if key is None else key,
-                               self.root.info if info is None else info, self.spans,
+        """A term replacing the match: it stands for every matched span and records the rule; with the root's
+        ``info``, also the components of the other matched terms it absorbed (``info["absorbed"]``: (op, what)
+        pairs, the κ of ``conv`` or ``degree_linear``: ``rpn2c explain`` shows them)."""
+        if info is None:
+            info = self.root.info
+            absorbed = tuple(p for t in self.matched[1:]
+                             for p in (*t.info.get("absorbed", ()), (t.op, t.info.get("what"))) if p[1] is not None)
+            if absorbed:
+                info = {**info, "absorbed": (*info.get("absorbed", ()), *absorbed)}
+        return self.table.make(op, args, self.root.key if key is None else key, info, self.spans,
                                (*self.root.prov, self.rule))
 
     def rebuild(self, term: Term, args=None, *, key=None, spans=(), prov=()) -> Term:

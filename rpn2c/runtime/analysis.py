@@ -261,6 +261,14 @@ def _kernels(a: Analysis, inst: Instance) -> list[str]:
     return out
 
 
+def value_kernels(a: Analysis, v: Value) -> list[str]:
+    """The optimiser's rules that fired on any instance of ``v``, each once, in order."""
+    out: list[str] = []
+    for inst in v.instances:
+        out += [k for k in _kernels(a, inst) if k not in out]
+    return out
+
+
 def layer_values(a: Analysis) -> list[Value]:
     """Values that elaborate to at least one layer (what a code lens offers to explain)."""
     return [v for v in a.values if v.kind not in ("input", "alias") and any(
@@ -278,8 +286,10 @@ def view_output(a: Analysis, v: Value) -> dict:
         nodes = {nid for nid in inst.nodes if nid in g.g}
         sections = render_explain(g).split("\n\n")[1:]
         explain += [s for s in sections if any(f": {nid} = " in s.splitlines()[0] for nid in nodes)]
+        model = CompiledModel(g)
+        paths = {nid: path for nid, path, _, _ in model._steps}  # where each node's module sits
         code += [f"# model {inst.model}: {v.name} ({', '.join(sorted(nodes))})",
-                 *program_lines(CompiledModel(g).program_source, nodes)]
+                 *program_lines(model.program_source, {paths[n] for n in nodes})]
     title = f"{v.name} ({v.kind} in {v.definition})"
     markdown = "\n".join([f"### {title}", "", "```text", *("\n\n".join(explain) or "no layer").splitlines(), "```",
                           "", "```python", *code, "```"])
@@ -287,8 +297,8 @@ def view_output(a: Analysis, v: Value) -> dict:
 
 
 def program_lines(source: str, nids: set[str]) -> list[str]:
-    """The lines of a generated program that run the nodes ``nids``: a layer's ``x = self.<id>`` and the steps
-    that follow it, and module calls ``self.<id>(...)``."""
+    """The lines of a generated program that run the modules at paths ``nids``: a layer's ``x = self.<path>`` and
+    the steps that follow it, and module calls ``self.<path>(...)``."""
     out, current = [], None
     for line in source.splitlines():
         attr = re.match(r"\s*\w+ = self\.([\w.]+)$", line)

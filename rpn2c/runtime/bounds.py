@@ -103,21 +103,21 @@ def matrix_bounds(a: torch.Tensor, x: torch.Tensor, *, title: str = "A", d_out: 
 def layer_bounds(model, layer: str, inputs: dict, *, labelled: int | None = None, delta: float = 0.05,
                  lipschitz: float = 1.0) -> list[Bounds]:
     """§10's quantities of every ξ matrix of ``layer`` in a reference-lowered float64 ``model`` on ``inputs``
-    (sample 0), with ω and β from the head's ψ and bias."""
+    (sample 0, eval mode), with ω and β from the head's ψ and bias."""
     from torch import nn
 
-    from rpn2c.train.interdependence import layer_call, layer_matrices, layer_module
+    from rpn2c.train.interdependence import eval_mode, layer_call, layer_matrices, layer_module
 
     mats = layer_matrices(model, layer, inputs)
     module = layer_module(model, layer)
+    args, _ = layer_call(model, module, inputs)
     if not hasattr(module, "pre"):  # a recurrent layer: its state chain acts on the steps of its input
-        args, _ = layer_call(model, module, inputs)
         data, holders = args[0][0], {}
     else:
-        args, _ = layer_call(model, module, inputs)
         x, context = (list(args) + [None])[:2]
-        for p in module.pre:
-            x = p(x)
+        with eval_mode(model), torch.no_grad():  # the layer's input processing as the pass ran it (no dropout)
+            for p in module.pre:
+                x = p(x)
         data = (context if context is not None else x)[0]
         holders = {"h": module} if not hasattr(module, "heads") else dict(module.heads.items())
     out = []

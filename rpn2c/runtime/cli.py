@@ -86,18 +86,23 @@ def cmd_graph(args) -> int:
         raise _Usage("--collapse applies to pictures: --format svg or png")
     if args.format == "png":
         data = to_png(graph, collapse=args.collapse)
-        if args.out is None:
-            sys.stdout.buffer.write(data)
-        else:
-            Path(args.out).write_bytes(data)
-        return EXIT_OK
-    text = {"dot": to_dot, "mermaid": to_mermaid, "svg": lambda g: to_svg(g, collapse=args.collapse),
-            "json": lambda g: g.to_json(indent=2, kernels=True)}[args.format](graph).rstrip("\n") + "\n"
-    if args.out is None:
-        sys.stdout.write(text)
     else:
-        Path(args.out).write_text(text, encoding="utf-8")
+        data = ({"dot": to_dot, "mermaid": to_mermaid, "svg": lambda g: to_svg(g, collapse=args.collapse),
+                 "json": lambda g: g.to_json(indent=2, kernels=True)}[args.format](graph).rstrip("\n")
+                + "\n").encode("utf-8")
+    if args.out is not None:  # say what went where: nothing else is printed
+        Path(args.out).write_bytes(data)
+        what = " (one box per block use or repeat)" if args.collapse else ""
+        _err(f"wrote {args.out}: {_GRAPH_FORMATS[args.format]} of model {graph.name}{what}, {len(data):,} bytes")
+    elif args.format == "png":
+        sys.stdout.buffer.write(data)
+    else:
+        sys.stdout.write(data.decode("utf-8"))
     return EXIT_OK
+
+
+_GRAPH_FORMATS = {"dot": "Graphviz DOT", "mermaid": "Mermaid flowchart", "json": "IR graph as JSON",
+                  "svg": "SVG picture", "png": "PNG picture"}
 
 
 def cmd_explain(args) -> int:
@@ -133,10 +138,9 @@ def cmd_components(args) -> int:
     if args.family is not None and args.family not in FAMILIES:
         raise _Usage(f"unknown family {args.family!r} (families: {', '.join(FAMILIES)})")
     if args.name is not None:  # one entry in full (every family's entry of that name), example included
-        found, close = find_components(args.name, args.family)
+        found, hint = find_components(args.name, args.family)
         if not found:
-            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-            raise _Usage(f"unknown component {args.name!r}{hint}")
+            raise _Usage(f"unknown component {args.name!r}" + (f"; {hint}" if hint else ""))
         if args.format == "json":
             _out(json.dumps(components_json(entries=found), indent=2))
         else:
@@ -154,8 +158,7 @@ def cmd_components(args) -> int:
 
 
 def cmd_data(args) -> int:
-    from rpn2c.data import LOADERS
-    from rpn2c.data.registry import catalog
+    from rpn2c.data.catalog import FILE_KINDS, catalog
 
     rows = catalog()
     if args.format == "json":
@@ -171,7 +174,7 @@ def cmd_data(args) -> int:
         _out("  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip())
         if k == 0:
             _out("  ".join("-" * w for w in widths))
-    _out(f"\nrpn2c train SPEC --data NAME; or --data KIND:PATH for your files (KIND: {', '.join(LOADERS)})")
+    _out(f"\nrpn2c train SPEC --data NAME; or --data KIND:PATH for your files (KIND: {', '.join(FILE_KINDS)})")
     return EXIT_OK
 
 

@@ -14,7 +14,7 @@ import types
 import typing
 from pathlib import Path
 
-import rpn2c.components  # noqa: F401  (registers every component)
+import rpn2c.components  # noqa: F401  (the registry: each family module is imported when first read)
 from rpn2c.components.registry import FAMILIES, Entry, all_entries
 
 GENERATED_BY = "python -m rpn2c.runtime.docgen --write docs/components.md"

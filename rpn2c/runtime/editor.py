@@ -8,7 +8,7 @@ token stream rather than the syntax tree, so they work on the half-written text 
 
 from __future__ import annotations
 
-import functools
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +24,7 @@ from rpn2c.errors import Diagnostic
 from rpn2c.ir.types import TYPE_CONSTRUCTORS
 from rpn2c.runtime.docgen import docstring, type_text, value_text
 from rpn2c.syntax.format import format_program
-from rpn2c.syntax.parser import grammar_text, parse
+from rpn2c.syntax.parser import _parser, parse
 
 # the settings each kind of `{ ... }` body accepts (the checker's own tables)
 SETTING_KEYS = {"head": SINGLE_HEAD_KEYS, "compress": SINGLE_HEAD_KEYS, "layer": LAYER_KEYS, "decl": DECL_KEYS,
@@ -53,9 +53,9 @@ def format_text(text: str, file: str = "<string>") -> str:
 
 
 # ------------------------------------------------------------------------------------------------ tokens
-@functools.lru_cache(maxsize=1)
 def _lexer() -> lark.Lark:
-    return lark.Lark(grammar_text(), parser="lalr", lexer="basic")
+    """The checker's own parser: its ``lex`` cuts text into the grammar's tokens without a second grammar build."""
+    return _parser()
 
 
 def tokens(text: str) -> list[lark.Token]:
@@ -261,12 +261,39 @@ class Completion:
     family: str = ""  # of a component: its documentation is ``component_markdown(lookup(label, (family,)))``
 
 
+# words the paper's long names add to a component's name, meaning nothing more
+_FAMILY_WORDS = {"expansion", "compression", "based", "geometric", "incremental", "parameterized"}
+
+
+def _words(name: str) -> set[str]:
+    return {w for w in name.lower().split("_") if w and w not in _FAMILY_WORDS}
+
+
+def distinct_alias(alias: str, name: str) -> bool:
+    """Whether ``alias`` of component ``name`` is worth its own completion: not the name with words added or dropped
+    (``chebyshev_expansion``, ``dog`` for ``dog_wavelet``) nor a misspelling or abbreviation of it (``harr_wavelet``,
+    ``concat_low_rank``, ``product`` for ``prod``), but another name a user may know it by (``max_pool`` for
+    ``patch_max``, ``gat`` for ``graph_attention``)."""
+    a, n = _words(alias), _words(name)
+    if not a or a <= n or n <= a or _near("".join(sorted(a)), "".join(sorted(n))):
+        return False
+    return not all(any(_near(w, v) for v in n) for w in a)
+
+
+def _near(a: str, b: str) -> bool:
+    """The same word misspelt, abbreviated or run together (``harr``, ``prod``, ``lowrank``)."""
+    return a.startswith(b) or b.startswith(a) or difflib.SequenceMatcher(None, a, b).ratio() >= 0.75
+
+
 def _component_item(e: Entry) -> Completion:
-    return Completion(e.name, "component", f"{e.family}: {e.doc}", family=e.family)
+    detail = f"{e.family}: {e.doc}" if e.name == e.cls.name else f"{e.family}: {e.cls.name} — {e.doc}"
+    return Completion(e.name, "component", detail, family=e.family)
 
 
 def _family_items(families: tuple[str, ...]) -> list[Completion]:
-    return [_component_item(component(n, families)) for n in names(families)]
+    """Each component of ``families`` once by its name, and its aliases that are names of their own."""
+    entries = [component(n, families) for n in names(families)]
+    return [_component_item(e) for e in entries if e.name == e.cls.name or distinct_alias(e.name, e.cls.name)]
 
 
 def complete(text: str, line: int, col: int, *, path: Path | None = None) -> list[Completion]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from rpn2c.ir.graph import Graph
-from rpn2c.ir.terms import FALLBACKS
+from rpn2c.ir.terms import FALLBACKS, render
 from rpn2c.runtime.report import describe
 
 
@@ -54,6 +54,25 @@ def _rewritten(n) -> bool:
     return bool(n.terms) and str(n.terms[1]) != str(n.terms[0])
 
 
+def _same_for_heads(decisions: list) -> list[tuple[object, list[str]]]:
+    """The decisions with those that differ only in their head merged: (decision, the heads it fired on)."""
+    out: dict[tuple, tuple[object, list[str]]] = {}
+    for d in decisions:
+        key = (d.rule, d.slot, d.location, d.why, d.paper, str(d.cost), d.spans, d.head is None)
+        out.setdefault(key, (d, []))[1].append(d.head)
+    return list(out.values())
+
+
+def _heads_text(heads: list[str | None]) -> str:
+    """`` [head h0]``, or `` × 4 heads [h0, h1, h2, h3]`` (`` [h0 … h15]`` for many) for identical heads."""
+    if heads == [None]:
+        return ""
+    if len(heads) == 1:
+        return f" [head {heads[0]}]"
+    names = ", ".join(heads) if len(heads) <= 4 else f"{heads[0]} … {heads[-1]}"
+    return f" × {len(heads)} heads [{names}]"
+
+
 def _plural(k: int, word: str) -> str:
     return f"{k} {word}{'' if k == 1 else 's'}"
 
@@ -76,16 +95,16 @@ def render_explain(graph: Graph) -> str:
         lines.append(f"{n.span}: {n.id} = {n.layer.kind}  {n.type}  ({describe(n)})")
         lines.extend(_ties(n))
         if n.terms:
-            lines.append(f"  term       {n.terms[0]}")
+            lines.append(f"  term       {render(n.terms[0], detail=True)}")
             if _rewritten(n):
-                lines.append(f"  rewritten  {n.terms[1]}")
+                lines.append(f"  rewritten  {render(n.terms[1], detail=True)}")
         if not n.decisions:
             plain = n.kind == "layer" and all(not h.xi for h in n.layer.heads)
             lines.append("  no rule fired: " + ("κ then ψ, no interdependence to fuse" if plain else
                                                 "the term runs as the paper writes it (ξ by its matrix, patches "
                                                 "by the padding matrix)"))
-        for d in filter(_effect, n.decisions):
-            head = f" [head {d.head}]" if d.head and len(getattr(n.layer, "heads", ())) > 1 else ""
+        for d, heads in _same_for_heads(list(filter(_effect, n.decisions))):
+            head = _heads_text(heads) if len(getattr(n.layer, "heads", ())) > 1 else ""
             lines.append(f"  {d.slot:<10} {d.rule}{head}   defined at {d.location}")
             if d.spans:
                 lines.append(f"  {'':<10} replaces the terms written at {', '.join(d.spans)}")

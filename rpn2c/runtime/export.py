@@ -4,8 +4,14 @@
 from __future__ import annotations
 
 from rpn2c.ir.graph import Graph
-from rpn2c.ir.picture import to_png, to_svg  # noqa: F401  (re-exported: every graph format in one place)
+from rpn2c.ir.picture import role_text, to_png, to_svg  # noqa: F401  (re-exported: every graph format in one place)
 from rpn2c.runtime.report import describe
+
+
+def _edge_label(graph: Graph, source: str, data: dict) -> str:
+    """The value's type, after the role it plays where that has a name (``context: nodes[N, 16]``)."""
+    role = role_text(", ".join((data["role"], *data.get("also", ()))))
+    return f"{role}: {graph.node(source).type}" if role else str(graph.node(source).type)
 
 
 def _dot_escape(text: str) -> str:
@@ -28,8 +34,7 @@ def to_dot(graph: Graph) -> str:
         lines.append(f'  "{_dot_escape(n.id)}" [label="{{{text}}}"{shape}];' if not shape
                      else f'  "{_dot_escape(n.id)}" [label="{text}"{shape}];')
     for u, v, d in sorted(graph.g.edges(data=True)):
-        t = graph.node(u).type
-        lines.append(f'  "{_dot_escape(u)}" -> "{_dot_escape(v)}" [label="{_dot_escape(d["role"] + ": " + str(t))}"];')
+        lines.append(f'  "{_dot_escape(u)}" -> "{_dot_escape(v)}" [label="{_dot_escape(_edge_label(graph, u, d))}"];')
     for o in graph.outputs:
         lines.append(f'  "{_dot_escape(o)}" -> "return";')
     lines.append('  "return" [shape=doublecircle, label="return"];')
@@ -56,8 +61,7 @@ def to_mermaid(graph: Graph) -> str:
         else:
             lines.append(f'  {_mermaid_id(n.id)}["{_mermaid_text(label)}"]')
     for u, v, d in sorted(graph.g.edges(data=True)):
-        lines.append(f'  {_mermaid_id(u)} -->|"{_mermaid_text(d["role"] + ": " + str(graph.node(u).type))}"| '
-                     f"{_mermaid_id(v)}")
+        lines.append(f'  {_mermaid_id(u)} -->|"{_mermaid_text(_edge_label(graph, u, d))}"| {_mermaid_id(v)}')
     for o in graph.outputs:
         lines.append(f"  {_mermaid_id(o)} --> return((return))")
     return "\n".join(lines) + "\n"

@@ -6,31 +6,26 @@ onnx, onnxscript; onnxruntime to check the file). The model comes from the check
 loads it. Every symbolic dimension of the inputs (the batch ``B``, a sequence length ``T`` ...) is exported as
 dynamic where the model allows (``torch.export.Dim.AUTO``); the summary says which stayed dynamic. The example
 inputs take each dim's size in the checkpoint's training data (``--dim`` overrides it), so a dim the model fixes is
-fixed at the size the model was trained on. The written
-program is loaded back and compared with the module on fresh random inputs before the command succeeds.
+fixed at the size the model was trained on. The program is written to a temporary file beside the target,
+loaded back and compared with the module on fresh random inputs (at the example sizes and at another size of every
+dynamic dim) and renamed into place only when it passes (``rpn2c.runtime.export_write``): a failed export leaves no
+file. A dim whose dynamic trace or check fails is exported static, with the reason in the summary; what cannot be
+exported at all is a located error.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
-import warnings
 from pathlib import Path
 
 from rpn2c.runtime.common import EXIT_OK, EXIT_SPEC, _err, _out, _Usage, parse_dims
+from rpn2c.runtime.export_write import TOLERANCE, ExportError
 from rpn2c.runtime.workflow import _guard
 
 FORMATS = {"pt2": ".pt2", "onnx": ".onnx"}
 EXAMPLE_BATCH, OTHER = 4, 8  # example sizes of the batch and of other symbolic dims (the check adds 1 to dynamic ones)
 # optimiser rules whose kernels ONNX has no operator for; the exported model takes the next form of their slot
 ONNX_DISABLED_RULES = ("graph_spmm",)  # the rpn2c::graph_mm custom op -> gather / scatter_add
-TOLERANCE = {"float32": 1e-4, "float64": 1e-10}  # largest |difference| accepted, relative to max(1, |output|)
 _PIP = "pip install 'rpn2c[export]'"
-
-
-class ExportError(Exception):
-    """A model that cannot be exported (the message says where and why)."""
 
 
 # ------------------------------------------------------------------------------------------------ inputs
@@ -89,117 +84,26 @@ def _unexportable(graph) -> None:
         raise ExportError(f"model '{graph.name}' cannot be exported:\n  " + "\n  ".join(lines))
 
 
-@contextlib.contextmanager
-def _quiet():
-    """torch.export / torch.onnx warnings and progress lines stay out of the command's output."""
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch._export", "torch.export", "torch.fx")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
-
-
 def export_program(model, graph, inputs, axis_names, *, dynamic: bool = True):
     """``torch.export.export`` of ``model`` on ``inputs``: every named axis ``Dim.AUTO`` (dynamic where the model
     allows), falling back to static shapes when the dynamic trace fails. Returns (program, dynamic dim names,
-    why the dims are static or None)."""
-    import torch
-    from torch.export import Dim
+    why the dims are static or None). ``rpn2c export`` goes further (:func:`export_write.write_checked`)."""
+    from rpn2c.runtime.export_write import dynamic_dims, reason, trace
 
     _unexportable(graph)
-    model.eval()
+    names = {d for axes in axis_names for d in axes if d} if dynamic else set()
     why = None
-    if dynamic and any(any(names) for names in axis_names):
-        spec = (tuple({i: Dim.AUTO for i, nm in enumerate(names) if nm} for names in axis_names),)
-        try:  # on copies: a failed trace leaves dynamic-dim marks on the tensors it saw
-            with _quiet():
-                program = torch.export.export(model, tuple(x.clone() for x in inputs), dynamic_shapes=spec)
-            return program, _dynamic_dims(program, axis_names), None
+    if names:
+        try:
+            program = trace(model, inputs, axis_names, names)
+            return program, dynamic_dims(program, axis_names)[0], None
         except Exception as exc:  # noqa: BLE001 - any trace failure: try static shapes, say why
-            why = _first_line(exc)
+            why = reason(exc)
     try:
-        with _quiet():
-            program = torch.export.export(model, tuple(inputs))
-    except Exception as exc:  # noqa: BLE001 - torch.export's errors are many types; report the first line
-        raise ExportError(f"torch.export cannot trace model '{graph.name}': {_first_line(exc)}") from exc
+        program = trace(model, inputs, axis_names, set())
+    except Exception as exc:  # noqa: BLE001 - torch.export's errors are many types; report the innermost
+        raise ExportError(f"torch.export cannot trace model '{graph.name}': {reason(exc)}") from exc
     return program, [], why
-
-
-def _dynamic_dims(program, axis_names) -> list[str]:
-    """The spec dim names whose axes stayed symbolic in ``program``."""
-    from torch.fx.experimental.symbolic_shapes import is_concrete_int
-
-    user = set(program.graph_signature.user_inputs)
-    placeholders = [p for p in program.graph.nodes if p.op == "placeholder" and p.name in user]
-    found = []
-    for p, names in zip(placeholders, axis_names):
-        for size, name in zip(p.meta["val"].shape, names):
-            if name and not is_concrete_int(size) and name not in found:
-                found.append(name)
-    return found
-
-
-def save_onnx(program, path: Path, graph) -> None:
-    """Convert ``program`` with ``torch.onnx.export(dynamo=True)``; inputs and outputs keep the spec's names."""
-    import torch
-
-    try:
-        import onnx  # noqa: F401
-        import onnxscript  # noqa: F401
-    except ImportError:
-        raise _Usage(f"--format onnx needs onnx and onnxscript: {_PIP}") from None
-    try:
-        with _quiet():
-            onnx_program = torch.onnx.export(program, (), dynamo=True, input_names=list(graph.inputs),
-                                             output_names=list(graph.outputs), verbose=False)
-            onnx_program.save(str(path))
-    except Exception as exc:  # noqa: BLE001 - an operator without an ONNX translation, among others
-        raise ExportError(f"ONNX conversion of model '{graph.name}' failed: {_first_line(exc)}") from exc
-
-
-def _run_onnx(path: Path, graph, inputs):
-    """The ONNX file run in onnxruntime on ``inputs`` (None when onnxruntime is not installed)."""
-    try:
-        import onnxruntime
-    except ImportError:
-        return None
-    import torch
-
-    try:
-        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        feed = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
-        return tuple(torch.from_numpy(o) for o in session.run(None, feed))
-    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types (e.g. no float64 kernel)
-        raise ExportError(f"wrote {path}, but onnxruntime cannot run it: {_first_line(exc)}") from exc
-
-
-def _difference(ours, theirs) -> float:
-    """Largest |a - b| / max(1, |a|) over every output."""
-    import torch
-
-    ours = ours if isinstance(ours, tuple) else (ours,)
-    theirs = theirs if isinstance(theirs, (tuple, list)) else (theirs,)
-    if len(ours) != len(theirs):
-        return float("inf")
-    worst = 0.0
-    for a, b in zip(ours, theirs):
-        if a.shape != b.shape:
-            return float("inf")
-        a, b = a.detach().double(), b.detach().double()
-        worst = max(worst, float(((a - b).abs() / a.abs().clamp_min(1.0)).max()) if a.numel() else 0.0)
-    return worst
 
 
 # ------------------------------------------------------------------------------------------------ command
@@ -213,6 +117,7 @@ def _load(args):
     if args.checkpoint is not None:
         ckpt = workflow._load_checkpoint(args.checkpoint)
         graph, model = workflow._restored_model(args, ckpt)
+        _unexportable(graph)
         return graph, model, f"weights from {args.checkpoint}", trained_dims(ckpt)
     graph, _ = workflow._graph(args)
     _unexportable(graph)  # before building the module
@@ -243,9 +148,23 @@ def _without_rules(model, rules):
     return plain
 
 
+def _model_span(spec: str, name: str) -> str:
+    """``FILE:LINE:COL`` of model ``name``'s declaration in ``spec`` (the file alone if it is declared elsewhere)."""
+    from rpn2c.errors import SpecError
+    from rpn2c.syntax.parser import parse
+
+    try:
+        found = parse(Path(spec).read_text(encoding="utf-8"), spec).definition(name)
+    except (OSError, SpecError):
+        found = None
+    return str(found.span) if found is not None else spec
+
+
 @_guard
 def cmd_export(args) -> int:
     import torch
+
+    from rpn2c.runtime import export_write
 
     if (args.checkpoint is None) == (not args.random_init):
         raise _Usage("give a CHECKPOINT written by `rpn2c train`, or --random-init for untrained weights"
@@ -253,7 +172,11 @@ def cmd_export(args) -> int:
     given = parse_dims(args.dim)
     dtype = getattr(torch, args.dtype)
     try:
+        if args.format == "onnx":
+            export_write.require_onnx()
         graph, model, source, trained = _load(args)
+    except export_write.MissingPackage as exc:
+        raise _Usage(str(exc)) from None
     except ExportError as exc:
         _err(f"rpn2c: error: {exc}")
         return EXIT_SPEC
@@ -264,38 +187,31 @@ def cmd_export(args) -> int:
     model = model.to(dtype).eval()
     out = Path(args.out) if args.out else (Path(args.checkpoint).with_suffix(FORMATS[args.format])
                                            if args.checkpoint else Path(Path(args.spec).stem + FORMATS[args.format]))
-    inputs, axis_names = example_inputs(graph, dims, dtype=dtype)
+    _, axis_names = example_inputs(graph, dims, dtype=dtype)
+    sizes = {d: dims.get(d, EXAMPLE_BATCH if d == "B" else OTHER) for names in axis_names for d in names if d}
     try:
-        program, dynamic, why = export_program(model, graph, inputs, axis_names, dynamic=not args.static)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if args.format == "pt2":
-            torch.export.save(program, out)
-        else:
-            save_onnx(program, out, graph)
+        written = export_write.write_checked(
+            model, graph, args.format, out, sizes, lambda at, seed: example_inputs(graph, at, dtype=dtype, seed=seed),
+            dynamic=not args.static, tolerance=TOLERANCE[args.dtype], where=_model_span(args.spec, graph.name))
     except ExportError as exc:
         _err(f"rpn2c: error: {exc}")
         return EXIT_SPEC
-    # the check: the written file, loaded back, against the module on fresh inputs (another batch if dynamic)
-    sizes = {d: dims.get(d, EXAMPLE_BATCH if d == "B" else OTHER) for names in axis_names for d in names if d}
-    fresh, _ = example_inputs(graph, {d: v + 1 if d in dynamic else v for d, v in sizes.items()}, dtype=dtype, seed=1)
-    with torch.no_grad():
-        want = model(*fresh)
-    if args.format == "pt2":
-        with _quiet():
-            got = torch.export.load(out).module()(*fresh)
-    else:
-        try:
-            got = _run_onnx(out, graph, fresh)
-        except ExportError as exc:
-            _err(f"rpn2c: error: {exc}")
-            return EXIT_SPEC
+    except OSError as exc:
+        _err(f"rpn2c: error: cannot write {out}: {exc.strerror or exc}")
+        return EXIT_SPEC
+    _summary(args, graph, out, source, sizes, from_data, written)
+    return EXIT_OK
+
+
+def _summary(args, graph, out: Path, source: str, sizes: dict[str, int], from_data: dict[str, int], written) -> None:
     what = {"pt2": "torch.export program", "onnx": "ONNX model"}[args.format]
     _out(f"wrote {out}: {what} of model {graph.name} ({args.dtype}), {source}")
     for n in graph.inputs:
         t = graph.node(n).type
         names = sorted({d for d in _layout(t, sizes)[1] if d})
-        dyn = [d for d in names if d in dynamic]
-        fixed = [f"{d}={sizes[d]}" for d in names if d not in dynamic]
+        dyn = [d + (f" in {written.bounds[d][0]}..{written.bounds[d][1]}" if d in written.bounds else "")
+               for d in names if d in written.dynamic]
+        fixed = [f"{d}={sizes[d]}" for d in names if d not in written.dynamic]
         note = ", ".join(([f"dynamic {', '.join(dyn)}"] if dyn else []) + ([f"fixed {', '.join(fixed)}"] if fixed
                                                                             else []))
         _out(f"  input {n}: {t}" + (f" ({note})" if note else ""))
@@ -304,18 +220,14 @@ def cmd_export(args) -> int:
     if from_data:
         _out("  example sizes from the training data: " + ", ".join(f"{k}={v}" for k, v in from_data.items())
              + " (--dim NAME=SIZE to change)")
-    if why:
-        _out(f"  static shapes: the dynamic trace failed ({why})")
-    if got is None:
+    for dims, why in written.static:
+        _out(f"  static {', '.join(f'{d}={sizes[d]}' for d in dims)}: {why}")
+    if written.checks is None:
         _out("  not checked: onnxruntime is not installed")
-        return EXIT_OK
-    diff = _difference(want, got)
-    sizes = ", ".join(f"{n}{list(x.shape)}" for n, x in zip(graph.inputs, fresh))
-    if not diff <= TOLERANCE[args.dtype]:
-        _err(f"rpn2c: error: {out} differs from the module on random inputs ({sizes}): relative difference {diff:.3g}")
-        return EXIT_SPEC
-    _out(f"  checked: equals the module on fresh random inputs ({sizes}), largest difference {diff:.2g}")
-    return EXIT_OK
+        return
+    shapes = " and ".join(f"({s})" for s, _ in written.checks)
+    worst = max(d for _, d in written.checks)
+    _out(f"  checked: equals the module on fresh random inputs {shapes}, largest difference {worst:.2g}")
 
 
 def register(sub) -> None:

@@ -37,7 +37,7 @@ from rpn2c.errors import did_you_mean
 from rpn2c.ir.graph import Graph, head_slots, slots_before
 from rpn2c.lower import reference as literal
 from rpn2c.lower.emitters import own_aux
-from rpn2c.train.interdependence import layer_call, layer_module
+from rpn2c.train.interdependence import in_eval_mode, layer_call, layer_module
 
 MAX_ENTRIES = 50_000_000  # a dense float64 M of 400 MB
 
@@ -119,9 +119,10 @@ def check_matrix_layer(graph: Graph, name: str) -> None:
 
 
 @torch.no_grad()
+@in_eval_mode
 def layer_matrix(model: nn.Module, layer: str, inputs: dict[str, torch.Tensor], *, sample: int = 0) -> LayerMatrix:
-    """The matrix view of ``layer`` of a compiled ``model`` (either lowering), run on ``inputs`` in float64;
-    data-dependent parts (attention, max pooling) are those of sample ``sample`` of the batch."""
+    """The matrix view of ``layer`` of a compiled ``model`` (either lowering), run on ``inputs`` in float64 in eval
+    mode; data-dependent parts (attention, max pooling) are those of sample ``sample`` of the batch."""
     graph: Graph = model.graph
     check_matrix_layer(graph, layer)
     if any(p.dtype != torch.float64 for p in model.parameters()):

@@ -3,8 +3,11 @@
 Diagnostics come from the real checker (all errors, their codes, did-you-mean hints as quick fixes), checked again
 once typing pauses (``DEBOUNCE``; ``initializationOptions.debounce_ms`` overrides) and at once on open and save; the
 requests (hover, completion, definition, formatting, outline, references, signature help, inlay hints, code lenses,
-``rpn2c.viewOutput``) are :mod:`rpn2c.runtime.lsp_features`. The wire is :mod:`rpn2c.runtime.lsp_wire`: plain
-JSON-RPC with no protocol library, so the first diagnostics arrive as soon as the checker has loaded.
+``rpn2c.viewOutput``) are :mod:`rpn2c.runtime.lsp_features`, and rename, semantic tokens, folding ranges and workspace
+symbols :mod:`rpn2c.runtime.lsp_structure`. The heavy ones (``viewOutput`` imports torch and builds
+the model; code lens resolution runs the optimiser) go to a worker process (:mod:`rpn2c.runtime.lsp_worker`), so
+diagnostics and the light requests never wait behind them. The wire is :mod:`rpn2c.runtime.lsp_wire`: plain JSON-RPC
+with no protocol library, so the first diagnostics arrive as soon as the checker has loaded.
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ from urllib.parse import unquote, urlparse
 
 from rpn2c.errors import Span
 from rpn2c.runtime.common import EXIT_OK
-from rpn2c.runtime.lsp_wire import (INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, SERVER_NOT_INITIALIZED,
-                                    Document, ResponseError, read_message, write_message)
+from rpn2c.runtime.lsp_wire import (CONTENT_MODIFIED, INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND,
+                                    SERVER_NOT_INITIALIZED, Document, ResponseError, read_message, write_message)
+from rpn2c.runtime.lsp_worker import HEAVY, KINDS, VIEW_OUTPUT, Done, Job, Jobs, target_uri
 
 NAME = "rpn2c"
-VIEW_OUTPUT = "rpn2c.viewOutput"
+SEMANTIC_LEGEND = {"tokenTypes": ["keyword", "type", "typeParameter", "class", "function", "parameter", "variable",
+                                  "property", "namespace", "string", "number", "comment", "operator"],
+                   "tokenModifiers": ["declaration", "defaultLibrary"]}
 CAPABILITIES = {
     "positionEncoding": "utf-16",
     "textDocumentSync": {"openClose": True, "change": 2, "save": {"includeText": False}},  # 2: incremental
@@ -36,8 +42,12 @@ CAPABILITIES = {
     "referencesProvider": True,
     "signatureHelpProvider": {"triggerCharacters": ["(", ","], "retriggerCharacters": ["="]},
     "inlayHintProvider": {"resolveProvider": False},
-    "codeLensProvider": {"resolveProvider": False},
+    "codeLensProvider": {"resolveProvider": True},
     "executeCommandProvider": {"commands": [VIEW_OUTPUT]},
+    "renameProvider": {"prepareProvider": True},
+    "semanticTokensProvider": {"legend": SEMANTIC_LEGEND, "full": True},
+    "foldingRangeProvider": True,
+    "workspaceSymbolProvider": True,
 }
 DEBOUNCE = 0.15  # seconds without a change before a changed document is checked
 ERROR, LOG_ERROR = 1, 1  # DiagnosticSeverity.Error, MessageType.Error
@@ -85,13 +95,17 @@ class Server:
         self.cache: dict[str, object] = {}  # uri -> the analysis of its latest checked text
         self.due: dict[str, float] = {}  # uri -> when its debounced check runs
         self.checks = 0
+        self.preloaded = False  # the modules later requests need, imported once the first diagnostics are out
+        self.roots: list[Path] = []  # the workspace's folders
+        self._workspace = None
         self.state = "new"  # new -> running -> shut down
         self.inbox: queue.Queue = queue.Queue()
+        self.jobs = Jobs(self._send, self.inbox.put)  # heavy requests, answered by a worker
         self.requests = {"initialize": self.initialize, "shutdown": self.shutdown}
         self.features: dict | None = None  # the other requests' handlers, loaded after ``initialize`` is answered
         self.notifications = {"initialized": None, "exit": None, "textDocument/didOpen": self.did_open,
                               "textDocument/didChange": self.did_change, "textDocument/didSave": self.did_save,
-                              "textDocument/didClose": self.did_close,
+                              "textDocument/didClose": self.did_close, "$/cancelRequest": self.cancel,
                               "workspace/didChangeConfiguration": None}
 
     # -------------------------------------------------------------------------------------------- loop
@@ -105,14 +119,15 @@ class Server:
             except queue.Empty:
                 self._publish_due()
                 continue
-            if item is None:
-                return EXIT_OK
-            if isinstance(item, ResponseError):
+            if item is None or (isinstance(item, dict) and item.get("method") == "exit"):
+                self.jobs.close()
+                return EXIT_OK if item is None or self.state == "shut down" else 1
+            if isinstance(item, Done):
+                self.jobs.finished(item)
+            elif isinstance(item, ResponseError):
                 self._send({"id": None, "error": {"code": item.code, "message": str(item)}})
-                continue
-            if item.get("method") == "exit":
-                return EXIT_OK if self.state == "shut down" else 1
-            self._dispatch(item)
+            else:
+                self._dispatch(item)
 
     def _read(self) -> None:
         """Queue each message; stop after ``exit`` or at the end of input, so that no read of stdin is in flight
@@ -141,6 +156,9 @@ class Server:
                 raise ResponseError(SERVER_NOT_INITIALIZED, f"'{method}' before 'initialize'")
             if self.state == "shut down":
                 raise ResponseError(INVALID_REQUEST, f"'{method}' after 'shutdown'")
+            if method in HEAVY:  # off this loop: the next keystroke's diagnostics never wait for it
+                self._submit(ident, method, params)
+                return
             handler = self.requests.get(method) or self.feature(method)
             if handler is None:
                 raise ResponseError(METHOD_NOT_FOUND, f"method not found: {method}")
@@ -150,13 +168,52 @@ class Server:
         except Exception as exc:  # a bug in a feature answers its request, the server stays up
             self._send({"id": ident, "error": {"code": INTERNAL_ERROR, "message": f"{type(exc).__name__}: {exc}"}})
 
+    def _submit(self, ident, method: str, params: dict) -> None:
+        """Queue a heavy request for the worker, with its document as it is now."""
+        uri = target_uri(method, params)
+        doc = self.docs.get(uri)
+        if method == "codeLens/resolve" and doc is not None and params["data"].get("version") != doc.version:
+            raise ResponseError(CONTENT_MODIFIED, "the document changed since this code lens was made")
+        snapshot = Document(uri, doc.text, doc.version) if doc is not None else None
+        self.jobs.submit(Job(ident, method, params, uri, snapshot))
+
     def feature(self, method: str):
         """The handler of request ``method`` among the features (:mod:`rpn2c.runtime.lsp_features`), or None."""
         if self.features is None:
-            from rpn2c.runtime import lsp_features
+            from rpn2c.runtime import lsp_features, lsp_structure
 
-            self.features = lsp_features.requests(self)
+            self.features = {**lsp_features.requests(self), **lsp_structure.requests(self)}
         return self.features.get(method)
+
+    @property
+    def workspace(self):
+        """The workspace's spec files (:class:`rpn2c.runtime.workspace.Workspace`), open documents' texts first."""
+        if self._workspace is None:
+            from rpn2c.runtime.workspace import Workspace
+
+            self._workspace = Workspace(self.roots, self._open_texts)
+        return self._workspace
+
+    def _open_texts(self) -> dict[Path, str]:
+        out = {}
+        for uri, doc in list(self.docs.items()):  # one copy: the preloading thread reads it too
+            path = uri_path(uri)
+            if path is not None:
+                out[path.resolve()] = doc.text
+        return out
+
+    def _preload(self) -> None:
+        """Import what the requests after the first diagnostics need (the optimiser behind a value's hover, the
+        request handlers) and index the workspace's spec files, on a thread: a few tenths of a second the first
+        hover or workspace symbol search would otherwise spend in the loop."""
+        import rpn2c.passes  # noqa: F401
+        import rpn2c.runtime.lsp_features  # noqa: F401
+        import rpn2c.runtime.lsp_structure  # noqa: F401
+
+        try:
+            self.workspace.index()
+        except (OSError, RuntimeError):  # a folder that vanished, or documents changing meanwhile: the search reads
+            pass
 
     def _guarded(self, handler, params) -> None:
         try:
@@ -178,12 +235,25 @@ class Server:
         debounce = options.get("debounce_ms") if isinstance(options, dict) else None
         if isinstance(debounce, (int, float)) and not isinstance(debounce, bool) and 0 <= debounce <= 10_000:
             self.debounce = debounce / 1000
+        worker = options.get("worker") if isinstance(options, dict) else None
+        if worker in KINDS:
+            self.jobs.kind = worker
+        folders = params.get("workspaceFolders") or [{"uri": params.get("rootUri") or ""}]
+        self.roots = [p for f in folders if isinstance(f, dict) and (p := uri_path(str(f.get("uri")))) is not None]
+        if not self.roots and isinstance(params.get("rootPath"), str):
+            self.roots = [Path(params["rootPath"])]
         self.state = "running"
         return {"capabilities": CAPABILITIES, "serverInfo": {"name": NAME, "version": __version__}}
 
     def shutdown(self, params) -> None:
         self.state = "shut down"
+        self.jobs.close("the server is shutting down")
         return None
+
+    def cancel(self, params: dict) -> None:
+        """``$/cancelRequest``: a heavy request still unanswered is answered RequestCancelled (the light ones are
+        answered in order, before a later cancel is read)."""
+        self.jobs.cancel(params.get("id"))
 
     # -------------------------------------------------------------------------------------------- documents
     def document(self, uri: str) -> Document:
@@ -217,6 +287,9 @@ class Server:
         if doc.version is not None:
             params["version"] = doc.version
         self.notify("textDocument/publishDiagnostics", params)
+        if not self.preloaded:
+            self.preloaded = True
+            threading.Thread(target=self._preload, daemon=True).start()
 
     def _publish_due(self) -> None:
         now = time.monotonic()
@@ -260,6 +333,7 @@ class Server:
             doc.apply(change)
         doc.version = ident.get("version", doc.version)
         self.due[doc.uri] = time.monotonic() + self.debounce
+        self.jobs.supersede(doc.uri)
 
     def did_save(self, params: dict) -> None:
         uri = params["textDocument"]["uri"]
@@ -272,6 +346,7 @@ class Server:
         self.docs.pop(uri, None)
         self.cache.pop(uri, None)
         self.due.pop(uri, None)
+        self.jobs.supersede(uri)
         self.notify("textDocument/publishDiagnostics", {"uri": uri, "diagnostics": []})
 
 

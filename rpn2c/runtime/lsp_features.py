@@ -1,7 +1,8 @@
 """The language server's requests, answered as the LSP's JSON: hover (components, hyper-parameters, and values with
 their type, shape, parameter count and kernels), completion per slot with resolve, definition, formatting, quick
 fixes, outline, references, signature help, inlay hints with each value's inferred type and parameter count, code
-lenses and the ``rpn2c.viewOutput`` command (a layer's ``explain`` and the generated program that runs it).
+lenses (resolved with the kernels each layer runs) and the ``rpn2c.viewOutput`` command (a layer's ``explain`` and
+the generated program that runs it); the server sends the last two to its worker (:mod:`rpn2c.runtime.lsp_worker`).
 
 Registered on :class:`rpn2c.runtime.lsp.Server` by :func:`requests`; the analysis is :mod:`rpn2c.runtime.editor`,
 :mod:`rpn2c.runtime.symbols` (token stream and syntax tree) and :mod:`rpn2c.runtime.analysis` (checked graphs).
@@ -14,9 +15,11 @@ import re
 from rpn2c.errors import SpecError
 from rpn2c.runtime import analysis, editor, symbols
 from rpn2c.runtime.lsp import NAME, VIEW_OUTPUT, uri_path
-from rpn2c.runtime.lsp_wire import INVALID_PARAMS, Document, ResponseError
+from rpn2c.runtime.lsp_wire import Document
+from rpn2c.runtime.lsp_worker import target_uri
 
 MARKDOWN = "markdown"
+LENS_KERNELS = 3  # kernels named in a code lens's title
 
 # the LSP's CompletionItemKind and SymbolKind numbers
 _COMPLETION_KINDS = {"component": 3, "hyper-parameter": 10, "setting": 5, "keyword": 14, "block": 7, "module": 9,
@@ -192,23 +195,29 @@ def requests(server) -> dict:
         return out
 
     def code_lens(params):
+        """A lens on every layer value; its title (the kernels the optimiser chose) comes with ``resolve``."""
         doc, _, _ = opened(params)
         a = server.analysis_of(doc.uri)
         return [{"range": doc.client_range(v.line, v.col, v.line, v.end_col),
-                 "command": {"title": "explain · generated code", "command": VIEW_OUTPUT,
-                             "arguments": [doc.uri, v.line, v.col]}}
+                 "data": {"uri": doc.uri, "line": v.line, "col": v.col, "version": doc.version}}
                 for v in analysis.layer_values(a)]
 
-    def execute_command(params):
-        if params.get("command") != VIEW_OUTPUT:
-            raise ResponseError(INVALID_PARAMS, f"unknown command {params.get('command')!r}")
-        return view_output(*(params.get("arguments") or []))
+    def code_lens_resolve(lens):
+        """The lens's command: ``rpn2c.viewOutput`` titled with the value's kernels (runs on the worker)."""
+        data = lens["data"]
+        uri, line, col = data["uri"], int(data["line"]), int(data["col"])
+        a = server.analysis_of(uri)
+        v = a.value_at(line, col)
+        kernels = analysis.value_kernels(a, v) if v is not None else []
+        shown = ", ".join(kernels[:LENS_KERNELS]) + (" …" if len(kernels) > LENS_KERNELS else "")
+        title = f"{shown} · explain · generated code" if kernels else "explain · generated code"
+        return {**lens, "command": {"title": title, "command": VIEW_OUTPUT, "arguments": [uri, line, col]}}
 
-    def view_output(*args):
-        """``[uri, line, character]`` (0-based, character index) of a value: its explain text and generated code."""
-        if len(args) != 3:
-            raise ResponseError(INVALID_PARAMS, f"{VIEW_OUTPUT} takes [uri, line, character], got {list(args)}")
-        uri, line, col = str(args[0]), int(args[1]), int(args[2])
+    def execute_command(params):
+        """``rpn2c.viewOutput`` with ``[uri, line, character]`` (0-based, character index) of a value: its explain
+        text and generated code."""
+        uri = target_uri("workspace/executeCommand", params)
+        _, line, col = params["arguments"]
         a = server.analysis_of(uri)
         v = a.value_at(line, col) or value_under(a, server.document(uri).text, line, col)
         if v is None:
@@ -220,4 +229,5 @@ def requests(server) -> dict:
             "textDocument/formatting": formatting, "textDocument/codeAction": code_action,
             "textDocument/documentSymbol": document_symbol, "textDocument/references": references,
             "textDocument/signatureHelp": signature_help, "textDocument/inlayHint": inlay_hint,
-            "textDocument/codeLens": code_lens, "workspace/executeCommand": execute_command}
+            "textDocument/codeLens": code_lens, "codeLens/resolve": code_lens_resolve,
+            "workspace/executeCommand": execute_command}

@@ -11,9 +11,16 @@ import json
 import sys
 from pathlib import Path
 
-from rpn2c.runtime.common import EXIT_OK, _err, _out, _Usage
+from rpn2c.runtime.common import EXIT_OK, _err, _out, _Usage, parse_params
 from rpn2c.runtime.workflow import (_data_options, _dataset, _device, _guard, _jsonable, _load_checkpoint,
-                                    _restored_model, _same_options, _threads)
+                                    _named_dims, _restored_model, _same_options, _threads)
+
+
+def _trained_params(args, ckpt) -> dict:
+    """The model parameters the spec was checked with: the checkpoint's, overridden by ``--param``."""
+    from rpn2c.train import checkpoint
+
+    return {**checkpoint.model_params(ckpt), **parse_params(getattr(args, "param", None))}
 
 
 @_guard
@@ -28,7 +35,8 @@ def cmd_eval(args) -> int:
     name = args.data or cfg["data"]
     seed = cfg["seed"] if args.seed is None else args.seed
     dataset = _dataset(name, seed, _data_options(args.data_option) or _same_options(name, cfg))
-    binding = bind(graph, dataset, args.spec)
+    with _named_dims(graph, args, _trained_params(args, ckpt), trained=True):
+        binding = bind(graph, dataset, args.spec)
     device = _device(args.device)
     model.to(device)
     with _threads(cfg.get("threads", 1)):
@@ -90,7 +98,8 @@ def cmd_predict(args) -> int:
     if args.input is not None:
         if task == "node_classification":
             raise _Usage("a graph model predicts from a graph dataset: use --data")
-        x = samples_from_array(_read_array(args.input), graph, f"--input {args.input}", args.spec)
+        with _named_dims(graph, args, _trained_params(args, ckpt), trained=True):
+            x = samples_from_array(_read_array(args.input), graph, f"--input {args.input}", args.spec)
         from rpn2c.train.binding import feature_input
 
         binding = Binding(task, feature_input(graph, args.spec)[0], num_classes=info["num_classes"],
@@ -101,7 +110,8 @@ def cmd_predict(args) -> int:
         cfg = ckpt["config"]
         seed = cfg["seed"] if args.seed is None else args.seed
         dataset = _dataset(args.data, seed, _data_options(args.data_option) or _same_options(args.data, cfg)).to(device)
-        binding = bind(graph, dataset, args.spec)
+        with _named_dims(graph, args, _trained_params(args, ckpt), trained=True):
+            binding = bind(graph, dataset, args.spec)
         split = dataset.train if args.split == "train" else dataset.test
         if task == "node_classification":
             x, edges, y, mask = split

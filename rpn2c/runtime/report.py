@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 
-from rpn2c.components.registry import FAMILIES, Component, Entry, all_entries
+from rpn2c.components.registry import FAMILIES, Component, Entry, all_entries, unknown_hint
 from rpn2c.ir.graph import Graph, Use
 from rpn2c.ir.picture import describe  # noqa: F401  (the recipe text, shared with the graph picture)
 from rpn2c.ir.table import layer_table, render_table  # noqa: F401  (the table of `rpn2c check`, print(graph))
@@ -31,14 +30,12 @@ def components_json(family: str | None = None, entries: list[Entry] | None = Non
     return out
 
 
-def find_components(name: str, family: str | None = None) -> tuple[list[Entry], list[str]]:
-    """The entries named ``name`` (or aliased so), in every family or one; else up to 3 close names."""
+def find_components(name: str, family: str | None = None) -> tuple[list[Entry], str | None]:
+    """The entries named ``name`` (or aliased so), in every family or one; else none and the help naming what
+    ``name`` most likely meant (another library's name for an entry, or the closest names)."""
     entries = [e for e in all_entries() if (family is None or e.family == family)]
     found = [e for e in entries if name == e.name or name in e.cls.aliases]
-    if found:
-        return found, []
-    known = sorted({n for e in entries for n in (e.name, *e.cls.aliases)})
-    return [], difflib.get_close_matches(name, known, n=3)
+    return found, None if found else unknown_hint(name, (family,) if family else None)
 
 
 def component_text(entry: Entry) -> str:

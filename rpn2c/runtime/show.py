@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rpn2c.runtime.common import EXIT_OK, _err, _out, _Usage, add_spec_command, parse_dims
-from rpn2c.runtime.workflow import _compile, _dataset, _graph, _guard, _load_checkpoint
+from rpn2c.runtime.common import EXIT_OK, _err, _out, _Usage, add_spec_command, parse_dims, parse_params
+from rpn2c.runtime.workflow import _compile, _dataset, _graph, _guard, _load_checkpoint, _named_dims
 
 FORMATS = ("png", "npz", "npy", "json")
 
@@ -37,10 +37,10 @@ def _random_inputs(graph, dims: dict[str, int]):
 
 
 def _model(args, graph):
-    """The reference-lowered model in float64 (trained weights with ``--checkpoint``), its graph, and the sizes of
-    the symbolic dims in the checkpoint's training data (random inputs default to them)."""
+    """The reference-lowered model in float64 and eval mode (trained weights with ``--checkpoint``), its graph, and
+    the sizes of the symbolic dims in the checkpoint's training data (random inputs default to them)."""
     if not args.from_checkpoint:
-        return graph, _compile(graph, reference=True).double(), {}
+        return graph, _compile(graph, reference=True).double().eval(), {}
     from rpn2c.runtime.export_cli import trained_dims
     from rpn2c.train import checkpoint
 
@@ -48,7 +48,7 @@ def _model(args, graph):
     graph, _ = _graph(args, checkpoint.model_params(ckpt) or None)
     model = _compile(graph, reference=True)
     checkpoint.restore(ckpt, graph, model, path=args.from_checkpoint)
-    return graph, model.double(), trained_dims(ckpt)
+    return graph, model.double().eval(), trained_dims(ckpt)
 
 
 def _inputs(args, graph, trained: dict[str, int]):
@@ -59,8 +59,13 @@ def _inputs(args, graph, trained: dict[str, int]):
     if not args.data:
         inputs = _random_inputs(graph, {**trained, **parse_dims(args.dim)})
         return inputs, "random input " + ", ".join(f"{k}{list(v.shape)}" for k, v in inputs.items())
+    from rpn2c.train import checkpoint
+
     dataset = _dataset(args.data, args.seed)
-    binding = bind(graph, dataset, args.spec)
+    trained_params = checkpoint.model_params(_load_checkpoint(args.from_checkpoint)) if args.from_checkpoint else {}
+    params = {**trained_params, **parse_params(getattr(args, "param", None))}
+    with _named_dims(graph, args, params, trained=bool(args.from_checkpoint)):
+        binding = bind(graph, dataset, args.spec)
     split = dataset.train if args.split == "train" else dataset.test
     def real(x):  # token ids stay integers
         return x.double() if x.is_floating_point() else x

@@ -126,7 +126,7 @@ def references(text: str, line: int, col: int, include_declaration: bool = True)
         start, end = _definition_extent(toks, i)
         decl = (binding.line, binding.col)
         out = [rng(t) for k, t in enumerate(toks[start:end], start) if t.type == "NAME" and str(t) == name
-               and not dotted(k) and not (k + 1 < len(toks) and toks[k + 1].type == "LPAR")
+               and not dotted(k) and not (k + 1 < len(toks) and toks[k + 1].type in ("LPAR", "LSQB"))  # a call, a type
                and (not key(k) or (t.line - 1, t.column - 1) == decl)]
         return [r for r in out if include_declaration or (r[0], r[1]) != decl]
     if name in here.definitions:

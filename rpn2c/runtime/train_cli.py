@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rpn2c.runtime.common import EXIT_OK, _err, _out, _Usage, parse_params
 from rpn2c.runtime.workflow import (EXIT_INTERRUPTED, _compile, _data_options, _dataset, _device, _graph, _guard,
-                                    _jsonable, _threads, _write_csv)
+                                    _jsonable, _named_dims, _threads, _write_csv)
 
 
 def _given(args) -> dict:
@@ -59,8 +59,7 @@ def _spec_files(cfg) -> tuple[list[Path], Path]:
 
 @_guard
 def cmd_train(args) -> int:
-    from rpn2c.train import distributed, run
-    from rpn2c.train.binding import bind
+    from rpn2c.train import run
 
     if args.overwrite and args.resume is not None:
         raise _Usage("--resume continues the run in its folder and --overwrite replaces it: give one of them")
@@ -69,13 +68,17 @@ def cmd_train(args) -> int:
     # continuing in its own folder keeps the run; anywhere else the folder must hold no other run
     here = ckpt is not None and ckpt_path.parent.resolve() == out_dir.resolve()
     run.claim(out_dir, resume=here, overwrite=args.overwrite, remove=False)  # every rank, before any removes
+    from rpn2c.train import distributed  # torch, once the folder is known to take the run: a refusal is quick
+    from rpn2c.train.binding import bind
+
     spec_args = argparse.Namespace(spec=cfg.spec, model=cfg.model, root=cfg.root)
     graph, text = _graph(spec_args, cfg.params)
     cfg = run.text_length(cfg, graph)
     env = distributed.DistEnv.from_env()
     device = _device(cfg.device, env)
     dataset = _dataset(cfg.data, cfg.seed, cfg.data_options)
-    binding = bind(graph, dataset, cfg.spec)
+    with _named_dims(graph, spec_args, cfg.params):
+        binding = bind(graph, dataset, cfg.spec)
     split = run.split_sizes(dataset, cfg.val_fraction, cfg.seed)
     if env.is_main:
         if not cfg.quiet:
@@ -234,9 +237,7 @@ def _write_run(out_dir: Path, cfg, common, graph, dataset, history, state, secon
 def register(sub) -> None:
     """Add ``train`` to the ``rpn2c`` sub-command parser."""
     from rpn2c.runtime.common import add_spec_options
-    from rpn2c.train.config import TrainConfig
-
-    d = {k: f.default for k, f in TrainConfig.model_fields.items()}
+    from rpn2c.train.defaults import DEFAULTS as d  # not TrainConfig: building the parser needs no pydantic
     help_ = ("train a spec on a dataset; writes the last and the best checkpoint, run.yaml, metrics (CSV, JSON) "
              "and a curves PNG")
     s = sub.add_parser("train", help=help_, description=help_)

@@ -79,6 +79,28 @@ def _graph(args, params: dict | None = None):
                          "(--param or the checkpoint)") from None
 
 
+@contextlib.contextmanager
+def _named_dims(graph, spec_args, params: dict | None, *, trained: bool = False):
+    """Say a data/spec size mismatch (:class:`rpn2c.train.binding.DimMismatch`) with the model parameter that sets
+    the dimension and the ``--param`` that fixes it (``trained``: the model's parameters come from a checkpoint)."""
+    from rpn2c.runtime.dimension_fit import fit_dimension
+    from rpn2c.train.binding import DimMismatch
+
+    try:
+        yield
+    except DimMismatch as exc:
+        if exc.value is None:
+            def dim(g):
+                return g.node(g.outputs[0]).type.shape[exc.axis]
+        else:
+            def dim(g):
+                return g.node(exc.value).type.shape[exc.axis]
+        fit = fit_dimension(spec_args.spec, graph.name, spec_args.root, dict(params or {}), dim, exc.want, exc.have)
+        if fit.param is None:
+            raise
+        raise exc.named(fit.param, fit.value, fit.why_not, trained) from None
+
+
 def _compile(graph, *, reference: bool = False):
     from rpn2c.lower.build import CompiledModel
 

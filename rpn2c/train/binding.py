@@ -21,6 +21,41 @@ from rpn2c.ir.types import TensorType
 
 from .config import BindError
 
+
+class DimMismatch(BindError):
+    """A size the spec declares and the data does not have: dimension ``axis`` of the type of ``value`` (an input's
+    name, or ``None`` for the output) is ``want`` in the spec and ``have`` in the data. :meth:`named` says it with
+    the model parameter that sets it (found by the command line, which can re-check the spec)."""
+
+    def __init__(self, head: str, dim: str, want: int, have: int, detail: str, value: str | None, axis: int):
+        self.head, self.dim, self.want, self.have, self.detail = head, dim, want, have, detail
+        self.value, self.axis = value, axis
+        if value is None:
+            text = f"{head}: the last dimension must be {have} (set the spec's class/output parameter to {have})"
+        else:
+            text = self._text(f"dimension {dim}", "")
+        super().__init__(text)
+
+    def _text(self, dim: str, fix: str) -> str:
+        if self.value is None:
+            return f"{self.head}: its last dimension {dim} must be {self.have}{fix}"
+        return f"{self.head}: {dim} is {self.want} in the spec but {self.have} in the data ({self.detail}){fix}"
+
+    def named(self, param: str, value: int | None, why_not: str | None, trained: bool) -> BindError:
+        """The same mismatch naming the model parameter ``param`` that sets the dimension, and the ``--param`` that
+        fixes it (``value``; ``why_not``: why the data's size does not check). ``trained``: the model comes from a
+        checkpoint, which holds the parameter's value (a new run is needed, not ``--param``)."""
+        setting = f"--param {param}={value}" if value is not None else None
+        if trained:
+            fix = f"; the checkpoint was trained with {param} = {self.want}" + (
+                f" (train one with {setting} for this data)" if setting else "")
+        elif setting:
+            fix = f": set it with {setting}"
+        else:
+            fix = f"; --param {param}={self.have} does not check: {why_not}" if why_not else ""
+        return BindError(self._text(f"'{param}'" if self.value is None else f"dimension '{param}'", fix))
+
+
 _DIM_NAMES = {"vector": "BF", "tabular": "BF", "sequence": "BTF", "nodes": "BNF", "set": "BNF", "items": "BNF",
               "image": "BCHW", "signal": "BCL", "volume": "BCDHW", "tokens": "BT"}
 _FEATURE_KINDS = ("vector", "items", "grid", "tokens")
@@ -204,9 +239,8 @@ def _match(name: str, t: TensorType, declared, data_shape: tuple[int, ...], data
                         f"has {len(data_shape)} ({data_desc}){hint}")
     for i, (want, have) in enumerate(zip(declared, data_shape)):
         if isinstance(want, int) and want != have:
-            dim = _dim_name(t, i + 1)
-            raise BindError(f"{where}: dimension {dim} is {want} in the spec but {have} in the data "
-                            f"({data_desc}, spec {_shape(declared)})")
+            raise DimMismatch(where, _dim_name(t, i + 1), want, int(have), f"{data_desc}, spec {_shape(declared)}",
+                              name, len(t.shape) - len(declared) + i)
     return {want: int(have) for want, have in zip(declared, data_shape) if isinstance(want, str)}
 
 
@@ -229,5 +263,5 @@ def _check_output(t: TensorType, out: str, ds: Dataset, b: Binding, spec: str) -
         raise BindError(f"output '{out}' of {spec} is {t}; dataset '{ds.name}' ({ds.task}, {what}) needs {expect}")
     last = t.shape[-1]
     if isinstance(last, int) and last != width:
-        raise BindError(f"output '{out}' of {spec} is {t}, but dataset '{ds.name}' has {what}: the last dimension "
-                        f"must be {width} (set the spec's class/output parameter to {width})")
+        raise DimMismatch(f"output '{out}' of {spec} is {t}, but dataset '{ds.name}' has {what}", "", last, width, "",
+                          None, len(t.shape) - 1)

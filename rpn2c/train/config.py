@@ -6,6 +6,8 @@ from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .defaults import DEFAULTS as _D
+
 Scalar = Union[bool, int, float, str]  # bool first: pydantic's smart union keeps true/false booleans
 ParamValue = Union[Scalar, list[Scalar]]
 
@@ -35,24 +37,24 @@ class TrainConfig(BaseModel):
     nodes of the training mask) and scored after every epoch; the test split is read only after training.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # the schema is built when first validated
 
-    data: str = Field("digits", description="built-in dataset name, or KIND:PATH for a user file")
+    data: str = Field(_D["data"], description="built-in dataset name, or KIND:PATH for a user file")
     data_options: dict[str, int | float | bool | str] = Field(
         default_factory=dict, description="options of the user-file loader (KIND:PATH), e.g. window=12")
-    epochs: int = Field(20, ge=1)
-    batch_size: int = Field(32, ge=1)
-    lr: float = Field(3e-3, gt=0)
-    weight_decay: float = Field(1e-4, ge=0)
-    schedule: Literal["cosine", "constant"] = "cosine"
-    seed: int = 0
-    device: str = Field("auto", description="auto (cuda when available), cpu, cuda, cuda:1, ...")
-    compile: bool = Field(False, description="wrap the model with torch.compile")
-    strategy: Literal["auto", "ddp", "fsdp"] = Field("auto", description="multi-process strategy (auto = ddp)")
-    eval_batch_size: int = Field(1024, ge=1)
-    threads: int = Field(1, ge=0, description="torch intra-op CPU threads per process (0: torch's default)")
-    val_fraction: float = Field(0.1, ge=0, lt=1, description="share of the training data held out for validation")
-    patience: int | None = Field(None, ge=1, description="stop after this many epochs without a better "
+    epochs: int = Field(_D["epochs"], ge=1)
+    batch_size: int = Field(_D["batch_size"], ge=1)
+    lr: float = Field(_D["lr"], gt=0)
+    weight_decay: float = Field(_D["weight_decay"], ge=0)
+    schedule: Literal["cosine", "constant"] = _D["schedule"]
+    seed: int = _D["seed"]
+    device: str = Field(_D["device"], description="auto (cuda when available), cpu, cuda, cuda:1, ...")
+    compile: bool = Field(_D["compile"], description="wrap the model with torch.compile")
+    strategy: Literal["auto", "ddp", "fsdp"] = Field(_D["strategy"], description="multi-process strategy (auto = ddp)")
+    eval_batch_size: int = Field(_D["eval_batch_size"], ge=1)
+    threads: int = Field(_D["threads"], ge=0, description="torch intra-op CPU threads per process (0: torch's default)")
+    val_fraction: float = Field(_D["val_fraction"], ge=0, lt=1, description="share of the training data held out for validation")
+    patience: int | None = Field(_D["patience"], ge=1, description="stop after this many epochs without a better "
                                                           "validation metric (None: never)")
     params: dict[str, ParamValue] = Field(default_factory=dict, description="model parameters, as rpn2c.compile's "
                                                                             "params=")

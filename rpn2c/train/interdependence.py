@@ -9,6 +9,8 @@ model: instance matrices are ``[N', N]`` (row = output item, ``Y = A Z``), attri
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -68,20 +70,43 @@ def check_layer(graph: Graph, name: str) -> None:
 
 
 def layer_module(root: nn.Module, path: str) -> nn.Module:
-    """The sub-module of a layer by its spec path (``y.attn``)."""
-    for part in path.split("."):
-        root = getattr(root, part)
-    return root
+    """The sub-module of a layer of a compiled model by its spec path (``y.attn``)."""
+    from rpn2c.lower.build import submodule
+
+    return submodule(root, path)
 
 
+@contextlib.contextmanager
+def eval_mode(model: nn.Module):
+    """``model`` in eval mode inside, its mode restored after: a picture or matrix drawn from a live model is
+    deterministic (no dropout draw, running statistics), whatever the caller's mode."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+def in_eval_mode(fn):
+    """``fn(model, ...)`` run with ``model`` in :func:`eval_mode`."""
+
+    @functools.wraps(fn)
+    def run(model: nn.Module, *args, **kwargs):
+        with eval_mode(model):
+            return fn(model, *args, **kwargs)
+
+    return run
+
+
+@in_eval_mode
 def layer_call(model: nn.Module, module: nn.Module, inputs: dict[str, torch.Tensor]) -> tuple[tuple, object]:
     """(arguments, output) of the layer ``module`` in an eval-mode forward pass of ``model`` on ``inputs``; the
     program calls the layer modules for this pass (an inlined layer would bypass the hooks)."""
     captured: dict = {}
     handles = [module.register_forward_pre_hook(lambda mod, args: captured.setdefault("args", args)),
                module.register_forward_hook(lambda mod, args, out: captured.setdefault("out", out))]
-    was_training, inline = model.training, getattr(model, "_inline", False)
-    model.eval()
+    inline = getattr(model, "_inline", False)
     if inline:
         model.emit(inline=False)
     try:
@@ -89,7 +114,6 @@ def layer_call(model: nn.Module, module: nn.Module, inputs: dict[str, torch.Tens
     finally:
         for handle in handles:
             handle.remove()
-        model.train(was_training)
         if inline:
             model.emit(inline=True)
     return tuple(captured["args"]), captured["out"]
@@ -106,9 +130,10 @@ def _labels(component: str, axis: str) -> tuple[str, str]:
 
 
 @torch.no_grad()
+@in_eval_mode
 def layer_matrices(model: nn.Module, layer: str, inputs: dict[str, torch.Tensor], *, sample: int = 0) -> list[XiMatrix]:
     """Every ξ matrix of ``layer`` in a reference-lowered ``model`` run on ``inputs`` (sample ``sample`` of the
-    batch for data-dependent ones)."""
+    batch for data-dependent ones), in eval mode."""
     graph: Graph = model.graph
     check_layer(graph, layer)
     module = layer_module(model, layer)

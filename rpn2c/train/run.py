@@ -8,11 +8,12 @@ holds one needs ``resume`` (continue it) or ``overwrite`` (clear it first); file
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import shutil
 from pathlib import Path
+
+from rpn2c.errors import did_you_mean
 
 from .config import TrainError
 
@@ -37,10 +38,10 @@ def slug(text: str) -> str:
 
 def data_path(data: str, resolve) -> str:
     """``KIND:PATH`` with ``resolve(PATH)``; a built-in name unchanged."""
-    from rpn2c import data as datasets
+    from rpn2c.data.catalog import FILE_KINDS
 
     kind, sep, path = data.partition(":")
-    return f"{kind}:{resolve(os.path.expanduser(path))}" if sep and kind in datasets.LOADERS else data
+    return f"{kind}:{resolve(os.path.expanduser(path))}" if sep and kind in FILE_KINDS else data
 
 
 def embedding_path(options: dict | None, resolve) -> dict | None:
@@ -76,8 +77,8 @@ def _errors(exc, where: str | None) -> str:
         elif where is None:
             parts.append(f"--{str(e['loc'][0]).replace('_', '-')}: {e['msg']}")
         elif e["type"] == "extra_forbidden":
-            near = difflib.get_close_matches(name, list(RunConfig.model_fields), n=1)
-            parts.append(f"{where}: unknown option '{name}'" + (f" (did you mean '{near[0]}'?)" if near else "")
+            near = did_you_mean(name, list(RunConfig.model_fields))
+            parts.append(f"{where}: unknown option '{name}'" + (f" ({near})" if near else "")
                          + f"; the options are: {', '.join(RunConfig.model_fields)}")
         else:
             parts.append(f"{where}: {name or 'the file'}: {e['msg']}")
@@ -147,8 +148,6 @@ def default_out(cfg) -> Path:
 def resolve(given: dict, config: str | None = None, resume: str | None = None):
     """(RunConfig, checkpoint to resume or None, its path) from the flags ``given`` (None values left out), a
     config file and ``resume`` (None: a new run; "": the run folder the options name; else a folder or file)."""
-    from . import checkpoint
-
     validated(given, None)
     file = read_config(config) if config else {}
     ckpt = path = None
@@ -164,6 +163,8 @@ def resolve(given: dict, config: str | None = None, resume: str | None = None):
         path = target / "checkpoint.pt" if target.is_dir() else target
         if not path.is_file():
             raise ConfigError(f"--resume {resume or target}: no checkpoint at {path}")
+        from . import checkpoint  # torch: only a resumed run reads a checkpoint
+
         ckpt = checkpoint.load(path)
         if "train_state" not in ckpt:
             raise ConfigError(f"--resume {path}: this checkpoint holds no training state (best.pt keeps only the "

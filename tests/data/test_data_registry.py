@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rpn2c.data import Dataset, available, load, stratified_split
+from rpn2c.data import Dataset, available, load, sklearn_files, stratified_split
 from rpn2c.data.registry import _package_dir
 
 SKLEARN_SETS = {  # name: (n_total, input shape per item, classes)
@@ -54,6 +54,41 @@ def test_sklearn_sets_shapes_dtypes_labels(name):
     # train and test indices partition the data set
     tr, te = ds.meta["train_idx"].numpy(), ds.meta["test_idx"].numpy()
     assert np.array_equal(np.sort(np.concatenate([tr, te])), np.arange(n_total))
+
+
+@pytest.mark.parametrize("name", list(SKLEARN_SETS))
+def test_the_files_scikit_learn_ships_read_as_its_loaders_give_them(name):
+    """The registry reads scikit-learn's data files itself (importing scikit-learn costs seconds): the same
+    numbers, classes and names as ``load_<name>()``."""
+    sk = pytest.importorskip("sklearn.datasets")
+    table = sklearn_files.read(name, _package_dir("sklearn"))
+    assert table is not None, f"scikit-learn keeps {sklearn_files.FILES[name]} elsewhere: the registry falls back"
+    bunch = getattr(sk, f"load_{name}")()
+    assert table.data.dtype == np.float64 and np.array_equal(table.data, bunch.data)
+    assert table.target.dtype == np.int64 and np.array_equal(table.target, bunch.target)
+    assert table.feature_names == [str(f) for f in bunch.feature_names]
+    assert table.target_names == [str(c) for c in bunch.target_names]
+    assert sklearn_files.read(name, None) is None  # not installed: the loader decides (and names the package)
+
+
+def test_a_data_file_that_breaks_its_own_header_is_refused(tmp_path):
+    data = tmp_path / "datasets" / "data"
+    data.mkdir(parents=True)
+    (data / "iris.csv").write_text("3,2,a,b\n1.0,2.0,0\n3.0,4.0,1\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="promises 3 of 3"):
+        sklearn_files.read("iris", tmp_path)
+    (data / "iris.csv").write_text("2,2,a,b\n1.0,2.0,0\n3.5,4.0,1\n", encoding="utf-8")
+    table = sklearn_files.read("iris", tmp_path)
+    assert table.data.tolist() == [[1.0, 2.0], [3.5, 4.0]] and table.target.tolist() == [0, 1]
+    assert table.target_names == ["a", "b"]
+
+
+def test_the_catalog_names_every_user_file_kind_and_needs_no_loader():
+    from rpn2c.data import FILE_KINDS, LOADERS
+    from rpn2c.data.catalog import catalog
+
+    assert tuple(LOADERS) == FILE_KINDS
+    assert [r["name"] for r in catalog()] == list(available())
 
 
 def test_digits_pixels_are_counts_over_16():
@@ -221,7 +256,10 @@ def test_missing_root_files_give_clear_error(tmp_path):
 def test_missing_optional_package_names_the_extra(monkeypatch):
     import importlib
 
-    real = importlib.import_module
+    from rpn2c.data import registry
+
+    real, real_dir = importlib.import_module, registry._package_dir
+    monkeypatch.setattr(registry, "_package_dir", lambda p: None if p == "sklearn" else real_dir(p))  # no data files
 
     def fake_import_module(name, *args):
         if name.split(".")[0] in ("sklearn", "statsmodels"):

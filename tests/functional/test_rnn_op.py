@@ -109,14 +109,49 @@ def test_the_compiled_route_keeps_a_kernel_wherever_the_compiler_would_unroll_it
     assert rnn_op.compiled_route(kernel, device, dtype, grad) == route
 
 
+BF16_LSTM = "oneDNN has no bfloat16 LSTM on this CPU (it needs AVX-512); rpn2c falls back to float32 there"
+
+
 def test_the_op_runs_in_its_inputs_dtype_under_autocast():
     """Autocast is off inside the op, so its output dtype is the fake implementation's (the input's)."""
     m, hx = _module("lstm", 1, False)
     w = [p.detach().float() for p in m._flat_weights]
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert m.float()(torch.randn(3, 6, 5))[0].dtype == torch.bfloat16  # torch's autocast casts the LSTM
         out = rnn_op.lstm(torch.randn(3, 6, 5), [h.detach().float() for h in hx], w, True, 1, False, False)
     assert out.dtype == torch.float32
+
+
+@pytest.mark.skipif(not rnn_op._onednn_runs(torch.bfloat16), reason=BF16_LSTM)
+def test_torch_s_autocast_runs_the_cpu_lstm_in_bfloat16():
+    """The premise of :func:`rnn_op.autocast_dtype` for oneDNN's LSTM: eager autocast casts it."""
+    m, _ = _module("lstm", 1, False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert m.float()(torch.randn(3, 6, 5))[0].dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("kernel, device, dtype, autocast, lacks, want", [
+    ("lstm", "cpu", torch.float32, torch.bfloat16, True, torch.bfloat16),  # oneDNN would be sent bfloat16
+    ("lstm", "cpu", torch.float32, torch.float16, True, torch.float16),
+    ("lstm", "cpu", torch.float32, torch.bfloat16, False, None),  # the CPU runs it
+    ("lstm", "cpu", torch.bfloat16, torch.bfloat16, True, None),  # a bfloat16 input takes torch's native kernel
+    ("lstm", "cpu", torch.float64, torch.bfloat16, True, None),  # autocast leaves float64 alone
+    ("lstm", "cpu", torch.float32, None, True, None),  # autocast off
+    ("gru", "cpu", torch.float32, torch.bfloat16, True, None),  # the CPU GRU/RNN: not autocast
+    ("lstm", "cuda", torch.float32, torch.bfloat16, True, None),
+])
+def test_the_cpu_fallback_is_taken_exactly_where_onednn_would_be_sent_a_dtype_it_lacks(
+        monkeypatch, kernel, device, dtype, autocast, lacks, want):
+    for low in (torch.bfloat16, torch.float16):
+        monkeypatch.setitem(rnn_op._ONEDNN_RUNS, low, not lacks)
+    assert rnn_op.cpu_fallback(kernel, device, dtype, autocast) == want
+
+
+def test_the_onednn_probe_answers_the_same_as_torch_s_own_check_and_is_asked_once(monkeypatch):
+    monkeypatch.setattr(rnn_op, "_ONEDNN_RUNS", {})
+    assert rnn_op._onednn_runs(torch.bfloat16) is torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert rnn_op._onednn_runs(torch.float16) is torch.ops.mkldnn._is_mkldnn_fp16_supported()
+    assert rnn_op._onednn_runs(torch.float32) is True  # autocast to float32: nothing to fall back from
+    assert set(rnn_op._ONEDNN_RUNS) == {torch.bfloat16, torch.float16, torch.float32}
 
 
 @pytest.mark.parametrize("kernel, device, dtype, autocast, want", [

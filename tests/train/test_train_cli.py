@@ -112,7 +112,8 @@ def test_predict_from_npy_and_csv_files(capsys, tmp_path, iris_run):
     np.save(tmp_path / "bad.npy", np.zeros((5, 3), dtype=np.float32))
     code, _, err = run_cli(capsys, "predict", IRIS, iris_run["checkpoint"], "--input", tmp_path / "bad.npy")
     assert code == 1 and "Traceback" not in err
-    assert "input 'x'" in err and "dimension F is 4 in the spec but 3 in the data" in err
+    assert "input 'x'" in err and "dimension 'features' is 4 in the spec but 3 in the data" in err
+    assert "the checkpoint was trained with features = 4 (train one with --param features=3 for this data)" in err
 
 
 def _predict(capsys, tmp_path, iris_run, *source):
@@ -219,11 +220,11 @@ def test_bad_option_value_is_a_usage_error(capsys, tmp_path):
      "sample [1, 8, 8], the data has 1 (samples of shape [4])")),
     (ROOT / "specs" / "mlp.rpn", "digits --param features=64",
      "both hold 64 values: declare `input x: image[B, 1, 8, 8]` and flatten() it in the spec"),
-    (IRIS, "wine", "dimension F is 4 in the spec but 13 in the data"),
-    (ROOT / "specs" / "mlp.rpn", "wine", "dimension F is 30 in the spec but 13 in the data"),
+    (IRIS, "wine", "[4]): set it with --param features=13"),
+    (ROOT / "specs" / "mlp.rpn", "wine", "dimension 'features' is 30 in the spec but 13 in the data"),
     (ROOT / "specs" / "gcn.rpn", "iris", "that dataset 'iris' cannot provide"),
     (IRIS, "karate", "must have one nodes input and one edges input"),
-    (ROOT / "specs" / "transformer.rpn", "sunspots", "dimension F is 32 in the spec but 1 in the data"),
+    (ROOT / "specs" / "transformer.rpn", "sunspots", "dimension 'd' is 32 in the spec but 1 in the data"),
 ])
 def test_data_that_does_not_fit_the_spec_says_which_input_and_dims(capsys, tmp_path, spec, data, message):
     code, out, err = run_cli(capsys, "train", spec, "--data", *data.split(), "--out", tmp_path / "run", "--quiet")
@@ -253,7 +254,7 @@ def test_a_user_csv_series_with_loader_options(capsys, tmp_path):
     data = f"csv:{tmp_path / 'series.csv'}"
     spec = SPECS / "sunspots_chain.rpn"  # sequence[B, 12, 1]: the loader's default window is 16
     code, _, err = run_cli(capsys, "train", spec, "--data", data, "--epochs", "2", "--out", tmp_path / "r", "--quiet")
-    assert code == 1 and "dimension T is 12 in the spec but 16 in the data" in err
+    assert code == 1 and "dimension 'window' is 12 in the spec but 16 in the data" in err
     code, _, err = run_cli(capsys, "train", spec, "--data", data, "--data-option", "window=12", "--epochs", "4",
                            "--out", tmp_path / "run", "--quiet")
     assert code == 0, err

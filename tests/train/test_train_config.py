@@ -29,6 +29,14 @@ def run(tmp_path_factory):
     return out
 
 
+def test_the_parsers_defaults_are_the_configs():
+    """``rpn2c train --help`` reads the defaults without pydantic; ``TrainConfig`` declares its fields with them."""
+    from rpn2c.train.defaults import DEFAULTS
+
+    assert {k: TrainConfig.model_fields[k].default for k in DEFAULTS} == DEFAULTS
+    assert {k for k, f in TrainConfig.model_fields.items() if f.default_factory is None} == set(DEFAULTS)
+
+
 def _weights(folder):
     return torch.load(folder / "checkpoint.pt", weights_only=True)["state_dict"]
 

@@ -130,3 +130,66 @@ def test_show_of_a_checkpoint_sizes_random_input_by_its_training_data(capsys, tm
                                  "--out", tmp_path / "h1.png", *extra)
         assert code == 0, err
         assert out.splitlines()[0] == f"h1: xi_instance = chain: {n}×{n}, {n - 1} non-zero"
+
+
+GAT = ROOT / "examples" / "specs" / "gat_nodes.rpn"
+KARATE_ENTRIES = 2 * 78 + 34  # each undirected edge both ways, and one self-loop per node
+
+
+def _gat_in_training_mode():
+    """gat_nodes (dropout 0.6 on the attention and on each layer's input) on karate, left in training mode."""
+    torch.manual_seed(0)
+    model = rpn2c.compile_file(GAT, reference=True).double().train()
+    ds = load("karate", seed=0)
+    return model, bind(model.graph, ds).inputs(ds.test[0].double(), ds.test[1])
+
+
+def test_views_of_a_model_in_training_mode_are_drawn_in_eval_mode():
+    """ξ matrices, the layer's matrix and the §10 bounds draw no dropout: whatever the random state they equal the
+    eval-mode model's, every attention matrix has all its entries, and the model keeps its mode."""
+    from rpn2c.runtime.bounds import layer_bounds
+    from rpn2c.runtime.layer_matrix import layer_matrix
+
+    model, inputs = _gat_in_training_mode()
+
+    def views():
+        mats = layer_matrices(model, "h", inputs)
+        return ([m.matrix for m in mats], layer_matrix(model, "h", inputs).matrix,
+                [b.summary() for b in layer_bounds(model, "h", inputs)])
+
+    drawn = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        drawn.append(views())
+        assert model.training
+    model.eval()
+    want = views()
+    for mats, matrix, bounds in drawn:
+        assert [int((m != 0).sum()) for m in mats] == [KARATE_ENTRIES] * 4
+        assert all(torch.equal(m, w) for m, w in zip(mats, want[0]))
+        assert torch.equal(matrix, want[1]) and int((matrix != 0).sum()) == KARATE_ENTRIES * 34 * 32
+        assert bounds == want[2]
+
+
+def test_show_of_a_dropout_spec_is_the_same_picture_for_every_seed(capsys, tmp_path):
+    """With trained weights and a data sample the seed draws nothing: the same matrices for --seed 0 and 1, every
+    attention entry present."""
+    import numpy as np
+
+    code, _, err = run_cli(capsys, "train", GAT, "--data", "karate", "--epochs", "1", "--out", tmp_path / "run",
+                           "--quiet")
+    assert code == 0, err
+    ckpt, arrays, lines = tmp_path / "run" / "checkpoint.pt", [], []
+    for seed in (0, 1):
+        out = tmp_path / f"s{seed}.npz"
+        code, _, err = run_cli(capsys, "show", GAT, "--data", "karate", "--checkpoint", ckpt, "--seed", seed,
+                               "--format", "npz", "--out", out)
+        assert code == 0, err
+        arrays.append(dict(np.load(out)))
+        code, stdout, err = run_cli(capsys, "show", GAT, "--data", "karate", "--checkpoint", ckpt, "--seed", seed,
+                                    "--out", tmp_path / f"s{seed}")
+        assert code == 0, err
+        lines.append([line for line in stdout.splitlines() if "non-zero" in line])
+    assert arrays[0].keys() == arrays[1].keys() and all(np.array_equal(arrays[0][k], arrays[1][k]) for k in arrays[0])
+    assert lines[0] == lines[1] and len(lines[0]) == 5
+    assert all(line.endswith(f"34×34, {KARATE_ENTRIES} non-zero") for line in lines[0])

@@ -14,6 +14,8 @@ that need gradients cannot be cached: they take the gather/scatter form (:func:`
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections import OrderedDict
 from typing import Optional
 
@@ -95,14 +97,38 @@ def _build(edges, weight, n, dtype, device, self_loops, norm, directed) -> _Oper
     return _Operator(src, dst, w, n)
 
 
-@torch.library.custom_op("rpn2c::graph_mm", mutates_args=())
-def _graph_mm(edges: Tensor, weight: Optional[Tensor], x: Tensor, n: int, self_loops: Optional[bool], norm: str,
-              directed: bool, transpose: bool) -> Tensor:
+def _untraced(fn):
+    """``fn`` kept out of dynamo's tracing, as ``torch.library.custom_op`` keeps an op's implementation, without its
+    import of ``torch._dynamo`` (seconds) on the first eager call: until something imports dynamo nothing traces,
+    and the first call after that wraps ``fn`` in ``torch.compiler.disable``."""
+    disabled = None
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        nonlocal disabled
+        if disabled is None:
+            if "torch._dynamo" not in sys.modules:
+                return fn(*args, **kwargs)
+            disabled = torch.compiler.disable(fn)
+        return disabled(*args, **kwargs)
+
+    return call
+
+
+def _mm(edges: Tensor, weight: Optional[Tensor], x: Tensor, n: int, self_loops: Optional[bool], norm: str,
+        directed: bool, transpose: bool) -> Tensor:
     op = graph_operator_cached(edges, weight, n, x.dtype, x.device, self_loops, norm, directed)
     return op.mm(x.contiguous(), transpose)
 
 
-@_graph_mm.register_fake
+# what ``@torch.library.custom_op("rpn2c::graph_mm", mutates_args=())`` on ``_mm`` registers, but for the wrapper
+torch.library.define("rpn2c::graph_mm", "(Tensor edges, Tensor? weight, Tensor x, SymInt n, bool? self_loops, "
+                     "str norm, bool directed, bool transpose) -> Tensor", tags=(torch.Tag.pt2_compliant_tag,))
+torch.library.impl("rpn2c::graph_mm", "CompositeExplicitAutograd", _untraced(_mm))
+_graph_mm = torch.ops.rpn2c.graph_mm.default
+
+
+@torch.library.register_fake("rpn2c::graph_mm")
 def _(edges, weight, x, n, self_loops, norm, directed, transpose):
     return x.new_empty(n, x.shape[1])
 
@@ -121,7 +147,7 @@ def _backward(ctx, grad):
     return None, None, gx, None, None, None, None, None
 
 
-_graph_mm.register_autograd(_backward, setup_context=_setup)
+torch.library.register_autograd("rpn2c::graph_mm", _backward, setup_context=_setup)
 
 
 def graph_mm(edges: Tensor, weight: Tensor | None, x: Tensor, *, n: int, self_loops: bool | None = None,
