@@ -210,7 +210,7 @@ def run_lanes(lanes: int, seconds: float, start: int, out: Path, time_limit: flo
 def _minimised(out: Path, i: int, f: dict, seeds, time_limit: float) -> str | None:
     """Shrink failure ``f`` of its entry point and save it as ``failure_NNN.*``; known failures are not shrunk."""
     entry, kind, seed = f.get("entry", "check"), f["kind"], f["seed"]
-    killed = "lane killed" in kind
+    killed = "lane killed" in kind or "timeout" in kind  # shrinking a hang costs a time limit per try
     if entry in ("from_torch", "lsp"):
         if entry == "from_torch":
             from rpn2c.runtime.fuzz_torch import minimise_recipe, recipe
