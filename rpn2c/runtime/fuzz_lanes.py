@@ -330,7 +330,7 @@ def summary(report: dict) -> str:
         lines.append(f"  {e:<12} {c.get('inputs', 0):>8,} {c.get('ok', 0):>8,} {c.get('error', 0):>8,} "
                      f"{c.get('failure', 0):>8,} {c.get('known', 0):>6,}")
     if report.get("lsp_requests"):
-        lines.append("  editor requests: " + ", ".join(f"{m.split('/')[-1]} {n:,}"
+        lines.append("  editor requests: " + ", ".join(f"{m.removeprefix('textDocument/')} {n:,}"
                                                        for m, n in report["lsp_requests"].items()))
     if report.get("lsp_not_driven"):
         lines.append(f"  advertised but not driven: {', '.join(report['lsp_not_driven'])}")
