@@ -31,6 +31,7 @@ KNOWN = (
 )
 _TORCH_TRACE = re.compile(r"torch\.export cannot trace model '[^']*': ")
 _ESCAPES = re.compile(r"\x1b\[[0-9;]*m")  # terminal colours in torch's messages
+_PATHS = re.compile(r"(?<![\w.])/[^\s:'\",]+")  # a file's path (a fresh temporary folder each run)
 _NUMBERS = re.compile(r"\b\d+(\.\d+)?(e[-+]?\d+)?\b")
 
 
@@ -50,7 +51,7 @@ def known(entry: str, kind: str) -> bool:
 
 def _kind(text: str) -> str:
     """A message's first line with its numbers and quoted names blanked: one kind per kind of failure."""
-    text = _ESCAPES.sub("", text)
+    text = _PATHS.sub("…", _ESCAPES.sub("", text))
     line = text.strip().splitlines()[0] if text.strip() else "no message"
     return _NUMBERS.sub("N", re.sub(r"'[^']*'", "'…'", line))[:160]
 
@@ -98,18 +99,18 @@ def run_entry(entry: str, source: str | bytes, seed: int, time_limit: float = 60
         (folder / "fuzz.rpn").write_bytes(source if isinstance(source, bytes) else source.encode("utf-8"))
         argv = _plan(entry, seed, folder)
         try:
-            rc, out, err, exc = run_cli(argv, time_limit)
+            rc, _, err, exc = run_cli(argv, time_limit)
         except Timeout:
-            return _classify(entry, Outcome("failure", f"{entry}: timeout ({' '.join(argv[2:3] + argv[3:5])})"))
+            return _classify(entry, Outcome("failure", f"{entry}: timeout ({_kind(' '.join(argv[2:]))})"))
         finally:
             _reset_torch_export()
         if exc is not None:
             trace = "".join(traceback.format_exception(exc, limit=-8))
             return _classify(entry, Outcome("failure", f"{entry}: {_site(exc)}: {_kind(str(exc))}", trace))
-        return _classify(entry, _judge(entry, rc, out, err, argv, folder))
+        return _classify(entry, _judge(entry, rc, err, argv))
 
 
-def _judge(entry: str, rc: int, out: str, err: str, argv: list[str], folder: Path) -> Outcome:
+def _judge(entry: str, rc: int, err: str, argv: list[str]) -> Outcome:
     written = Path(argv[argv.index("--out") + 1]) if "--out" in argv and entry == "export" else None
     if rc == 0:
         return Outcome("ok")

@@ -97,7 +97,9 @@ def lane(start: int, seconds: float, out: Path, time_limit: float = 10.0, entrie
 
     def progress() -> dict:
         counts = {k: v for k, v in per_entry.get("check", {}).items() if k != "inputs"}
+        lsp = sys.modules.get("rpn2c.runtime.fuzz_lsp")
         return {"start": start, "next": seed, "inputs": n, "counts": counts,
+                "lsp_requests": dict(lsp.COUNTS) if lsp else {}, "lsp_not_driven": dict(lsp.NOT_DRIVEN) if lsp else {},
                 "entries": per_entry, "entry_seconds": {e: round(v, 1) for e, v in spent.items()},
                 "seconds": round(time.monotonic() - t0, 1)}
 
@@ -147,6 +149,7 @@ def run_lanes(lanes: int, seconds: float, start: int, out: Path, time_limit: flo
     killed mid-input records that input as a hang and goes on after it while its time lasts."""
     out.mkdir(parents=True, exist_ok=True)
     totals = {e: Counter() for e in entries}
+    requests, not_driven = Counter(), Counter()
     inputs = 0
     for k in range(lanes):
         lane_dir, first, left = out / f"lane_{k}", start + k * stride, seconds
@@ -165,6 +168,8 @@ def run_lanes(lanes: int, seconds: float, start: int, out: Path, time_limit: flo
             progress_file.unlink(missing_ok=True)
             for e, c in progress.get("entries", {}).items():
                 totals.setdefault(e, Counter()).update(c)
+            requests.update(progress.get("lsp_requests", {}))
+            not_driven.update(progress.get("lsp_not_driven", {}))
             if proc.returncode == 0 and not hung.exists():
                 inputs += progress["inputs"]
                 break
@@ -193,6 +198,7 @@ def run_lanes(lanes: int, seconds: float, start: int, out: Path, time_limit: flo
     report = {"lanes": lanes, "seconds_per_lane": seconds, "start": start, "inputs": inputs,
               "outcomes": {k: v for k, v in totals.get("check", {}).items() if k != "inputs"},
               "entries": {e: dict(c) for e, c in totals.items()},
+              "lsp_requests": dict(sorted(requests.items())), "lsp_not_driven": dict(not_driven),
               "failures": len(real), "known": len(failures) - len(real),
               "distinct": len({f["kind"] for f in real}),
               "failure_kinds": {k: {x: v.get(x) for x in ("entry", "count", "seed", "origin", "minimised", "known")}
@@ -204,7 +210,7 @@ def run_lanes(lanes: int, seconds: float, start: int, out: Path, time_limit: flo
 def _minimised(out: Path, i: int, f: dict, seeds, time_limit: float) -> str | None:
     """Shrink failure ``f`` of its entry point and save it as ``failure_NNN.*``; known failures are not shrunk."""
     entry, kind, seed = f.get("entry", "check"), f["kind"], f["seed"]
-    killed = "lane killed" in kind
+    killed = "lane killed" in kind or "timeout" in kind  # shrinking a hang costs a time limit per try
     if entry in ("from_torch", "lsp"):
         if entry == "from_torch":
             from rpn2c.runtime.fuzz_torch import minimise_recipe, recipe
@@ -323,6 +329,11 @@ def summary(report: dict) -> str:
     for e, c in report["entries"].items():
         lines.append(f"  {e:<12} {c.get('inputs', 0):>8,} {c.get('ok', 0):>8,} {c.get('error', 0):>8,} "
                      f"{c.get('failure', 0):>8,} {c.get('known', 0):>6,}")
+    if report.get("lsp_requests"):
+        lines.append("  editor requests: " + ", ".join(f"{m.removeprefix('textDocument/')} {n:,}"
+                                                       for m, n in report["lsp_requests"].items()))
+    if report.get("lsp_not_driven"):
+        lines.append(f"  advertised but not driven: {', '.join(report['lsp_not_driven'])}")
     for kind, f in report["failure_kinds"].items():
         tag = " (known)" if f.get("known") else ""
         lines.append(f"{f['count']:>5}  [{f.get('entry') or 'check'}] {kind}{tag}  -> {f['minimised']}")

@@ -235,8 +235,9 @@ def _params(method, make, uri, text, inp, answers):
     return params
 
 
-def run_lsp(inp: dict, time_limit: float = 30.0) -> Outcome:
-    """Drive a fresh server through input ``inp`` (see the module docstring)."""
+def run_lsp(inp: dict, time_limit: float = 30.0, until: str | None = None) -> Outcome:
+    """Drive a fresh server through input ``inp`` (see the module docstring); ``until``: stop after the first request
+    of that method (the minimiser asks only for the request that failed)."""
     client = _Client()
     t0 = time.monotonic()
     failure: Outcome | None = None
@@ -258,8 +259,12 @@ def run_lsp(inp: dict, time_limit: float = 30.0) -> Outcome:
         return answer
 
     try:
-        init = ask("initialize", {"processId": None, "rootUri": ROOT.as_uri(), "capabilities": {},
-                                  "initializationOptions": {"debounce_ms": 0}})
+        folder = (ROOT / inp["spec"]).parent  # the spec's folder as the workspace, as an editor opens it
+        # heavy requests in the server's default worker (a child process that imports torch) one session in
+        # three, in a thread of this process (where torch is imported already) otherwise
+        options = {"debounce_ms": 0, **({"worker": "thread"} if inp.get("seed", 0) % 3 else {})}
+        init = ask("initialize", {"processId": None, "rootUri": folder.as_uri(), "capabilities": {},
+                                  "initializationOptions": options})
         if init is None or "result" not in init:
             return failure or Outcome("failure", "lsp initialize: no result")
         caps = init["result"].get("capabilities", {})
@@ -272,7 +277,7 @@ def run_lsp(inp: dict, time_limit: float = 30.0) -> Outcome:
             client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
                                                      "contentChanges": [change]})
             doc.apply(change)
-        answers: dict = {"positions": inp["positions"]}
+        answers: dict = {"positions": inp["positions"], "seed": inp.get("seed", 0)}
         for cap, value in caps.items():
             if cap in _QUIET or not value:
                 continue
@@ -287,11 +292,11 @@ def run_lsp(inp: dict, time_limit: float = 30.0) -> Outcome:
                 answer = ask(method, _params(method, make, uri, doc.text, inp, answers))
                 answers[method] = (answer or {}).get("result")
                 answers["diagnostics"] = _diagnostics(client.notes, uri)
-                if failure is not None or time.monotonic() - t0 > 4 * time_limit:
+                if failure is not None or method == until or time.monotonic() - t0 > 4 * time_limit:
                     break
-            if failure is not None:
+            if failure is not None or until in answers:
                 break
-        if failure is None:
+        if failure is None and until not in answers:
             _follow_ups(caps, answers, ask)
         logged = [n for n in client.notes if n.get("method") in ("window/logMessage", "window/showMessage")
                   and n.get("params", {}).get("type") == 1]
@@ -313,7 +318,8 @@ def _diagnostics(notes: list[dict], uri: str) -> list:
 
 
 def _follow_ups(caps: dict, answers: dict, ask) -> None:
-    """Resolve the first completion item; run the first code lens's command (and one at a random position)."""
+    """Resolve the first completion item; resolve the first code lens where the server resolves lenses, and run
+    its command (and the same command at a random position)."""
     completion = caps.get("completionProvider")
     items = answers.get("textDocument/completion")
     items = items.get("items", []) if isinstance(items, dict) else items or []
@@ -321,16 +327,17 @@ def _follow_ups(caps: dict, answers: dict, ask) -> None:
         ask("completionItem/resolve", items[0])
     commands = (caps.get("executeCommandProvider") or {}).get("commands", [])
     lenses = answers.get("textDocument/codeLens") or []
+    resolves = (caps.get("codeLensProvider") or {}) if isinstance(caps.get("codeLensProvider"), dict) else {}
     for lens in lenses[:1]:
-        if not lens.get("command") and (caps.get("codeLensProvider") or {}).get("resolveProvider"):
-            resolved = ask("codeLens/resolve", lens)  # the title and command come on resolve
-            lens = (resolved or {}).get("result") or lens
-        command = (lens.get("command") if isinstance(lens, dict) else None) or {}
+        if "command" not in lens and resolves.get("resolveProvider"):  # a lens whose command comes on request
+            lens = (ask("codeLens/resolve", lens) or {}).get("result") or lens
+        command = lens.get("command") or {}
         if command.get("command") not in commands:
             continue
         arguments = command.get("arguments", [])
         ask("workspace/executeCommand", {"command": command["command"], "arguments": arguments})
-        if len(arguments) == 3 and isinstance(arguments[1], int):  # [uri, line, character]: anywhere else too
+        if len(arguments) == 3 and isinstance(arguments[1], int) and answers["seed"] % 3 == 0:
+            # [uri, line, character]: one session in three also runs it elsewhere (it compiles the model)
             pos = answers["positions"][-1]
             ask("workspace/executeCommand", {"command": command["command"],
                                              "arguments": [arguments[0], pos["line"], pos["character"]]})
@@ -340,10 +347,11 @@ def _follow_ups(caps: dict, answers: dict, ask) -> None:
 def minimise_lsp(inp: dict, kind: str, time_limit: float = 30.0, tries: int = 40) -> dict:
     """A smaller input failing with the same ``kind``: edits dropped, one at a time (the positions stay)."""
     changes, i = list(inp["changes"]), 0
+    method = kind.split(":")[0].removeprefix("lsp ") if kind.startswith("lsp ") else None
     while i < len(changes) and tries > 0:
         trial = dict(inp, changes=changes[:i] + changes[i + 1:])
         tries -= 1
-        if run_lsp(trial, time_limit).detail == kind:
+        if run_lsp(trial, time_limit, until=method).detail == kind:
             changes = trial["changes"]
         else:
             i += 1

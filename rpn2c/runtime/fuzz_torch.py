@@ -306,9 +306,14 @@ def run_torch(r: dict, time_limit: float = 60.0) -> Outcome:
 
 
 def _difference(got, want) -> float:
+    """Largest |got − want| / max(1, |want|); entries equal as values (infinities of one sign, both NaN) differ by 0."""
+    import torch
+
     if got.shape != want.shape:
         return float("inf")
-    return float(((got - want).abs() / want.abs().clamp_min(1.0)).max()) if want.numel() else 0.0
+    same = (got == want) | (torch.isnan(got) & torch.isnan(want))
+    diff = torch.where(same, 0.0, (got - want).abs() / want.abs().clamp_min(1.0))
+    return float(torch.nan_to_num(diff, nan=float("inf")).max()) if want.numel() else 0.0
 
 
 def minimise_recipe(r: dict, kind: str, time_limit: float = 30.0, tries: int = 60) -> dict:

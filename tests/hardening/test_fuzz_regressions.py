@@ -331,6 +331,22 @@ def test_signature_help_inside_a_xi_given_to_an_operation():
     assert sig.label.startswith("attention(softmax: bool") and "x1" not in sig.label
 
 
+def test_the_from_torch_lane_compares_infinities_as_values():
+    """Found by the from_torch lane: ``MaxPool2d(2, 2, padding = 1, dilation = 2)`` on a grid of 2 x 1 gives -inf
+    (a window of padding only) in torch and in the spec alike; the lane's comparison took -inf − (-inf) = NaN for a
+    difference."""
+    from torch import nn
+
+    from rpn2c.runtime.fuzz_torch import _difference
+
+    m = nn.MaxPool2d(2, 2, padding=1, dilation=2).double()
+    x = torch.randn(1, 2, 2, 1, dtype=torch.float64)
+    want = m(x)
+    assert torch.isneginf(want).all()
+    assert _difference(rpn2c.from_torch(m, (x,)).compile()(x), want) == 0.0
+    assert _difference(torch.tensor([float("inf")]), torch.tensor([float("-inf")])) == float("inf")
+
+
 def test_from_torch_fixes_the_items_joined_by_cat_before_a_flatten():
     """Found by the from_torch lane: a signal joined with its activation along the channels (taken as items), then
     flattened into a Linear, gave a spec whose feature count was '(T+T)*9' (E0402 at compile)."""
