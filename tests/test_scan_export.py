@@ -5,6 +5,8 @@ kernels' and the time loop's steps export as one ``torch.scan`` per layer and di
 
 from __future__ import annotations
 
+import importlib.util
+from types import SimpleNamespace
 from unittest import mock
 
 import pytest
@@ -134,3 +136,36 @@ def test_a_step_reading_kappa_state_tensors_gets_them_as_inputs():
     assert "scale" in " ".join(program.graph_signature.inputs_to_buffers.values())
     x = torch.randn(3, 6, 3).double()
     assert_close(program.module()(x), model(x), rtol=1e-10, atol=1e-10)
+
+
+class _ComplexScan(torch.nn.Module):
+    """The complex diagonal scan from real inputs (ONNX takes no complex ones), out as real and imaginary parts."""
+
+    def forward(self, re, im, radius, phase):
+        h = scan.linear_scan(torch.complex(re, im), torch.polar(radius, phase))
+        return torch.cat([h.real, h.imag], -1)
+
+
+def _onnx_case(kind: str, b: int, t: int, seed: int):
+    """The inputs of the ONNX test's module: (Re u, Im u, |λ|, arg λ) or (u, a), float32."""
+    u, a = (x.to(torch.complex64 if x.is_complex() else torch.float32) for x in _case(kind, b, t, 3, seed))
+    return (u.real, u.imag, a.abs(), a.angle()) if kind == "complex" else (u, a)
+
+
+@pytest.mark.skipif(not all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnxruntime")),
+                    reason="onnx, onnxscript and onnxruntime not installed (pip install 'rpn2c[export]')")
+@pytest.mark.parametrize("kind", ["complex", "varying"])
+def test_an_onnx_scan_takes_any_length(kind, tmp_path):
+    """ONNX's Loop over the rounds, complex states included, run by onnxruntime at another length."""
+    from rpn2c.runtime.export_onnx import onnx_runner, save_onnx
+
+    module = _ComplexScan() if kind == "complex" else _Scan()
+    names = ["re", "im", "radius", "phase"] if kind == "complex" else ["u", "a"]
+    time = {0: Dim.AUTO, 1: Dim.AUTO}
+    dims = (time, time, None, None) if kind == "complex" else (time, time, None)
+    args = _onnx_case(kind, 2, 8, seed=1) + (() if kind == "complex" else (None,))
+    save_onnx(torch.export.export(module, args, dynamic_shapes=dims), tmp_path / "s.onnx",
+              SimpleNamespace(inputs=names, outputs=["h"]))
+    inputs = _onnx_case(kind, 3, 13, seed=2)
+    want = module(*inputs, *(() if kind == "complex" else (None,)))
+    assert_close(onnx_runner(tmp_path / "s.onnx")(inputs)[0], want, rtol=1e-4, atol=1e-4)

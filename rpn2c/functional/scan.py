@@ -56,11 +56,12 @@ def _traced_rounds(u: torch.Tensor, a: torch.Tensor, start: torch.Tensor | None,
         u = _where((steps == 0).unsqueeze(-1), u + start.unsqueeze(-2), u)
     stride = torch.ones((), dtype=torch.long, device=u.device)  # the carries keep their layout: contiguous
     body = _varying_round if varying else _dense_round if a.dim() == 2 else _constant_round
-    return torch.ops.higher_order.while_loop(_more, body, (stride, u.contiguous(), a.contiguous()), (steps,))[1]
+    carried = (stride, u.contiguous(), a.contiguous())
+    return torch.ops.higher_order.while_loop(_more, body, carried, (steps, u.shape[-2]))[1]
 
 
-def _more(s, h, p, steps):
-    return s < steps.shape[0]
+def _more(s, h, p, steps, n):  # n: the length as an input (its size read off a complex carry has no ONNX form)
+    return s < n
 
 
 def _shifted(h, s, steps):
@@ -68,17 +69,17 @@ def _shifted(h, s, steps):
     return _steps_at(h, (steps - s).clamp(min=0)), (steps >= s).unsqueeze(-1)
 
 
-def _constant_round(s, h, p, steps):
+def _constant_round(s, h, p, steps, n):
     prev, keep = _shifted(h, s, steps)
     return s * 2, _where(keep, h + p * prev, h), p * p
 
 
-def _dense_round(s, h, p, steps):
+def _dense_round(s, h, p, steps, n):
     prev, keep = _shifted(h, s, steps)
     return s * 2, _where(keep, h + prev @ p.transpose(-1, -2), h), p @ p
 
 
-def _varying_round(s, h, p, steps):
+def _varying_round(s, h, p, steps, n):
     prev, keep = _shifted(h, s, steps)
     p_prev, _ = _shifted(p, s, steps)
     return s * 2, _where(keep, h + p * prev, h), _where(keep, p * p_prev, p)

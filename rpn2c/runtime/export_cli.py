@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rpn2c.runtime.common import EXIT_OK, EXIT_SPEC, _err, _out, _Usage, parse_dims
+from rpn2c.runtime.export_onnx import INSTALL, MissingPackage, require_onnx
 from rpn2c.runtime.export_write import TOLERANCE, ExportError
 from rpn2c.runtime.workflow import _guard
 
@@ -25,7 +26,6 @@ FORMATS = {"pt2": ".pt2", "onnx": ".onnx"}
 EXAMPLE_BATCH, OTHER = 4, 8  # example sizes of the batch and of other symbolic dims (the check adds 1 to dynamic ones)
 # optimiser rules whose kernels ONNX has no operator for; the exported model takes the next form of their slot
 ONNX_DISABLED_RULES = ("graph_spmm",)  # the rpn2c::graph_mm custom op -> gather / scatter_add
-_PIP = "pip install 'rpn2c[export]'"
 
 
 # ------------------------------------------------------------------------------------------------ inputs
@@ -173,9 +173,9 @@ def cmd_export(args) -> int:
     dtype = getattr(torch, args.dtype)
     try:
         if args.format == "onnx":
-            export_write.require_onnx()
+            require_onnx()
         graph, model, source, trained = _load(args)
-    except export_write.MissingPackage as exc:
+    except MissingPackage as exc:
         raise _Usage(str(exc)) from None
     except ExportError as exc:
         _err(f"rpn2c: error: {exc}")
@@ -238,7 +238,7 @@ def register(sub) -> None:
                                         "ONNX, checked against the module", cmd_export)
     s.add_argument("checkpoint", nargs="?", metavar="CHECKPOINT", help="checkpoint written by rpn2c train")
     s.add_argument("--format", choices=list(FORMATS), default="pt2",
-                   help=f"pt2: torch.export.save; onnx: torch.onnx.export(dynamo=True), needs {_PIP}")
+                   help=f"pt2: torch.export.save; onnx: torch.onnx.export(dynamo=True), needs {INSTALL}")
     s.add_argument("--out", metavar="FILE", help="output file (default: the checkpoint's path with .pt2 / .onnx)")
     s.add_argument("--dim", action="append", metavar="NAME=SIZE",
                    help="example size of a symbolic dim (default: its size in the checkpoint's training data, "

@@ -7,7 +7,8 @@ model allows (``torch.export.Dim.AUTO``): a dim the trace specialises (a loop ov
 dynamic trace, conversion or check fails the export is retried with the dims the failure names static (else every
 dim but the batch, then every dim), each retry's reason kept for the summary. What still fails is an
 :class:`ExportError` located at the spec node the failure came from (the module running when torch raised, or the
-module path recorded on the exported graph's node), an input (a shape guard names it), or else the model.
+node owning the parameter nearest the exported graph's node torch.onnx names), an input (a shape guard names it),
+or else the model. ONNX's own steps are in :mod:`rpn2c.runtime.export_onnx`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from pathlib import Path
 from typing import Callable
 
 TOLERANCE = {"float32": 1e-4, "float64": 1e-10}  # largest |difference| accepted, relative to max(1, |output|)
-_PIP = "pip install 'rpn2c[export]'"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _FX_NODE = re.compile(r"node %(\w+)")
 _INPUT_AXIS = (re.compile(r"args_(\d+)\.size\(\)\[(\d+)\]"), re.compile(r"\['args'\]\[0\]\[(\d+)\]\.size\(\)\[(\d+)\]"))
@@ -32,10 +32,6 @@ _INPUT_AXIS = (re.compile(r"args_(\d+)\.size\(\)\[(\d+)\]"), re.compile(r"\['arg
 
 class ExportError(Exception):
     """A model that cannot be exported (the message says where and why)."""
-
-
-class MissingPackage(ExportError):
-    """A package the format needs is not installed (a usage error: the message says what to install)."""
 
 
 @dataclass
@@ -194,86 +190,20 @@ def dynamic_dims(program, axis_names) -> tuple[list[str], dict[str, tuple[int, i
 
 
 # ------------------------------------------------------------------------------------------------ formats
-def require_onnx() -> None:
-    """Raise :class:`MissingPackage` unless the ONNX converter's packages are installed."""
-    try:
-        import onnx  # noqa: F401
-        import onnxscript  # noqa: F401
-    except ImportError:
-        raise MissingPackage(f"--format onnx needs onnx and onnxscript: {_PIP}") from None
-
-
-def save_onnx(program, path: Path, graph) -> None:
-    """Convert ``program`` with ``torch.onnx.export(dynamo=True)``; inputs and outputs keep the spec's names."""
-    import torch
-
-    require_onnx()
-    with quiet():
-        program = program.run_decompositions({torch.ops.aten.scaled_dot_product_attention.default: _sdpa_in_4d,
-                                              torch.ops.aten.sort.stable: _sort_by_topk,
-                                              torch.ops.aten.remainder.Scalar: _remainder_by_tensor})
-        onnx_program = torch.onnx.export(program, (), dynamo=True, input_names=list(graph.inputs),
-                                         output_names=list(graph.outputs), verbose=False)
-        onnx_program.save(str(path))
-
-
-def _sdpa_in_4d(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """ONNX's attention takes 4-d operands only: a 2-d or 3-d ``scaled_dot_product_attention`` (one head, nodes or
-    a batch of sequences) on views with leading axes of size 1 (4-d ones trace as they are)."""
-    import torch
-
-    lift = 4 - query.dim()
-    if lift <= 0:
-        return NotImplemented
-
-    def up(t):
-        return t if t is None else t.reshape((1,) * (4 - t.dim()) + tuple(t.shape))
-
-    out = torch.ops.aten.scaled_dot_product_attention.default(up(query), up(key), up(value), up(attn_mask),
-                                                               dropout_p, is_causal, scale=scale,
-                                                               enable_gqa=enable_gqa)
-    return out.reshape(out.shape[lift:])
-
-
-def _sort_by_topk(x, *, stable=None, dim=-1, descending=False):
-    """``sort(stable=True)`` as the plain overload, which ONNX translates to ``TopK``: stable by definition (equal
-    values keep their index order), so nothing is lost (the stable overload has no translation)."""
-    import torch
-
-    return torch.ops.aten.sort.default(x, dim, descending)
-
-
-def _remainder_by_tensor(x, other):
-    """``x % n`` with ``n`` a symbolic size (a graph's node count): ONNX's translation needs a constant scalar, so
-    the divisor becomes a 0-d tensor."""
-    import torch
-
-    return torch.ops.aten.remainder.Tensor(x, torch.ops.aten.scalar_tensor.default(other, dtype=x.dtype))
-
-
 def _runner(fmt: str, path: Path):
     """A function running the written file on a tuple of inputs (None when onnxruntime is not installed)."""
     import torch
 
-    if fmt == "pt2":
-        with quiet():
-            module = torch.export.load(path).module()
+    if fmt == "onnx":
+        from rpn2c.runtime.export_onnx import onnx_runner
 
-        def run(inputs):
-            with quiet():
-                return module(*inputs)
-        return run
-    try:
-        import onnxruntime
-    except ImportError:
-        return None
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 4  # its failures come back as exceptions, not as lines on stderr
-    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        return onnx_runner(path)
+    with quiet():
+        module = torch.export.load(path).module()
 
     def run(inputs):
-        feed = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
-        return tuple(torch.from_numpy(o) for o in session.run(None, feed))
+        with quiet():
+            return module(*inputs)
     return run
 
 
@@ -332,7 +262,10 @@ def _attempt(model, graph, fmt, out, sizes, inputs_at, inputs, axis_names, want:
         why = f"{stage} ({reason(exc)})"
         if retry and want:
             return _Retry(why, exc, _blamed(exc, axis_names))
-        place = locate(exc, model, graph, program, where)
+        try:
+            place = locate(exc, model, graph, program, where)
+        except Exception:  # noqa: BLE001 - the message matters more than its place
+            place = where
         return ExportError(f"{place}: model '{graph.name}' cannot be exported to {fmt}: {why}")
 
     try:
@@ -353,8 +286,10 @@ def _attempt(model, graph, fmt, out, sizes, inputs_at, inputs, axis_names, want:
                 with quiet():
                     torch.export.save(program, tmp)
             else:
+                from rpn2c.runtime.export_onnx import save_onnx
+
                 save_onnx(program, tmp, graph)
-        except MissingPackage:
+        except ExportError:  # a package the format needs is missing: no retry helps
             raise
         except Exception as exc:  # noqa: BLE001 - an operator without an ONNX translation, among others
             raise fail("the ONNX conversion failed" if fmt == "onnx" else "torch.export.save failed", exc) from exc

@@ -1,0 +1,92 @@
+"""ONNX for ``rpn2c export``: the exported program converted by ``torch.onnx.export(dynamo=True)`` after three
+rewrites ONNX needs (attention on 4-d operands, the stable sort as ``TopK``, a remainder by a symbolic size as a
+tensor), and the file run in onnxruntime for the check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rpn2c.runtime.export_write import ExportError, quiet
+
+INSTALL = "pip install 'rpn2c[export]'"
+
+
+class MissingPackage(ExportError):
+    """A package the format needs is not installed (a usage error: the message says what to install)."""
+
+
+def require_onnx() -> None:
+    """Raise :class:`MissingPackage` unless the ONNX converter's packages are installed."""
+    try:
+        import onnx  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError:
+        raise MissingPackage(f"--format onnx needs onnx and onnxscript: {INSTALL}") from None
+
+
+def save_onnx(program, path: Path, graph) -> None:
+    """Convert ``program`` with ``torch.onnx.export(dynamo=True)``; inputs and outputs keep the spec's names."""
+    import torch
+
+    require_onnx()
+    with quiet():
+        program = program.run_decompositions({torch.ops.aten.scaled_dot_product_attention.default: _sdpa_in_4d,
+                                              torch.ops.aten.sort.stable: _sort_by_topk,
+                                              torch.ops.aten.remainder.Scalar: _remainder_by_tensor})
+        onnx_program = torch.onnx.export(program, (), dynamo=True, input_names=list(graph.inputs),
+                                         output_names=list(graph.outputs), verbose=False)
+        onnx_program.save(str(path))
+
+
+def _sdpa_in_4d(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """ONNX's attention takes 4-d operands only: a 2-d or 3-d ``scaled_dot_product_attention`` (one head, nodes or
+    a batch of sequences) on views with leading axes of size 1 (4-d ones trace as they are)."""
+    import torch
+
+    lift = 4 - query.dim()
+    if lift <= 0:
+        return NotImplemented
+
+    def up(t):
+        return t if t is None else t.reshape((1,) * (4 - t.dim()) + tuple(t.shape))
+
+    out = torch.ops.aten.scaled_dot_product_attention.default(up(query), up(key), up(value), up(attn_mask),
+                                                               dropout_p, is_causal, scale=scale,
+                                                               enable_gqa=enable_gqa)
+    return out.reshape(out.shape[lift:])
+
+
+def _sort_by_topk(x, *, stable=None, dim=-1, descending=False):
+    """``sort(stable=True)`` as the plain overload, which ONNX translates to ``TopK``: stable by definition (equal
+    values keep their index order), so nothing is lost (the stable overload has no translation)."""
+    import torch
+
+    return torch.ops.aten.sort.default(x, dim, descending)
+
+
+def _remainder_by_tensor(x, other):
+    """``x % n`` with ``n`` a symbolic size (a graph's node count): ONNX's translation needs a constant scalar, so
+    the divisor becomes a 0-d tensor."""
+    import torch
+
+    return torch.ops.aten.remainder.Tensor(x, torch.ops.aten.scalar_tensor.default(other, dtype=x.dtype))
+
+
+def onnx_runner(path: Path):
+    """A function running the ONNX file in onnxruntime on a tuple of inputs (None when it is not installed)."""
+    import torch
+
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4  # its failures come back as exceptions, not as lines on stderr
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    def run(inputs):
+        feed = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
+        return tuple(torch.from_numpy(o) for o in session.run(None, feed))
+    return run
+
+
