@@ -10,7 +10,7 @@ from pathlib import Path
 from rpn2c.errors import SpecError
 
 from rpn2c.runtime.common import (EXIT_OK, EXIT_SPEC, EXIT_USAGE, _err, _out, _read, _Usage,  # noqa: F401
-                                  add_spec_command, parse_params)
+                                  add_spec_command, budget_limits, parse_params)
 
 
 def _graph(args):
@@ -20,7 +20,7 @@ def _graph(args):
     from rpn2c.check.loader import read_spec
     from rpn2c.passes import optimize
 
-    limits = {k: getattr(args, k, None) for k in ("max_params", "max_memory", "max_work")}
+    limits = budget_limits(args)
     if args.spec == "-":
         root = Path(args.root or ".")
         text, file, path = sys.stdin.buffer.read(), "<stdin>", root / "<stdin>"
@@ -32,15 +32,6 @@ def _graph(args):
             raise _Usage(f"cannot read {args.spec}: {exc.strerror or exc}") from None
     params = parse_params(args.param) or None
     return optimize(check(text, file, model=args.model, path=path, root=root, params=params, limits=limits))
-
-
-def _size(text: str) -> int:
-    from rpn2c.check.budget import parse_size
-
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # --------------------------------------------------------------------------------------------------- commands
@@ -190,12 +181,6 @@ def build_parser() -> argparse.ArgumentParser:
     s = spec_cmd("check", "check a spec: per-layer shapes and parameter counts, or every error found", cmd_check)
     s.add_argument("--format", choices=["table", "json"], default="table",
                    help="json: the graph, or {ok: false, diagnostics: [{code, message, file, line, col, end, help}]}")
-    s.add_argument("--max-params", type=_size, metavar="N", help="parameter budget (default 1e9)")
-    s.add_argument("--max-memory", type=_size, metavar="BYTES",
-                   help="activation memory per sample, e.g. 16GB (default 4GiB)")
-    s.add_argument("--max-work", type=_size, metavar="N",
-                   help="nodes and heads the check may expand, and steps a forward pass runs one after another (a "
-                        "graph ξ's hops) (default 20000)")
     s.add_argument("--compile", action="store_true",
                    help="also report the components torch.compile(fullgraph=True) cannot compile, and why")
     s = spec_cmd("graph", "print the IR graph, or draw it (svg, png: shapes on the edges, kernels chosen)",

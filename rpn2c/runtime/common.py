@@ -71,12 +71,35 @@ def parse_params(items: list[str] | None) -> dict:
     return out
 
 
+def _size(text: str) -> int:
+    from rpn2c.check.budget import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_spec_options(s: argparse.ArgumentParser) -> None:
-    """``--model``, ``--root`` and ``--param``: which model of a spec file, and with which parameters."""
+    """``--model``, ``--root`` and ``--param``: which model of a spec file, and with which parameters; the resource
+    budgets ``--max-params``, ``--max-memory`` and ``--max-work`` the check (and, with the inputs' sizes, the
+    compiled model) holds it to."""
     s.add_argument("--model", help="which model of the file (default: the last one)")
     s.add_argument("--root", help="project root that imports may not leave (default: the spec's folder)")
     s.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="model parameter, as rpn2c.check's params= (e.g. hidden=64); repeatable")
+    s.add_argument("--max-params", type=_size, metavar="N", help="parameter budget (default 1e9)")
+    s.add_argument("--max-memory", type=_size, metavar="BYTES",
+                   help="activation memory per sample, e.g. 16GB (default 4GiB); held again at run time with the "
+                        "inputs' sizes")
+    s.add_argument("--max-work", type=_size, metavar="N",
+                   help="nodes and heads the check may expand, and steps a forward pass runs one after another (a "
+                        "graph ξ's hops) (default 20000)")
+
+
+def budget_limits(args) -> dict:
+    """The budgets given on the command line (``--max-…``), as ``rpn2c.check``'s ``limits=``."""
+    return {k: v for k in ("max_params", "max_memory", "max_work") if (v := getattr(args, k, None)) is not None}
 
 
 def add_spec_command(sub, name: str, help_: str, fn) -> argparse.ArgumentParser:

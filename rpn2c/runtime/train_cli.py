@@ -16,7 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from rpn2c.runtime.common import EXIT_OK, _err, _out, _Usage, parse_params
+from rpn2c.runtime.common import EXIT_OK, _err, _out, _Usage, budget_limits, parse_params
 from rpn2c.runtime.workflow import (EXIT_INTERRUPTED, _compile, _data_options, _dataset, _device, _graph, _guard,
                                     _jsonable, _named_dims, _threads, _write_csv)
 
@@ -71,7 +71,7 @@ def cmd_train(args) -> int:
     from rpn2c.train import distributed  # torch, once the folder is known to take the run: a refusal is quick
     from rpn2c.train.binding import bind
 
-    spec_args = argparse.Namespace(spec=cfg.spec, model=cfg.model, root=cfg.root)
+    spec_args = argparse.Namespace(spec=cfg.spec, model=cfg.model, root=cfg.root, **budget_limits(args))
     graph, text = _graph(spec_args, cfg.params)
     cfg = run.text_length(cfg, graph)
     env = distributed.DistEnv.from_env()

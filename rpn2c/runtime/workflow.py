@@ -7,13 +7,14 @@ from __future__ import annotations
 import contextlib
 import csv
 import functools
+import gc
 import inspect
 import math
 import os
 import sys
 from pathlib import Path
 
-from rpn2c.runtime.common import EXIT_SPEC, _err, _read, _Usage, parse_params
+from rpn2c.runtime.common import EXIT_SPEC, _err, _read, _Usage, budget_limits, parse_params
 
 EXIT_INTERRUPTED = 130
 
@@ -56,10 +57,20 @@ def _threads(n: int | None):
         torch.set_num_threads(before)
 
 
+def _settle_imports() -> None:
+    """Put what is alive now out of the garbage collector's reach once torch is imported (``gc.freeze``): its
+    million objects live until the command ends, and every full collection walked them while the checker, the
+    registry and the lowering were imported after it (a third of a second of a model command's start-up). The
+    command line does this for itself; the library leaves a program's collector alone."""
+    if "torch" in sys.modules:
+        gc.freeze()
+
+
 def _graph(args, params: dict | None = None):
     """The checked, optimised IR graph of ``args.spec`` with the model ``params`` (a checkpoint's), overridden by
     ``args.param`` (``--param``), and its text (SpecError propagates: exit 1; with params a last line names
     them)."""
+    _settle_imports()
     from rpn2c.api import check_file
     from rpn2c.errors import SpecError
     from rpn2c.passes import optimize
@@ -68,7 +79,8 @@ def _graph(args, params: dict | None = None):
     params = {**(params or {}), **parse_params(getattr(args, "param", None))}
     text = _read(args.spec)
     try:
-        return optimize(check_file(args.spec, model=args.model, root=args.root, params=params or None)), text
+        return optimize(check_file(args.spec, model=args.model, root=args.root, params=params or None,
+                                   limits=budget_limits(args))), text
     except SpecError as exc:
         if not params:
             raise

@@ -137,3 +137,32 @@ def test_the_memory_estimate_covers_the_largest_tensor_of_the_forward(head):
         with torch.no_grad(), mode:
             model(torch.randn(1, 4, 4))
         assert mode.most <= estimate + held, (reference, mode.most, estimate, held)
+
+
+def test_export_takes_the_budgets_and_holds_inputs_to_them(tmp_path, capsys):
+    """``--max-memory`` reaches the check and the compiled model: inputs over it are refused by the node (E0605)
+    and no file is left; the default budget exports the same model."""
+    from rpn2c.runtime.cli import main
+
+    spec = tmp_path / "k.rpn"
+    spec.write_text(KERNEL.format(t="T"), encoding="utf-8")
+    command = ["export", str(spec), "--random-init", "--dim", "T=600", "--out", str(tmp_path / "k.pt2")]
+    assert main([*command, "--max-memory", "1MB"]) == 1
+    err = capsys.readouterr().err
+    assert "error[E0605]" in err and f"{spec}:3:7" in err and "T = 600" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.rpn"]
+    assert main(command) == 0 and (tmp_path / "k.pt2").is_file()
+
+
+@pytest.mark.parametrize("command", ["explain", "graph", "show", "train"])
+def test_every_spec_command_takes_the_budgets(tmp_path, capsys, command):
+    """The budgets are options of every command that checks a spec: a parameter budget the model exceeds ends in
+    its located E0601 before any data is read or anything is built."""
+    from rpn2c.runtime.cli import main
+
+    spec = tmp_path / "k.rpn"
+    spec.write_text(KERNEL.format(t="T"), encoding="utf-8")
+    extra = ["--data", "basic_motions", "--out", str(tmp_path / "run")] if command == "train" else []
+    code = main([command, str(spec), *extra, "--max-params", "5"])
+    err = capsys.readouterr().err
+    assert code == 1 and "error[E0601]" in err and f"{spec}:3:7" in err, err
