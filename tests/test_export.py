@@ -183,6 +183,43 @@ def test_graph_model_exports_to_onnx_without_the_spmm_custom_op(tmp_path, capsys
     torch.testing.assert_close(torch.from_numpy(got), model(x, edges).detach(), rtol=1e-5, atol=1e-5)
 
 
+KERNELS = """model m {{
+  input x: sequence[B, T, 6]
+  y = head(x) {{
+    pre = [softplus]
+    xi_instance = {first}
+    out = 4
+  }}
+  z = head(y) {{
+    xi_instance = {second}
+    out = 3
+  }}
+  return z
+}}
+"""
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("first,second", [("manhattan_kernel", "euclidean_kernel"),
+                                          ("chebyshev_distance", "minkowski_kernel(p = 3)")])
+def test_distance_kernels_and_softplus_export_to_onnx(tmp_path, capsys, dtype, first, second):
+    """ONNX has no cdist and onnxruntime no float64 Softplus: both go out as plain arithmetic, and the program
+    equals the module at another length (the command's own check, and here once more in onnxruntime)."""
+    onnxruntime = pytest.importorskip("onnxruntime")
+    spec = tmp_path / "k.rpn"
+    spec.write_text(KERNELS.format(first=first, second=second), encoding="utf-8")
+    out = tmp_path / "k.onnx"
+    code = main(["export", str(spec), "--random-init", "--format", "onnx", "--dtype", dtype, "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    torch.manual_seed(0)
+    model = rpn2c.compile(spec.read_text(), str(spec)).to(getattr(torch, dtype)).eval()
+    session = onnxruntime.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    x = torch.randn(3, 11, 6, dtype=getattr(torch, dtype))
+    (got,) = session.run(None, {"x": x.numpy()})
+    tol = 1e-12 if dtype == "float64" else 1e-5
+    torch.testing.assert_close(torch.from_numpy(got), model(x).detach(), rtol=tol, atol=tol)
+
+
 def _line_col(spec: Path, text: str) -> str:
     """``LINE:COL`` of the first ``text`` in ``spec``."""
     for i, line in enumerate(spec.read_text().splitlines(), 1):

@@ -1,6 +1,7 @@
-"""ONNX for ``rpn2c export``: the exported program converted by ``torch.onnx.export(dynamo=True)`` after three
+"""ONNX for ``rpn2c export``: the exported program converted by ``torch.onnx.export(dynamo=True)`` after the
 rewrites ONNX needs (attention on 4-d operands, the stable sort as ``TopK``, a remainder by a symbolic size as a
-tensor), and the file run in onnxruntime for the check."""
+tensor, ``cdist`` as differences, float64 ``softplus`` as ``log(1 + exp)``), and the file run in onnxruntime for
+the check."""
 
 from __future__ import annotations
 
@@ -32,7 +33,10 @@ def save_onnx(program, path: Path, graph) -> None:
     with quiet():
         program = program.run_decompositions({torch.ops.aten.scaled_dot_product_attention.default: _sdpa_in_4d,
                                               torch.ops.aten.sort.stable: _sort_by_topk,
-                                              torch.ops.aten.remainder.Scalar: _remainder_by_tensor})
+                                              torch.ops.aten.remainder.Scalar: _remainder_by_tensor,
+                                              torch.ops.aten.cdist.default: _cdist_by_differences,
+                                              torch.ops.aten._cdist_forward.default: _cdist_by_differences,
+                                              torch.ops.aten.softplus.default: _softplus_by_log_exp})
         onnx_program = torch.onnx.export(program, (), dynamo=True, input_names=list(graph.inputs),
                                          output_names=list(graph.outputs), verbose=False)
         onnx_program.save(str(path))
@@ -70,6 +74,35 @@ def _remainder_by_tensor(x, other):
     import torch
 
     return torch.ops.aten.remainder.Tensor(x, torch.ops.aten.scalar_tensor.default(other, dtype=x.dtype))
+
+
+def _cdist_by_differences(x1, x2, p=2.0, compute_mode=None):
+    """``torch.cdist`` (ONNX has no translation): ``‖x1_i − x2_j‖_p`` from the broadcast differences
+    ``[..., N, M, D]``, exact as the exact mode the kernels ask for (p = 0 counts the differing coordinates)."""
+    import torch
+
+    d = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).abs()
+    if p == float("inf"):
+        return d.amax(-1)
+    if p == 0:
+        return (d != 0).to(d.dtype).sum(-1)
+    if p == 1:
+        return d.sum(-1)
+    if p == 2:
+        return d.square().sum(-1).sqrt()
+    return d.pow(p).sum(-1).pow(1.0 / p)
+
+
+def _softplus_by_log_exp(x, beta=1.0, threshold=20.0):
+    """``softplus`` as ``log(1 + exp(βx)) / β`` (``x`` past the threshold): onnxruntime has no float64 Softplus
+    kernel; the float32 translation is kept."""
+    import torch
+
+    if x.dtype != torch.float64:
+        return NotImplemented
+    bx = x * beta
+    return torch.where(bx > threshold, x, torch.log1p(torch.exp(torch.minimum(bx, torch.full_like(bx, threshold))))
+                       / beta)
 
 
 def onnx_runner(path: Path):
