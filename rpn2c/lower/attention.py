@@ -171,6 +171,7 @@ def packed_attention(layer, x, data, aux: dict, fold_v_bias: bool, fuse_out: boo
     qq = _split_heads(out["q"], heads)
     kk = _split_heads(out["k"], heads) if "k" in out else keys.unsqueeze(1).expand(-1, heads, -1, -1)
     vv = _split_heads(out["v"], heads)
+    qq, kk = first.rotate(qq, kk)  # rotary positions, per head, before the one SDPA call
     y = first.attend(qq, kk, vv, aux, kernel)  # [B, H, Nq, n]
     if "v" in late and not fold_v_bias:
         c, d = lay.bias_rows("v")

@@ -11,14 +11,15 @@ from torch import nn
 from rpn2c.components.impl.base import XiModule
 from rpn2c.components.xi_attention import default_scale, windowed_flex_attention
 from rpn2c.errors import InputError
-from rpn2c.functional import flex_op, structure
+from rpn2c.functional import flex_op, rotary, structure
 
 
 class _BilinearXi(XiModule):
     axis = "instance"
 
-    def __init__(self, hp, mq, mc, rank, aux_types):
+    def __init__(self, hp, mq, mc, rank, aux_types, rotary_dims=None):
         super().__init__()
+        self.rotary_dims = rotary_dims
         self.hp = hp
         self.full = rank is None
         r = mc if rank is None else rank
@@ -31,12 +32,28 @@ class _BilinearXi(XiModule):
         self.scale = hp.scale if hp.scale is not None else default_scale(hp.softmax, r)
         self.modes = {k: t.mask_mode for k, t in aux_types.items()}
 
-    def _qk(self, q, c, aux):
+    def _qk(self, q, c, aux, literal=False):
         if self.hp.keys is not None:
             c = aux["keys"]
         qq = q @ self.w_q + (self.b_q if self.b_q is not None else 0)
         kk = c if self.full else c @ self.w_k + (self.b_k if self.b_k is not None else 0)
-        return qq, kk
+        if self.hp.rotary is None:
+            return qq, kk
+        if literal:  # the oracle: each item's rotation matrix R_t applied to it
+            def turn(t):
+                r = rotary.rotation_matrices(t.shape[-2], t.shape[-1], self.rotary_dims, self.hp.rotary,
+                                             self.hp.rotary_interleaved, t.dtype, t.device)
+                return torch.einsum("nij,...nj->...ni", r, t)
+            return turn(qq), turn(kk)
+        return self.rotate(qq, kk)
+
+    def rotate(self, qq, kk):
+        """Queries and keys ``[..., N, r]`` turned by their items' positions (rotary; unchanged without it)."""
+        if self.hp.rotary is None:
+            return qq, kk
+        hp = self.hp
+        return (rotary.rotate(qq, self.rotary_dims, hp.rotary, hp.rotary_interleaved),
+                rotary.rotate(kk, self.rotary_dims, hp.rotary, hp.rotary_interleaved))
 
     def _additive_mask(self, aux, nq, nc, dtype, device, literal=False, rows=None, cols=None):
         """All masks as one additive float mask [.., Nq, Nc] (-inf = blocked), or None
@@ -80,7 +97,7 @@ class _BilinearXi(XiModule):
                                           self.entry_bias(aux, qq.shape[-2], kk.shape[-2]))
 
     def matrix(self, q, c, aux, size=None):
-        qq, kk = self._qk(q, c, aux)
+        qq, kk = self._qk(q, c, aux, literal=True)
         logits = (qq @ kk.transpose(-1, -2)) * self.scale
         self._check_masks(aux, q.shape[0] if q.dim() == 3 else 1, q.shape[-2], c.shape[-2])
         mask = self._additive_mask(aux, q.shape[-2], c.shape[-2], q.dtype, q.device, literal=True)
