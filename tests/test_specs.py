@@ -52,6 +52,9 @@ def random_inputs(graph, n_items=6, seed=0):
                  for i, d in enumerate(t.shape)]
         if not t.batched:
             shape = shape[1:]
+        if t.kind == "tokens":  # ids below every shipped vocabulary
+            inputs.append(torch.randint(0, 4, shape, generator=g))
+            continue
         inputs.append(torch.randn(*shape, generator=g, dtype=torch.float64))
     return inputs
 
