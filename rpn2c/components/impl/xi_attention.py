@@ -7,6 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend
 
 from rpn2c.components.impl.base import XiModule
 from rpn2c.components.xi_attention import default_scale, windowed_flex_attention
@@ -124,12 +125,41 @@ class _BilinearXi(XiModule):
         ``flex_attention`` (FlexAttention's band block mask; its declared fallback ``sdpa_band`` where gradients
         are needed, for float64 or short sequences), else SDPA with every mask as one additive mask."""
         if kernel == "sdpa_causal" and self.hp.window is None:  # top-left aligned = triu(1) blocked; a band isn't
-            return F.scaled_dot_product_attention(qq, kk, values, is_causal=True, scale=self.scale)
+            return _sdpa(qq, kk, values, None, True, self.scale)
         if (kernel == "flex_attention" and flex_op.supported(qq, kk, values)
                 and flex_op.worthwhile(qq.shape[-2], kk.shape[-2], self.hp.window)):
+            kk, values = _repeat_kv(qq, kk), _repeat_kv(qq, values)
             return windowed_flex_attention(qq, kk, values, self.hp.window, self.hp.causal, self.scale)
         self._check_masks(aux, qq.shape[0] if qq.dim() >= 3 else 1, qq.shape[-2], kk.shape[-2])
         mask = self._additive_mask(aux, qq.shape[-2], kk.shape[-2], qq.dtype, qq.device)
         if mask is not None and qq.dim() == 4 and mask.dim() == 3:
             mask = mask.unsqueeze(1)  # [B, 1, Nq|1, Nc]: broadcast over heads
-        return F.scaled_dot_product_attention(qq, kk, values, attn_mask=mask, scale=self.scale)
+        return _sdpa(qq, kk, values, mask, False, self.scale)
+
+
+def _grouped(qq, kk) -> bool:
+    """Whether ``kk`` ``[B, G, Nc, r]`` holds G < H key/value heads for the H query heads of ``qq``."""
+    return qq.dim() == 4 and kk.shape[-3] != qq.shape[-3]
+
+
+def _repeat_kv(qq, t):
+    """``t`` ``[B, G, Nc, ·]`` as ``[B, H, Nc, ·]``, group g serving query heads g·H/G … (g+1)·H/G − 1 (transformers'
+    ``repeat_kv``); unchanged without groups."""
+    if not _grouped(qq, t):
+        return t
+    b, g, n, w = t.shape
+    return t[:, :, None].expand(b, g, qq.shape[-3] // g, n, w).reshape(b, qq.shape[-3], n, w)
+
+
+def _sdpa(qq, kk, values, mask, causal: bool, scale: float):
+    """One ``scaled_dot_product_attention``; key/value groups (fewer heads in ``kk`` than in ``qq``) by its
+    ``enable_gqa`` where torch's fused kernel for these operands takes it (every CPU kernel, CUDA's flash), else
+    on copies of each group's keys and values per query head (the math kernel would make the same copies)."""
+    if not _grouped(qq, kk):
+        return F.scaled_dot_product_attention(qq, kk, values, attn_mask=mask, is_causal=causal, scale=scale)
+    if qq.device.type != "cuda" or torch.compiler.is_compiling() or torch._fused_sdp_choice(
+            qq, kk, values, mask, 0.0, causal, scale=scale, enable_gqa=True) != SDPBackend.MATH.value:
+        return F.scaled_dot_product_attention(qq, kk, values, attn_mask=mask, is_causal=causal, scale=scale,
+                                              enable_gqa=True)
+    return F.scaled_dot_product_attention(qq, _repeat_kv(qq, kk), _repeat_kv(qq, values), attn_mask=mask,
+                                          is_causal=causal, scale=scale)
