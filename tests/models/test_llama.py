@@ -32,7 +32,7 @@ def _norm_at_input_precision(monkeypatch):
 
 def _library(tied: bool, **over):
     cfg = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-               num_key_value_heads=4, max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=tied)
+               num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=tied)
     cfg.update(over)
     config = transformers.LlamaConfig(**cfg, attn_implementation="sdpa")  # eager: softmax in float32
     torch.manual_seed(1)
@@ -45,6 +45,7 @@ def _library(tied: bool, **over):
 
 def _spec(model_name: str, config, reference: bool = False):
     params = {"vocab": config.vocab_size, "d": config.hidden_size, "heads": config.num_attention_heads,
+              "kv_heads": config.num_key_value_heads,
               "ffn": config.intermediate_size, "layers": config.num_hidden_layers, "eps": config.rms_norm_eps,
               "theta": config.rope_parameters["rope_theta"]}
     return rpn2c.compile(SPEC.read_text(encoding="utf-8"), str(SPEC), model=model_name, params=params,
@@ -86,10 +87,12 @@ def test_spec_weights_into_the_library_give_the_spec():
     torch.testing.assert_close(library(ids).logits, spec(ids), rtol=0, atol=1e-12)
 
 
-def test_another_base_and_head_width_follow_the_configuration():
-    """A configuration's rope_theta and a head width of 16 (8 turned pairs) reach the spec by its parameters."""
-    library, config = _library(False, hidden_size=64, num_attention_heads=4, rope_parameters={
-        "rope_type": "default", "rope_theta": 500.0})
+@pytest.mark.parametrize("kv_heads", [1, 4])
+def test_another_base_head_width_and_grouping_follow_the_configuration(kv_heads):
+    """A configuration's rope_theta, a head width of 16 (8 turned pairs) and multi-query (1) or plain multi-head
+    (4) keys and values reach the spec by its parameters."""
+    library, config = _library(False, hidden_size=64, num_attention_heads=4, num_key_value_heads=kv_heads,
+                               rope_parameters={"rope_type": "default", "rope_theta": 500.0})
     spec = _spec("llama", config)
     spec.load_state_dict(weights.to_spec("llama", library.state_dict(), config.num_hidden_layers))
     ids = torch.randint(0, config.vocab_size, (2, 13))
