@@ -21,23 +21,42 @@ def frequencies(dims: int, base: float, device=None) -> Tensor:
     return 1.0 / (base ** exponents)
 
 
-def tables(n: int, dims: int, base: float, dtype: torch.dtype, device=None) -> tuple[Tensor, Tensor]:
-    """cos and sin of the angles ``t · θ_i`` of items t < n, ``[n, dims/2]`` each, in ``dtype``."""
-    angles = torch.arange(n, device=device, dtype=torch.float32)[:, None] * frequencies(dims, base, device)[None]
+def tables(n: int, dims: int, base: float | Tensor, dtype: torch.dtype, device=None) -> tuple[Tensor, Tensor]:
+    """cos and sin of the angles ``t · θ_i`` of items t < n, ``[n, dims/2]`` each, in ``dtype``; ``base`` may be
+    the frequencies themselves (a float32 ``[dims/2]`` tensor, computed once)."""
+    freqs = base.float() if isinstance(base, Tensor) else frequencies(dims, base, device)  # a float64 copy: same values
+    angles = torch.arange(n, device=device, dtype=torch.float32)[:, None] * freqs[None]
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
-def rotate(x: Tensor, dims: int, base: float, interleaved: bool = False) -> Tensor:
-    """``x`` ``[..., N, r]`` with each item's leading ``dims`` features rotated by its position (items on axis −2)."""
-    cos, sin = tables(x.shape[-2], dims, base, x.dtype, x.device)
+def full_tables(n: int, freqs: Tensor, dtype: torch.dtype, interleaved: bool = False) -> tuple[Tensor, Tensor]:
+    """cos and sin over the ``dims`` turned features, ``[n, dims]``: each pair's angle at both of its features
+    (``cat(a, a)``; interleaved: each repeated twice), as :func:`rotate_by` takes them."""
+    cos, sin = tables(n, 2 * freqs.shape[0], freqs, dtype, freqs.device)
+    if interleaved:
+        return cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+    return torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+
+
+def rotate_by(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = False) -> Tensor:
+    """``x`` ``[..., N, r]`` turned by the full tables ``[N, dims]`` (:func:`full_tables`): the libraries' form
+    ``x · cos + rotate_half(x) · sin`` on the leading ``dims`` features (``rotate_half(a, b) = (−b, a)``;
+    interleaved: ``(−x_{2i+1}, x_{2i})``), the rest unchanged."""
+    dims = cos.shape[-1]
     part, rest = (x, None) if dims == x.shape[-1] else (x[..., :dims], x[..., dims:])
     if interleaved:
-        a, b = part[..., 0::2], part[..., 1::2]
-        out = torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-1).flatten(-2)
+        turned = torch.stack((-part[..., 1::2], part[..., 0::2]), -1).flatten(-2)
     else:
         a, b = part.chunk(2, dim=-1)
-        out = torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
+        turned = torch.cat((-b, a), -1)
+    out = part * cos + turned * sin
     return out if rest is None else torch.cat((out, rest), dim=-1)
+
+
+def rotate(x: Tensor, dims: int, base: float, interleaved: bool = False) -> Tensor:
+    """``x`` ``[..., N, r]`` with each item's leading ``dims`` features turned by its position (items on axis −2)."""
+    cos, sin = full_tables(x.shape[-2], frequencies(dims, base, x.device), x.dtype, interleaved)
+    return rotate_by(x, cos, sin, interleaved)
 
 
 def rotation_matrices(n: int, width: int, dims: int, base: float, interleaved: bool, dtype: torch.dtype,

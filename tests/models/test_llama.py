@@ -110,3 +110,27 @@ def test_a_state_dict_that_does_not_fit_the_map_is_refused_by_name():
         weights.to_spec("llama", state, config.num_hidden_layers)
     with pytest.raises(weights.WeightMapError, match="the maps are"):
         weights.get("lama")
+
+
+def test_a_training_step_runs_fewer_aten_ops_than_the_library():
+    """Forward, loss and backward of one step (float32, eager): the spec's packed q/k/v GEMM, rotary tables built
+    once per layer for q and k, and one SDPA call per layer dispatch no more non-view ops than the library's."""
+    from tests.op_count import diff, training_step_ops
+
+    library, config = _library(False)
+    library = library.float()
+    spec = _spec("llama", config).float()
+    spec.load_state_dict(weights.to_spec("llama", library.state_dict(), config.num_hidden_layers))
+
+    class Logits(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, ids):
+            return self.inner(ids, use_cache=False).logits
+
+    ids = torch.randint(0, config.vocab_size, (2, 16))
+    ours, theirs = training_step_ops(spec, [ids]), training_step_ops(Logits(library), [ids])
+    assert sum(ours.values()) <= sum(theirs.values()), diff(ours, theirs)
+    assert ours["_scaled_dot_product_flash_attention_for_cpu"] == config.num_hidden_layers

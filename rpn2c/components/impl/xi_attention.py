@@ -21,6 +21,8 @@ class _BilinearXi(XiModule):
     def __init__(self, hp, mq, mc, rank, aux_types, rotary_dims=None):
         super().__init__()
         self.rotary_dims = rotary_dims
+        if hp.rotary is not None:  # θ_i, float32, once (not saved: the spec fixes them)
+            self.register_buffer("inv_freq", rotary.frequencies(rotary_dims, hp.rotary), persistent=False)
         self.hp = hp
         self.full = rank is None
         r = mc if rank is None else rank
@@ -52,9 +54,12 @@ class _BilinearXi(XiModule):
         """Queries and keys ``[..., N, r]`` turned by their items' positions (rotary; unchanged without it)."""
         if self.hp.rotary is None:
             return qq, kk
-        hp = self.hp
-        return (rotary.rotate(qq, self.rotary_dims, hp.rotary, hp.rotary_interleaved),
-                rotary.rotate(kk, self.rotary_dims, hp.rotary, hp.rotary_interleaved))
+        inter = self.hp.rotary_interleaved
+        cos, sin = rotary.full_tables(max(qq.shape[-2], kk.shape[-2]), self.inv_freq, qq.dtype, inter)
+        if qq.shape[-2] == kk.shape[-2]:  # self-attention: one table for both
+            return rotary.rotate_by(qq, cos, sin, inter), rotary.rotate_by(kk, cos, sin, inter)
+        nq, nk = qq.shape[-2], kk.shape[-2]
+        return (rotary.rotate_by(qq, cos[:nq], sin[:nq], inter), rotary.rotate_by(kk, cos[:nk], sin[:nk], inter))
 
     def _additive_mask(self, aux, nq, nc, dtype, device, literal=False, rows=None, cols=None):
         """All masks as one additive float mask [.., Nq, Nc] (-inf = blocked), or None
