@@ -178,7 +178,7 @@ def test_throughput_and_peak_columns():
     assert harness.peak_tflops(harness.parse_args(["--peak-tflops", "500"])) == 500.0
 
 
-GPU = ["transformer-4x1024", "resnet18-b128", "lstm-2x512", "gcn-2m"]
+GPU = ["transformer-4x1024", "resnet18-b128", "lstm-2x512", "gcn-2m", "llama-12x768"]
 
 
 def test_gpu_profile_selection():
