@@ -216,7 +216,7 @@ def _step(module, ins, amp):
 def test_gpu_workloads_match_and_step_at_tiny_sizes(name):
     w = W.WORKLOADS[name]
     pair = w.build(W.sizes_for(w, quick=True))
-    assert W.check_equal(pair, w.tol) < 1e-8
+    assert W.check_equal(pair, w.tol) < min(w.tol, 1e-8 if w.tol <= 1e-8 else w.tol / 10)
     amp = harness.amp_dtype(w, harness.parse_args(["--profile", "gpu", "--quick"]))
     spec, hand, ins = harness._prepare(pair, "cpu", torch.float32)
     assert harness.count_flops(hand.train(), ins) > 0
