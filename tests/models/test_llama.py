@@ -11,6 +11,7 @@ import torch
 
 import rpn2c
 from rpn2c.frontends import weights
+from tests.models.peers import assert_grads_equal, outputs_and_grads
 
 transformers = pytest.importorskip("transformers")
 
@@ -52,13 +53,6 @@ def _spec(model_name: str, config, reference: bool = False):
                          reference=reference).double().eval()
 
 
-def _logits_and_grads(model, ids, library: bool):
-    model.zero_grad()
-    out = model(ids).logits if library else model(ids)
-    (out * torch.linspace(-1, 1, out.shape[-1], dtype=out.dtype)).sum().backward()
-    return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters(remove_duplicate=False)}
-
-
 @pytest.mark.parametrize("tied", [False, True])
 @pytest.mark.parametrize("reference", [False, True])
 def test_library_weights_into_the_spec_give_the_library_model(tied, reference):
@@ -68,12 +62,10 @@ def test_library_weights_into_the_spec_give_the_library_model(tied, reference):
     assert sum(p.numel() for p in spec.parameters()) == sum(p.numel() for p in library.parameters())
     spec.load_state_dict(weights.to_spec(name, library.state_dict(), config.num_hidden_layers))
     ids = torch.randint(0, config.vocab_size, (3, 11))
-    want, lib_grads = _logits_and_grads(library, ids, True)
-    got, spec_grads = _logits_and_grads(spec, ids, False)
+    (want,), lib_grads = outputs_and_grads(library, lambda m: m(ids).logits)
+    (got,), spec_grads = outputs_and_grads(spec, lambda m: m(ids))
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
-    mapped = weights.to_library(name, spec_grads, config.num_hidden_layers, library.state_dict())
-    for key, grad in mapped.items():  # each parameter's gradient, through the same map
-        torch.testing.assert_close(grad, lib_grads[key], rtol=0, atol=1e-11, msg=key)
+    assert_grads_equal(name, spec_grads, lib_grads, config.num_hidden_layers, library.state_dict())
 
 
 def test_spec_weights_into_the_library_give_the_spec():
