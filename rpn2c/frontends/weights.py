@@ -3,7 +3,8 @@
 A :class:`WeightMap` lists, for each tensor of the spec's ``state_dict``, the library tensors it is made of: one
 tensor as it is, one transposed (GPT-2's ``Conv1D`` stores ``W`` as ``[in, out]``), or several stacked along the
 first axis (the packed ``in_proj_weight`` of attention heads is ``q_proj``, ``k_proj`` and ``v_proj`` row after
-row). ``{i}`` in a key stands for the layer index of a repeated block. The shipped maps sit in
+row), or one reshaped (a convolution kernel ``[out, C, p, p]`` as a patch head's ψ ``[out, C·p·p]``, a class token
+``[1, 1, d]`` as ``[d]``: a reshaping link needs the other side's shapes). ``{i}`` in a key stands for the layer index of a repeated block. The shipped maps sit in
 ``rpn2c/frontends/weight_maps/``, one module per shipped spec file declaring ``MAPS`` by model name
 (``specs/llama.rpn``: ``weight_maps/llama.py``)::
 
@@ -30,12 +31,14 @@ class WeightMapError(ValueError):
 @dataclass(frozen=True)
 class Link:
     """Spec tensor ``spec`` = the library tensors ``library`` stacked on axis 0 (one: itself; ``transpose``: its
-    transpose). ``optional``: both sides may lack it (a bias a configuration leaves out)."""
+    transpose; ``reshape``: it reshaped, row-major, to the target's shape). ``optional``: both sides may lack it (a
+    bias a configuration leaves out)."""
 
     spec: str
     library: tuple[str, ...]
     transpose: bool = False
     optional: bool = False
+    reshape: bool = False
 
 
 @dataclass(frozen=True)
@@ -51,13 +54,14 @@ class WeightMap:
         for link in self.links:
             if "{i}" in link.spec:
                 out += [Link(link.spec.format(i=i), tuple(k.format(i=i) for k in link.library), link.transpose,
-                             link.optional) for i in range(layers)]
+                             link.optional, link.reshape) for i in range(layers)]
             else:
                 out.append(link)
         return out
 
-    def to_spec(self, library: Mapping, layers: int) -> dict:
-        """The spec's state_dict from the library's."""
+    def to_spec(self, library: Mapping, layers: int, shapes: Mapping | None = None) -> dict:
+        """The spec's state_dict from the library's; ``shapes`` (the spec's state_dict, or its shapes) give a
+        reshaping link its target."""
         import torch
 
         out, used = {}, set()
@@ -71,7 +75,8 @@ class WeightMap:
                                      f"(for the spec's {link.spec})")
             parts = [library[k] for k in link.library]
             t = torch.cat(parts) if len(parts) > 1 else parts[0]
-            out[link.spec] = t.t() if link.transpose else t
+            t = t.t() if link.transpose else t
+            out[link.spec] = self._reshaped(link, link.spec, t, shapes, "spec") if link.reshape else t
             used.update(link.library)
         extra = sorted(k for k in library if k not in used and not _ignored(k, self.ignore))
         if extra:
@@ -89,6 +94,8 @@ class WeightMap:
                 raise WeightMapError(f"{self.name}: the spec state_dict has no {link.spec}")
             t = spec[link.spec]
             t = t.t() if link.transpose else t
+            if link.reshape:
+                t = self._reshaped(link, link.library[0], t, shapes, "library")
             if len(link.library) == 1:
                 pieces = [t]
             else:
@@ -106,6 +113,26 @@ class WeightMap:
         if extra:
             raise WeightMapError(f"{self.name}: the map places no library tensor for the spec's {', '.join(extra)}")
         return out
+
+
+    def _reshaped(self, link: Link, key: str, t, shapes: Mapping | None, side: str):
+        """``t`` reshaped to the shape of ``key`` in ``shapes`` (the target side's state_dict or shapes)."""
+        if len(link.library) != 1:
+            raise WeightMapError(f"{self.name}: {link.spec} reshapes one library tensor, not a stack")
+        if shapes is None or key not in shapes:
+            raise WeightMapError(f"{self.name}: {link.spec} is reshaped; pass the {side}'s state_dict (shapes) to "
+                                 f"give {key} its shape")
+        shape = tuple(shapes[key]) if isinstance(shapes[key], (tuple, list)) else tuple(shapes[key].shape)
+        if t.numel() != _numel(shape):
+            raise WeightMapError(f"{self.name}: {link.spec} has {t.numel()} entries, the {side}'s {key} {shape}")
+        return t.reshape(shape)
+
+
+def _numel(shape: tuple) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
 
 
 def _rows(t) -> int:
@@ -139,9 +166,10 @@ def get(name: str) -> WeightMap:
     return maps[name]
 
 
-def to_spec(name: str, library: Mapping, layers: int) -> dict:
-    """The spec's state_dict from a library model's, by the shipped map ``name``."""
-    return get(name).to_spec(library, layers)
+def to_spec(name: str, library: Mapping, layers: int, shapes: Mapping | None = None) -> dict:
+    """The spec's state_dict from a library model's, by the shipped map ``name`` (``shapes``: the spec's
+    state_dict, for the links that reshape)."""
+    return get(name).to_spec(library, layers, shapes)
 
 
 def to_library(name: str, spec: Mapping, layers: int, shapes: Mapping | None = None) -> dict:
