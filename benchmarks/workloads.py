@@ -433,6 +433,45 @@ gpu_workload("transformer-4x1024", "nn.TransformerEncoder: 4 pre-norm layers, d=
              quick={"batch": 2, "T": 16, "d": 32, "heads": 4, "ffn": 64, "layers": 2})
 
 
+def llama(s):
+    """``specs/llama.rpn`` against transformers' ``LlamaForCausalLM`` (SDPA attention, no cache) at the same size,
+    the library's weights moved into the spec by the "llama" weight map; inputs are token ids, the output logits."""
+    import transformers
+
+    from rpn2c.frontends import weights
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=s["vocab"], hidden_size=s["d"], intermediate_size=s["ffn"], num_hidden_layers=s["layers"],
+        num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"], max_position_embeddings=max(s["T"], 64),
+        attention_dropout=0.0, tie_word_embeddings=False, attn_implementation="sdpa")
+    library = transformers.LlamaForCausalLM(config)
+    params = {"vocab": s["vocab"], "d": s["d"], "heads": s["heads"], "kv_heads": s["kv_heads"], "ffn": s["ffn"],
+              "layers": s["layers"], "eps": config.rms_norm_eps}
+    spec = rpn2c.compile((ROOT / "specs" / "llama.rpn").read_text(encoding="utf-8"), model="llama", params=params)
+    spec.load_state_dict(weights.to_spec("llama", library.state_dict(), s["layers"]))
+    b, t = s["batch"], s["T"]
+
+    def ids(small):
+        return (torch.randint(0, s["vocab"], (2 if small else b, 8 if small else t), generator=_gen()),)
+
+    return Pair(spec, _Call(library, lambda m, x: m(x, use_cache=False).logits), ids,
+                f"llama ({s['layers']} layers, d={s['d']}, heads {s['heads']}/{s['kv_heads']} kv, ffn {s['ffn']}, "
+                f"vocab {s['vocab']}, T={t}, B={b})", "transformers LlamaForCausalLM, SDPA attention, no cache")
+
+
+workload("llama", "Llama decoder (specs/llama.rpn) vs transformers' LlamaForCausalLM", sizes={
+    "batch": 4, "T": 256, "d": 256, "heads": 8, "kv_heads": 2, "ffn": 688, "layers": 4, "vocab": 2048},
+    quick={"batch": 2, "T": 16, "d": 32, "heads": 4, "kv_heads": 2, "ffn": 48, "layers": 2, "vocab": 64},
+    tol=1e-6)(llama)  # transformers' RMSNorm computes in float32 even in a float64 model (1e-12 once it does not)
+gpu_workload("llama-12x768", "Llama decoder (specs/llama.rpn), 12 layers, d=768, 12 heads / 4 kv, ffn 2048, T=1024, "
+             "B=8, vocab 32000, vs LlamaForCausalLM, bf16 autocast", llama,
+             sizes={"batch": 8, "T": 1024, "d": 768, "heads": 12, "kv_heads": 4, "ffn": 2048, "layers": 12,
+                    "vocab": 32000},
+             quick={"batch": 2, "T": 16, "d": 32, "heads": 4, "kv_heads": 2, "ffn": 48, "layers": 2, "vocab": 64},
+             tol=1e-6)
+
+
 # ------------------------------------------------------------------------------------------------ 7. attention
 CAUSAL_SPEC = """
 model causal(d = 64, heads = 4) {

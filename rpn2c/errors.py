@@ -139,6 +139,12 @@ CATALOG: dict[str, ErrorCode] = _codes(
     E("E0315", "unexpected keyword input", "a {kind} takes one input and an optional `context = value`, not '{key}'",
       "pass one positional input; a layer's context is `context = value`, a recurrent layer's initial states are "
       "the settings `state = h0` / `cell_state = c0`"),
+    E("E0345", "kv_heads does not divide heads", "kv_heads = {g} must divide heads = {h}",
+      "give kv_heads a divisor of heads: 1 is multi-query attention, heads is plain multi-head attention"),
+    E("E0346", "kv_heads on heads that are not attention", "kv_heads = {g} shares the key and value projections of "
+      "a group's query heads, but {why}",
+      "grouped key/value heads are identical softmax-attention heads with a learned key projection: `heads = H  "
+      "kv_heads = G  xi_instance = attention(rank = r)  out = n  fusion = concat_linear(out = d)`"),
     E("E0390", "cannot import a torch module", "{path} {cls}: {why}",
       "the message names the module and option; rewrite it as a spec or use a supported option"),
     # ---- E04xx shapes

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import rpn2c
+from rpn2c.components.sequence import random_tokens
 
 SPECS = sorted(Path(__file__).resolve().parents[1].joinpath("specs").glob("*.rpn"))
 
@@ -52,6 +53,9 @@ def random_inputs(graph, n_items=6, seed=0):
                  for i, d in enumerate(t.shape)]
         if not t.batched:
             shape = shape[1:]
+        if t.kind == "tokens":  # ids below the vocabulary of every embedding reading them
+            inputs.append(random_tokens(graph, nid, shape, g))
+            continue
         inputs.append(torch.randn(*shape, generator=g, dtype=torch.float64))
     return inputs
 

@@ -387,8 +387,8 @@ class Elaborator(Tying, Instances):
     def _shape_error(self, exc: LayerShapeError, v, name: str, xt) -> None:
         """E0402 at the setting that failed, or at the layer when the culprit is a default (it has no span)."""
         at = exc.span if exc.span.line >= 1 else v.span
-        self.diags.error("E0402", exc.message, at, notes=[(v.span, f"in '{name}' (input: {xt})")]
-                         if at != v.span else ())
+        self.diags.error(exc.code, exc.message, at, notes=[(v.span, f"in '{name}' (input: {xt})")]
+                         if at != v.span else (), suggestion=exc.hint)
 
     # op / block calls
     def _call(self, name, call: ast.Call, unit, scope, later) -> str | None:

@@ -19,6 +19,7 @@ from rpn2c.components.registry import REGISTRY, SLOT_FAMILIES, FAMILIES, ValueRe
 from rpn2c.check.values import INVALID, MAX_INT, Scope, evaluate
 from rpn2c.errors import Diagnostics, Span, close_names, did_you_mean, quoted_choice
 from rpn2c.ir.graph import HEAD_SLOT, HeadSlot, HeadSpec, LayerSpec, Use, slots_after, slots_before
+from rpn2c.ir.layout import kv_sharing_problem
 from rpn2c.ir.names import reserved
 from rpn2c.ir.trace import HeadTrace
 from rpn2c.ir.types import TensorType, dim_add, dim_mul, grid, is_known, items, numel, vector
@@ -26,16 +27,16 @@ from rpn2c.syntax import ast
 
 HEAD_KEYS = ("kappa", "psi", *HEAD_SLOT, "channels", "channel_fusion", "bias", "out", "groups")
 LAYER_KEYS = ("fusion", "pi", "pre", "post")
-SINGLE_HEAD_KEYS = HEAD_KEYS + LAYER_KEYS + ("heads",)
+SINGLE_HEAD_KEYS = HEAD_KEYS + LAYER_KEYS + ("heads", "kv_heads")
 DECL_KEYS = HEAD_KEYS + ("post", "tie")  # a `head name { ... }` of a layer: also its own processing and a tie
 AUX_KINDS = {"edges": ("edges",), "weight": ("edge_weight",), "key_padding": ("mask",), "attn_mask": ("mask",),
              "keys": ("items",)}
 
 
 class LayerShapeError(Exception):
-    def __init__(self, message: str, span: Span, notes=()):
+    def __init__(self, message: str, span: Span, notes=(), code: str = "E0402", hint: str | None = None):
         super().__init__(message)
-        self.message, self.span, self.notes = message, span, tuple(notes)
+        self.message, self.span, self.notes, self.code, self.hint = message, span, tuple(notes), code, hint
 
 
 # ------------------------------------------------------------------------------------------------ components
@@ -181,6 +182,7 @@ def build_layer(kind: str, head_decls, settings, scope: Scope, diags: Diagnostic
     allowed_layer = SINGLE_HEAD_KEYS if kind != "layer" else LAYER_KEYS
     layer_settings = {}
     head_settings = []
+    kv = None  # (G, where) of `kv_heads = G`
     start = len(diags.items)
     for s in settings:
         if s.key not in allowed_layer:
@@ -223,6 +225,7 @@ def build_layer(kind: str, head_decls, settings, scope: Scope, diags: Diagnostic
             copies = _int_setting(s, scope, diags) or 1
             if copies > 1 and reserve is not None and not reserve(copies, s.value.span, f"heads = {copies:,}"):
                 return None
+        kv = _kv_heads(layer_settings.pop("kv_heads", None), copies, scope, diags)
         hs = {k: v for k, v in layer_settings.items() if k in HEAD_KEYS}
         head_settings = [(f"h{i}" if copies > 1 else "h", hs, span) for i in range(copies)]
         layer_settings = {k: v for k, v in layer_settings.items() if k in LAYER_KEYS}
@@ -246,7 +249,24 @@ def build_layer(kind: str, head_decls, settings, scope: Scope, diags: Diagnostic
     post = _uses(layer_settings["post"].value, "post", scope, diags) if "post" in layer_settings else []
     if len(diags.items) > start or any(h is None for h in heads):
         return None
-    return LayerSpec(kind, heads, fusion, pi, pre, post)
+    kv_heads, kv_span = kv if kv is not None else (None, span)
+    return LayerSpec(kind, heads, fusion, pi, pre, post, kv_heads, kv_span)
+
+
+def _kv_heads(s: ast.Setting | None, heads: int, scope, diags) -> tuple[int, Span] | None:
+    """``kv_heads = G`` beside ``heads = H``: G groups of H/G query heads, so G must divide H."""
+    if s is None:
+        return None
+    g = _int_setting(s, scope, diags)
+    if g is None:
+        return None
+    if heads % g:
+        divisors = [d for d in range(1, min(heads, 64) + 1) if heads % d == 0]
+        diags.error("E0345", f"kv_heads = {g} must divide heads = {heads}: each group of key/value heads serves "
+                             "the same number of query heads", s.value.span,
+                    suggestion=f"use one of {', '.join(map(str, divisors))} (1: multi-query, {heads}: multi-head)")
+        return None
+    return g, s.value.span
 
 
 def _build_head(name, hs: dict[str, ast.Setting], compress, scope, diags, span) -> HeadSpec | None:
@@ -332,6 +352,8 @@ def infer_layer(spec: LayerSpec, x: TensorType, ctx: TensorType | None, aux: dic
     traces = [_infer_head(h, xt, data, aux, span, h.name if spec.kind == "layer" or label is None else label)
               for h in spec.heads]
     _tie_heads(spec, traces)
+    if spec.kv_heads is not None:
+        _group_kv(spec, traces, aux)
     for h, t in zip(spec.heads, traces):
         for p in h.post:
             t.params += _processing(p, _head_type(x, t, t.n))
@@ -396,6 +418,26 @@ def _tie_heads(spec: LayerSpec, traces: list[HeadTrace]) -> None:
             raise LayerShapeError(f"head '{h.name}' ties to '{h.tie}', but their parameters differ "
                                   f"('{h.tie}' vs '{h.name}'): " + ", ".join(diff), h.tie_span)
         t.params = 0
+
+
+def _group_kv(spec: LayerSpec, traces: list[HeadTrace], aux) -> None:
+    """``kv_heads = G``: query head h reads W_k and ψ (and their biases) of its group's first head, so the other
+    heads of a group own only W_q (and b_q); ``LayerShapeError`` E0346 when the heads are not attention heads
+    with a learned key projection."""
+    why = kv_sharing_problem(spec, traces)
+    if why is not None:
+        raise LayerShapeError(f"kv_heads = {spec.kv_heads} shares the key and value projections of a group's "
+                              f"query heads, but {why}", spec.kv_span, code="E0346",
+                              hint="write the heads as `heads = H  xi_instance = attention(rank = r)  out = n  "
+                                   "fusion = concat_linear(out = d)`, or drop kv_heads")
+    for i, (h, t) in enumerate(zip(spec.heads, traces)):
+        if i and spec.kv_group(i) == spec.kv_group(i - 1):  # not its group's first head: nothing of k, v
+            hp = h.xi["xi_instance"].component.hp
+            r = hp.rank
+            keys = t.m if hp.keys is None else aux[hp.keys.name].features
+            n = h.out if h.out is not None else t.d
+            t.params -= keys * r + (r if hp.bias else 0) + h.psi.component.count(n, t.d) + \
+                (n if h.bias == "tied" else 0)
 
 
 def _processing(use: Use, t: TensorType) -> int:

@@ -219,6 +219,11 @@ class Interdependence(Component):
         budget at check and again, with the inputs' sizes, at run time."""
         return 1
 
+    def affine(self) -> bool:
+        """ξ adds a learned bias after its matrix, ``A z + b 1ᵀ`` (the matrix ``[A | b]`` on the items with a
+        constant item of ones): it does not commute with ψ, and its matrix alone is not the map."""
+        return False
+
     def build(self, ctx: XiContext) -> XiModule:
         raise NotImplementedError
 

@@ -163,7 +163,7 @@ BY_MODULE = {
             'relu', 'tanh', 'sigmoid', 'gelu', 'silu', 'swish', 'elu', 'leaky_relu', 'softplus', 'relu6',
             'hardtanh', 'hardsigmoid', 'hardswish', 'selu', 'celu', 'mish', 'scale', 'softsign', 'tanhshrink',
             'log_sigmoid', 'hardshrink', 'softshrink', 'threshold', 'rrelu', 'prelu', 'softmax', 'log_softmax',
-            'dropout', 'layer_norm', 'batch_norm',
+            'dropout', 'layer_norm', 'rms_norm', 'batch_norm',
         ),
         'processing_more': (
             'softmin', 'l2_normalize', 'stochastic_depth',

@@ -222,9 +222,9 @@ class LayerNorm(Processing):
 
     def check(self, t):
         if t.kind not in ("vector", "items", "grid"):
-            return f"layer_norm needs features, got {t}"
+            return f"{self.name} needs features, got {t}"
         if not all(is_known(d) for d in self.shape(t)):
-            return f"layer_norm needs known feature sizes, got {t}"
+            return f"{self.name} needs known feature sizes, got {t}"
         return None
 
     def count(self, t):
@@ -234,6 +234,32 @@ class LayerNorm(Processing):
         from torch import nn
 
         return nn.LayerNorm(self.shape(t), eps=self.hp.eps, elementwise_affine=self.hp.affine)
+
+
+@register
+class RMSNorm(Processing):
+    """RMS normalisation over the features of each item: y = x / √(mean(x²) + ε) · γ (no mean subtracted, no
+    bias; Llama's and T5's norm), ``offset`` adds a constant to γ (Gemma: y = … · (1 + γ))."""
+
+    name, family = "rms_norm", "processing"
+    synonyms = dict.fromkeys(("rmsnorm", "rms_layer_norm", "t5_layer_norm", "t5layernorm", "llama_rms_norm",
+                              "root_mean_square_norm"), "rms_norm")
+
+    class HP(HP):
+        eps: float = Field(1e-6, gt=0)
+        affine: bool = True
+        offset: float = Field(0.0, description="γ + offset scales the items (Gemma: 1, with γ initialised to 0)")
+
+    shape = LayerNorm.shape
+    check = LayerNorm.check
+
+    def count(self, t):
+        return math.prod(self.shape(t)) if self.hp.affine else 0
+
+    def build(self, t):
+        from rpn2c.components.impl.processing import RMSNormModule
+
+        return RMSNormModule(self.shape(t), self.hp.eps, self.hp.affine, self.hp.offset)
 
 
 @register

@@ -67,6 +67,9 @@ class Relation(Op):
         xi = self.hp.xi.component
         if xi.kind == "grid" or "instance" not in xi.axes:
             raise ShapeRuleError(f"'{xi.name}' is not an instance ξ: a relation needs one that relates items")
+        if xi.affine():
+            raise ShapeRuleError(f"'{xi.name}' with bias = true is affine (A z + b 1ᵀ), not a matrix: a relation "
+                                 f"is a matrix")
         n = xi.out_size(ctx)
         if xi.kind == "data" and len(types) > 1:
             n = types[0].items

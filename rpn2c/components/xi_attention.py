@@ -29,6 +29,13 @@ class _BilinearHP(HP):
     attn_mask: Optional[ValueRef] = Field(None, description="[Nq, Nc] or [B, Nq, Nc] mask input")
     keys: Optional[ValueRef] = Field(None, description="items input the keys are computed from "
                                                       "(default: the head's data, i.e. its context)")
+    rotary: Optional[float] = Field(None, gt=1, description="rotary positions with base θ (e.g. 10000): queries "
+                                                            "and keys are rotated by their item's position, "
+                                                            "⟨R_t W_q x_t, R_s W_k c_s⟩ (RoPE)")
+    rotary_dims: Optional[int] = Field(None, ge=2, description="rotate only the leading dims of each query/key "
+                                                               "(partial rotary; even; default: all of the rank)")
+    rotary_interleaved: bool = Field(False, description="rotate feature pairs (2i, 2i+1) (RoFormer, GPT-J) "
+                                                        "instead of (i, i + dims/2) (GPT-NeoX, Llama)")
 
 
 def default_scale(softmax: bool, r: int) -> float:
@@ -49,7 +56,19 @@ class _BilinearBase(Interdependence):
         keys = ctx.aux.get("keys")
         if keys is not None and str(keys.items) != str(ctx.size):
             raise ShapeRuleError(f"the keys {keys} must have as many items as the values ({ctx.size})")
+        if self.hp.rotary is None and (self.hp.rotary_dims is not None or self.hp.rotary_interleaved):
+            raise ShapeRuleError("rotary_dims and rotary_interleaved shape rotary positions: give rotary = θ "
+                                 "(e.g. rotary = 10000.0)")
+        if self.hp.rotary is not None:
+            r, dims = self.rank(ctx), self.rotary_dims(ctx)
+            if dims % 2 or dims > r:
+                raise ShapeRuleError(f"rotary positions turn pairs of the {r} query/key features: rotary_dims "
+                                     f"must be even and at most {r}, got {dims}")
         return ctx.size
+
+    def rotary_dims(self, ctx) -> int:
+        """How many leading features of each query and key the rotary positions turn."""
+        return self.hp.rotary_dims if self.hp.rotary_dims is not None else self.rank(ctx)
 
     def key_features(self, ctx):
         keys = ctx.aux.get("keys")
@@ -67,7 +86,8 @@ class _BilinearBase(Interdependence):
     def build(self, ctx):
         from rpn2c.components.impl.xi_attention import _BilinearXi
 
-        return _BilinearXi(self.hp, ctx.query_features, self.key_features(ctx), self.rank(ctx), ctx.aux)
+        return _BilinearXi(self.hp, ctx.query_features, self.key_features(ctx), self.rank(ctx), ctx.aux,
+                           self.rotary_dims(ctx))
 
 
 @register
@@ -105,7 +125,8 @@ class Bilinear(_BilinearBase):
     def build(self, ctx):
         from rpn2c.components.impl.xi_attention import _BilinearXi
 
-        return _BilinearXi(self.hp, ctx.query_features, self.key_features(ctx), None, ctx.aux)
+        return _BilinearXi(self.hp, ctx.query_features, self.key_features(ctx), None, ctx.aux,
+                           self.rotary_dims(ctx))
 
 
 def windowed_flex_attention(qq, kk, values, window: int, causal: bool, scale: float):

@@ -101,6 +101,9 @@ def _hybrid_parts(hp) -> list[tuple[Interdependence, dict]]:
         except ValidationError as exc:
             msgs = "; ".join(f"{'.'.join(map(str, e['loc'])) or entry.name}: {e['msg']}" for e in exc.errors())
             raise ValueError(f"part {i} '{entry.name}': {msgs}") from None
+        if comp.affine():
+            raise ValueError(f"part {i} '{entry.name}' with bias = true is affine (A z + b 1ᵀ): a hybrid fuses "
+                             f"matrices")
         out.append((comp, {pk: hk for pk, hk in km.items() if isinstance(k[pk], ValueRef)}))
     return out
 

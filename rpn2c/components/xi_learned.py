@@ -81,18 +81,31 @@ class _ParamHP(HP):
         return {k: getattr(self, k) for k in _PSI_KEYS if getattr(self, k) is not None}
 
 
+class _LearnedHP(_ParamHP):
+    bias: bool = Field(False, description="a learned bias b per output item (instance) or feature (attribute): "
+                                          "A z + b 1ᵀ, a Linear across the axis (MLP-Mixer's token mixing)")
+
+
 @register
 class Parameterized(Interdependence):
     """Parameterised ξ: A = ψ(w) ∈ R^{size x out} (eq 54), a learned matrix; out changes the axis length; ψ = any learnable reconciliation.
 
     Stored row = output: ψ ∈ R^{out x size}; attribute A = ψᵀ (z·A = z ψᵀ), instance A = ψ (A·z). Default
     lowering applies ψ factored (LoRR (zB)Aᵀ, Kronecker vec trick); hm/lphm/dual_lphm are true Kronecker
-    products (toolkit bug 3). Parameters per channel: l of ψ for (out, size).
+    products (toolkit bug 3). Parameters per channel: l of ψ for (out, size), and out more with ``bias``.
+
+    ``bias = true`` makes ξ affine, ``A z + b 1ᵀ`` on the instance axis (``z A + 1 bᵀ`` on the attribute axis):
+    the matrix ``[A | b]`` applied to the items with a constant item of ones appended (homogeneous coordinates),
+    which the reference lowering builds literally. On the instance axis it is a ``Linear`` across the items
+    (MLP-Mixer's token mixing, ``fc(x.transpose(1, 2)).transpose(1, 2)``).
     """
 
     name, family = "parameterized", "interdependence"
     kind = "param"
-    HP = _ParamHP
+    HP = _LearnedHP
+
+    def affine(self) -> bool:
+        return self.hp.bias
 
     def _dims(self, ctx):
         size = _need_int(ctx.size, f"the {ctx.axis} length of '{self.name}'")
@@ -104,12 +117,14 @@ class Parameterized(Interdependence):
         return n
 
     def count(self, ctx):
-        return _psi_count(self.hp.psi, *self._dims(ctx), self.hp.psi_kwargs())
+        n, D = self._dims(ctx)
+        return _psi_count(self.hp.psi, n, D, self.hp.psi_kwargs()) + (n if self.hp.bias else 0)
 
     def build(self, ctx):
         from rpn2c.components.impl.xi_learned import _Fabricated, _ParameterizedXi
 
-        return _ParameterizedXi(_Fabricated(self.hp.psi, *self._dims(ctx), self.hp.psi_kwargs()), ctx.axis)
+        n, D = self._dims(ctx)
+        return _ParameterizedXi(_Fabricated(self.hp.psi, n, D, self.hp.psi_kwargs()), ctx.axis, self.hp.bias)
 
 
 def _variant_hp(base, psi: str, **defaults):
@@ -127,7 +142,7 @@ class LowRankParameterized(Parameterized):
 
     name = "lowrank_parameterized"
     aliases = ("low_rank_parameterized",)
-    HP = _variant_hp(_ParamHP, "lorr", r=2)
+    HP = _variant_hp(_LearnedHP, "lorr", r=2)
 
 
 @register
@@ -135,7 +150,7 @@ class HMParameterized(Parameterized):
     """HM parameterised ξ: A = A_p ⊗ B (Kronecker, torch.kron), A_p ∈ R^{p x q}; l = pq + size·out/(pq)."""
 
     name = "hm_parameterized"
-    HP = _variant_hp(_ParamHP, "hm")
+    HP = _variant_hp(_LearnedHP, "hm")
 
 
 @register
@@ -143,7 +158,7 @@ class LPHMParameterized(Parameterized):
     """LPHM parameterised ξ: A = A_p ⊗ (S T), S T of rank r; l = pq + r(s + t)."""
 
     name = "lphm_parameterized"
-    HP = _variant_hp(_ParamHP, "lphm", r=2)
+    HP = _variant_hp(_LearnedHP, "lphm", r=2)
 
 
 @register
@@ -151,7 +166,7 @@ class DualLPHMParameterized(Parameterized):
     """Dual-LPHM parameterised ξ: A = (P Q) ⊗ (S T), both factors of rank r; l = r(p + q + s + t)."""
 
     name = "dual_lphm_parameterized"
-    HP = _variant_hp(_ParamHP, "dual_lphm", r=2)
+    HP = _variant_hp(_LearnedHP, "dual_lphm", r=2)
 
 
 @register
@@ -160,7 +175,7 @@ class RMAParameterized(Parameterized):
 
     name = "rma_parameterized"
     aliases = ("random_matrix_adaption_parameterized",)
-    HP = _variant_hp(_ParamHP, "random_matrix_adaption", r=2)
+    HP = _variant_hp(_LearnedHP, "random_matrix_adaption", r=2)
 
 
 # ------------------------------------------------------------------------------------------------ bilinear

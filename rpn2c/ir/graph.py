@@ -146,13 +146,22 @@ class LayerSpec:
     pi: Use
     pre: list[Use]
     post: list[Use]
+    kv_heads: int | None = None  # G groups of query heads sharing W_k and ψ (grouped-query attention)
+    kv_span: Span = field(default=UNKNOWN_SPAN, compare=False, repr=False)
+
+    def kv_group(self, head: int) -> int:
+        """The group whose keys and values query head ``head`` reads (``h // (H/G)``; its own without groups)."""
+        return head if self.kv_heads is None else head // (len(self.heads) // self.kv_heads)
 
     def canonical(self) -> dict:
-        return {
+        out = {
             "kind": self.kind, "heads": [h.canonical() for h in self.heads],
             "fusion": self.fusion.canonical() if self.fusion else None, "pi": self.pi.canonical(),
             "pre": [p.canonical() for p in self.pre], "post": [p.canonical() for p in self.post],
         }
+        if self.kv_heads is not None:  # only when given: programs without it keep their hashes
+            out["kv_heads"] = self.kv_heads
+        return out
 
 
 @dataclass

@@ -11,6 +11,12 @@ torch does, one tensor each, rows grouped by part then by head:
 where W_q,h ∈ R^{Mq x r}, W_k,h ∈ R^{Mc x r} are head h's ξ projections and ψ_h ∈ R^{n x D} its reconciliation.
 When the query, key and value widths differ the weight is three tensors, ``q_proj_weight``, ``k_proj_weight``,
 ``v_proj_weight`` (torch's ``_qkv_same_embed_dim = False``); a full bilinear ξ (no W_k) has no key part.
+
+**Grouped key/value heads** (``kv_heads = G``, G | H): query head h reads the W_k and ψ (and their biases) of its
+group g = h // (H/G), so the key and value parts hold G heads' rows, not H (a Llama attention's
+``cat(q_proj.weight, k_proj.weight, v_proj.weight)``):
+
+    in_proj_weight = [W_q,1ᵀ; …; W_q,Hᵀ; W_k,1ᵀ; …; W_k,Gᵀ; ψ_1; …; ψ_G]      [H·r + G·(r + n), D]
 """
 
 from __future__ import annotations
@@ -37,11 +43,26 @@ def _same(h: HeadSpec, first: HeadSpec) -> bool:
 @dataclass(frozen=True)
 class AttentionLayout:
     """Where each part of H packed attention heads lives. ``parts`` is ``(part, rows per head, input width)`` in
-    row order (``q``, ``k`` unless the ξ is full, ``v``); ``biased`` the parts with a bias, in the same order."""
+    row order (``q``, ``k`` unless the ξ is full, ``v``); ``biased`` the parts with a bias, in the same order;
+    ``kv_heads`` the G groups whose heads share ``k`` and ``v`` (None: every head its own)."""
 
     heads: int
     parts: tuple[tuple[str, int, int], ...]
     biased: tuple[str, ...]
+    kv_heads: int | None = None
+
+    @property
+    def groups(self) -> int:
+        """How many heads' rows the key and value parts hold (G; H without grouping)."""
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+    def blocks(self, part: str) -> int:
+        """How many per-head row blocks ``part`` holds: H for the queries, G for the keys and values."""
+        return self.heads if part == "q" else self.groups
+
+    def block(self, part: str, head: int) -> int:
+        """The row block of ``part`` query head ``head`` reads: its own, or its group's for k and v."""
+        return head if part == "q" else head // (self.heads // self.groups)
 
     @property
     def packed(self) -> bool:
@@ -53,9 +74,9 @@ class AttentionLayout:
         start = 0
         for name, per_head, _ in self.parts:
             if name == part:
-                return start, start + self.heads * per_head
+                return start, start + self.blocks(name) * per_head
             if self.packed:
-                start += self.heads * per_head
+                start += self.blocks(name) * per_head
         raise KeyError(part)
 
     def bias_rows(self, part: str) -> tuple[int, int] | None:
@@ -65,9 +86,9 @@ class AttentionLayout:
         start = 0
         for name, per_head, _ in self.parts:
             if name == part:
-                return start, start + self.heads * per_head
+                return start, start + self.blocks(name) * per_head
             if name in self.biased:
-                start += self.heads * per_head
+                start += self.blocks(name) * per_head
         raise KeyError(part)
 
     def per_head(self, part: str) -> int:
@@ -97,4 +118,23 @@ def attention_layout(layer: LayerSpec, traces, query_features: int, data_feature
     parts = (("q", rank, query_features),) + ((("k", rank, key_features),) if not full else ()) + \
         (("v", n, data_features),)
     biased = ((("q",) if full else ("q", "k")) if comp.hp.bias else ()) + (("v",) if first.bias == "tied" else ())
-    return AttentionLayout(len(layer.heads), parts, biased)
+    return AttentionLayout(len(layer.heads), parts, biased, layer.kv_heads)
+
+
+def kv_sharing_problem(layer: LayerSpec, traces) -> str | None:
+    """Why ``layer``'s heads cannot share keys and values in groups (``kv_heads``), or None: they must be
+    identical softmax-attention heads whose ξ learns its key projection W_k (a low-rank bilinear ξ)."""
+    for h, t in zip(layer.heads, traces):
+        xi = h.xi.get("xi_instance")
+        if xi is None or not xi.component.attention:
+            return "its heads have no attention ξ (xi_instance = attention(rank = r, ...))"
+        if not xi.component.hp.softmax:
+            return f"its heads' ξ '{xi.name}' has no softmax (softmax = false): they are not attention heads"
+        if not hasattr(xi.component.hp, "rank"):
+            return f"its heads' ξ '{xi.name}' has no key projection W_k to share: use attention(rank = r)"
+        if not _attention_head(h, t.view):
+            return ("each head must be attention alone: identity κ and ψ, one channel, one ξ, a tied or no bias, "
+                    "no tie, on items")
+    if not all(_same(h, layer.heads[0]) for h in layer.heads[1:]):
+        return "its heads differ"
+    return None

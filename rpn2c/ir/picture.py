@@ -69,10 +69,18 @@ def describe(node: Node) -> str:
         parts.append(" ".join(bits) or "perceptron")
     text = parts[0] if len(set(parts)) == 1 else " | ".join(parts)
     if len(spec.heads) > 1:
-        text = f"{len(spec.heads)} heads: {text}; fusion={spec.fusion}"
+        text = f"{len(spec.heads)} heads{_kv_text(spec)}: {text}; fusion={spec.fusion}"
     if spec.pi.name != "zero":
         text += f"; π={spec.pi}"
     return text
+
+
+def _kv_text(spec) -> str:
+    """`` (kv_heads=2: W_k, ψ shared by 2 query heads each)`` for grouped key/value heads."""
+    g = getattr(spec, "kv_heads", None)
+    if g is None or g == len(spec.heads):
+        return ""
+    return f" (kv_heads={g}: W_k, ψ shared by {len(spec.heads) // g} query heads each)"
 
 
 # ------------------------------------------------------------------------------------------------ text

@@ -3,12 +3,15 @@ checkpoints written with per-head tensors, and the kernel ``fused_sdpa`` that ru
 ``nn.MultiheadAttention``:
 
     [Q | K | V] = X · in_proj_weightᵀ + in_proj_bias                 (one GEMM when q, k, v read one input)
-    O_h = softmax(Q_h K_hᵀ · scale + masks) V_h                      (one scaled_dot_product_attention, all heads)
+    O_h = softmax(Q_h K_g(h)ᵀ · scale + masks) V_g(h)                (one scaled_dot_product_attention, all heads)
     Y   = [O_1 | … | O_H] W_oᵀ + b_o                                 (concat_linear fusion: one GEMM)
 
 No parameter is stacked, selected or concatenated per call. The bias of V can join the GEMM because every row of
 a softmax sums to 1 (A(V + 1bᵀ) = AV + 1bᵀ), except where a mask can empty a row (then A's row is 0 and the head
 adds b after ξ, as the reference does): with an ``attn_mask``, ``key_padding`` or a ``window``.
+
+With ``kv_heads = G`` the GEMM computes K and V for the G groups only and g(h) = h // (H/G); the one SDPA call
+reads them with ``enable_gqa`` (``repeat_kv`` inside the kernel), never H copies of the projections.
 """
 
 from __future__ import annotations
@@ -25,13 +28,14 @@ from rpn2c.ir.layout import AttentionLayout
 @dataclass(frozen=True)
 class _Link:
     """One per-head tensor as a view of the packed ones: ``module.attr`` (checkpoint key ``path`` under the
-    layer) is rows ``head`` of ``part``'s weight (transposed: ξ stores ``[M, r]``) or bias."""
+    layer) is row block ``head`` of ``part``'s weight (transposed: ξ stores ``[M, r]``) or bias (for k and v
+    the head's group)."""
 
     path: str
     module: nn.Module
     attr: str
     part: str
-    head: int
+    block: int
     bias: bool
     transpose: bool
 
@@ -44,17 +48,20 @@ class PackedHeads:
         self.layout = layout
         self.keys = per_head_keys(layout, [prefix for prefix, _ in holders])
         self.links: list[_Link] = []
-        for path, part, head, bias, transpose in self.keys:
+        for path, part, head, block, bias, transpose in self.keys:
             prefix, holder = holders[head]
             where, _, attr = path[len(prefix):].rpartition(".")
-            self.links.append(_Link(path, holder.get_submodule(where), attr, part, head, bias, transpose))
-        own = {(link.part, link.head, link.bias): getattr(link.module, link.attr) for link in self.links}
+            self.links.append(_Link(path, holder.get_submodule(where), attr, part, block, bias, transpose))
+        own: dict = {}  # a group's k and v: its first head's (the others' are dropped)
+        for link in self.links:
+            own.setdefault((link.part, link.block, link.bias), getattr(link.module, link.attr))
         for name, rows in self._weights():
             layer.register_parameter(name, nn.Parameter(torch.cat(
-                [self._oriented(own[(part, h, False)], part) for part in rows for h in range(layout.heads)]).detach()))
+                [self._oriented(own[(part, h, False)], part) for part in rows
+                 for h in range(layout.blocks(part))]).detach()))
         if layout.biased:
             layer.register_parameter("in_proj_bias", nn.Parameter(torch.cat(
-                [own[(part, h, True)] for part in layout.biased for h in range(layout.heads)]).detach()))
+                [own[(part, h, True)] for part in layout.biased for h in range(layout.blocks(part))]).detach()))
         for link in self.links:
             del link.module._parameters[link.attr]
 
@@ -74,9 +81,9 @@ class PackedHeads:
         per = self.layout.per_head(link.part)
         if link.bias:
             start, _ = self.layout.bias_rows(link.part)
-            return layer.in_proj_bias[start + link.head * per:start + (link.head + 1) * per]
+            return layer.in_proj_bias[start + link.block * per:start + (link.block + 1) * per]
         start, _ = self.layout.rows(link.part)
-        rows = self.weight(layer, link.part)[start + link.head * per:start + (link.head + 1) * per]
+        rows = self.weight(layer, link.part)[start + link.block * per:start + (link.block + 1) * per]
         return rows.t() if link.transpose else rows
 
     def bind_views(self, layer) -> None:
@@ -89,17 +96,18 @@ class PackedHeads:
         migrate_per_head(state_dict, prefix, self.layout, self.keys)
 
 
-def per_head_keys(layout: AttentionLayout, prefixes: list[str]) -> list[tuple[str, str, int, bool, bool]]:
-    """The per-head tensors packed heads replace, as ``(checkpoint key under the layer, part, head, is a bias,
-    stored transposed)``: head h's ``w_q`` [M, r] is the transpose of its rows of the packed weight."""
+def per_head_keys(layout: AttentionLayout, prefixes: list[str]) -> list[tuple[str, str, int, int, bool, bool]]:
+    """The per-head tensors packed heads replace, as ``(checkpoint key under the layer, part, head, row block, is
+    a bias, stored transposed)``: head h's ``w_q`` [M, r] is the transpose of its rows of the packed weight; its
+    ``w_k`` and ψ are its key/value group's rows (``layout.block``)."""
     parts = [p for p, _, _ in layout.parts]
     keys = []
     for h, prefix in enumerate(prefixes):
-        keys.append((f"{prefix}xi_instance.w_q", "q", h, False, True))
+        keys.append((f"{prefix}xi_instance.w_q", "q", h, h, False, True))
         if "k" in parts:
-            keys.append((f"{prefix}xi_instance.w_k", "k", h, False, True))
-        keys.append((f"{prefix}psi.weight", "v", h, False, False))
-        keys += [(f"{prefix}{name}", part, h, True, False)
+            keys.append((f"{prefix}xi_instance.w_k", "k", h, layout.block("k", h), False, True))
+        keys.append((f"{prefix}psi.weight", "v", h, layout.block("v", h), False, False))
+        keys += [(f"{prefix}{name}", part, h, layout.block(part, h), True, False)
                  for part, name in (("q", "xi_instance.b_q"), ("k", "xi_instance.b_k"), ("v", "bias"))
                  if part in layout.biased]
     return keys
@@ -107,18 +115,21 @@ def per_head_keys(layout: AttentionLayout, prefixes: list[str]) -> list[tuple[st
 
 def migrate_per_head(state_dict: dict, prefix: str, layout: AttentionLayout, keys) -> None:
     """A checkpoint with per-head tensors (``heads.h0.xi_instance.w_q`` …, written before heads were packed, or
-    mapped per head) becomes the packed tensors, in place; a partial one is left for ``strict`` to report."""
+    mapped per head) becomes the packed tensors, in place; a partial one is left for ``strict`` to report. With
+    key/value groups a group's k and v are its first head's."""
     full = [prefix + path for path, *_ in keys]
     if not all(k in state_dict for k in full):
         return
-    got = {(part, head, bias): state_dict.pop(k).t() if transpose else state_dict.pop(k)
-           for k, (_, part, head, bias, transpose) in zip(full, keys)}
-    heads = range(layout.heads)
+    got: dict = {}
+    for k, (_, part, _, block, bias, transpose) in zip(full, keys):
+        t = state_dict.pop(k)
+        got.setdefault((part, block, bias), t.t() if transpose else t)
     parts = [p for p, _, _ in layout.parts]
     for name, rows in ([("in_proj_weight", parts)] if layout.packed else [(f"{p}_proj_weight", [p]) for p in parts]):
-        state_dict[prefix + name] = torch.cat([got[(p, h, False)] for p in rows for h in heads])
+        state_dict[prefix + name] = torch.cat([got[(p, h, False)] for p in rows for h in range(layout.blocks(p))])
     if layout.biased:
-        state_dict[prefix + "in_proj_bias"] = torch.cat([got[(p, h, True)] for p in layout.biased for h in heads])
+        state_dict[prefix + "in_proj_bias"] = torch.cat([got[(p, h, True)] for p in layout.biased
+                                                         for h in range(layout.blocks(p))])
 
 
 def _split_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
@@ -162,19 +173,21 @@ def packed_attention(layer, x, data, aux: dict, fold_v_bias: bool, fuse_out: boo
         else:
             late += [p for p in group if p in lay.biased]
         y = F.linear(source[group[0]], w, gb)
-        ys = [y] if len(group) == 1 else y.split([heads * lay.per_head(p) for p in group], dim=-1)
+        ys = [y] if len(group) == 1 else y.split([lay.blocks(p) * lay.per_head(p) for p in group], dim=-1)
         out.update(zip(group, ys))
     for p in late:
         if p != "v" or fold_v_bias:
             c, d = lay.bias_rows(p)
             out[p] = out[p] + bias[c:d]
     qq = _split_heads(out["q"], heads)
-    kk = _split_heads(out["k"], heads) if "k" in out else keys.unsqueeze(1).expand(-1, heads, -1, -1)
-    vv = _split_heads(out["v"], heads)
+    kk = _split_heads(out["k"], lay.groups) if "k" in out else keys.unsqueeze(1).expand(-1, heads, -1, -1)
+    vv = _split_heads(out["v"], lay.groups)  # [B, G, Nc, n]: one per group of query heads
+    qq, kk = first.rotate(qq, kk)  # rotary positions, per head (per group for k), before the one SDPA call
     y = first.attend(qq, kk, vv, aux, kernel)  # [B, H, Nq, n]
     if "v" in late and not fold_v_bias:
         c, d = lay.bias_rows("v")
-        y = y + bias[c:d].view(heads, 1, -1)
+        b = bias[c:d].view(lay.groups, 1, -1)
+        y = y + (b if lay.groups == heads else b.repeat_interleave(heads // lay.groups, 0))
     if fuse_out:
         fusion = layer.fusion.linear
         return F.linear(y.transpose(-3, -2).flatten(-2), fusion.weight, fusion.bias)

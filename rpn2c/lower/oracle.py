@@ -100,26 +100,27 @@ class ReferenceLayer(nn.Module):
         """Move the heads' projections into the packed tensors (their values kept)."""
         self._keys = per_head_keys(layout, ["heads." + n + "." for n in self.heads] if hasattr(self, "heads")
                                    else [""])
-        values = {}
-        for path, part, head, bias, transpose in self._keys:
+        values = {}  # (part, row block, bias): a key/value group's tensors are its first head's
+        for path, part, _, block, bias, transpose in self._keys:
             where, _, name = path.rpartition(".")
             module = self.get_submodule(where) if where else self
             t = module._parameters.pop(name)
-            values[(part, head, bias)] = t.detach().t() if transpose else t.detach()
-        heads = range(layout.heads)
+            values.setdefault((part, block, bias), t.detach().t() if transpose else t.detach())
         groups = ([("in_proj_weight", [p for p, _, _ in layout.parts])] if layout.packed
                   else [(f"{p}_proj_weight", [p]) for p, _, _ in layout.parts])
         for name, parts in groups:
             self.register_parameter(name, nn.Parameter(torch.cat([values[(p, h, False)] for p in parts
-                                                                  for h in heads])))
+                                                                  for h in range(layout.blocks(p))])))
         if layout.biased:
-            self.in_proj_bias = nn.Parameter(torch.cat([values[(p, h, True)] for p in layout.biased for h in heads]))
+            self.in_proj_bias = nn.Parameter(torch.cat([values[(p, h, True)] for p in layout.biased
+                                                        for h in range(layout.blocks(p))]))
         self._register_load_state_dict_pre_hook(
             lambda sd, prefix, *_: migrate_per_head(sd, prefix, self.layout, self._keys))
 
     def bind_views(self) -> None:
         """Tied heads read their target's tensors; packed heads' tensors are slices of the packed ones (rows
-        grouped by part, then by head). Per call: a conversion (``.double()``) replaces the storage."""
+        grouped by part, then by head; a query head's W_k and ψ are its key/value group's rows). Per call: a
+        conversion (``.double()``) replaces the storage."""
         for module, name, source in self._borrowed:
             module.__dict__[name] = getattr(source, name)
         if self.layout is None:
@@ -127,20 +128,20 @@ class ReferenceLayer(nn.Module):
         lay, start, weight_start = self.layout, {}, 0
         for part, per_head, _ in lay.parts:
             start[part] = weight_start if lay.packed else 0
-            weight_start += lay.heads * per_head
+            weight_start += lay.blocks(part) * per_head
         bias_start, at = {}, 0
         for part in lay.biased:
             bias_start[part] = at
-            at += lay.heads * lay.per_head(part)
-        for path, part, head, bias, transpose in self._keys:
+            at += lay.blocks(part) * lay.per_head(part)
+        for path, part, _, block, bias, transpose in self._keys:  # block: the head's, or for k, v its group's
             where, _, name = path.rpartition(".")
             module = self.get_submodule(where) if where else self
             r = lay.per_head(part)
             if bias:
-                t = self.in_proj_bias[bias_start[part] + head * r: bias_start[part] + (head + 1) * r]
+                t = self.in_proj_bias[bias_start[part] + block * r: bias_start[part] + (block + 1) * r]
             else:
                 w = self.in_proj_weight if lay.packed else getattr(self, f"{part}_proj_weight")
-                t = w[start[part] + head * r: start[part] + (head + 1) * r]
+                t = w[start[part] + block * r: start[part] + (block + 1) * r]
             module.__dict__[name] = t.t() if transpose else t
 
     # ------------------------------------------------------------------------------------------- forward

@@ -19,9 +19,19 @@ from rpn2c.ir.graph import slots_after, slots_before
 
 
 def interdependence(m, z, q, data, aux):
-    """``z A`` (attribute ξ, A ∈ R^{M x M'}) or ``A z`` (instance ξ, A ∈ R^{N' x N}, row = output item)."""
+    """``z A`` (attribute ξ, A ∈ R^{M x M'}) or ``A z`` (instance ξ, A ∈ R^{N' x N}, row = output item); an affine
+    ξ's ``[A | b]`` applied to ``z`` with a constant item (attribute: feature) of ones appended."""
     a = m.matrix(q, data, aux, z.shape[-1] if m.axis == "attribute" else z.shape[-2])
-    return z @ a if m.axis == "attribute" else a @ z
+    b = m.offset()
+    if m.axis == "attribute":
+        if b is not None:
+            a = torch.cat([a, b.unsqueeze(-2).expand(*a.shape[:-2], 1, -1)], -2)
+            z = torch.cat([z, z.new_ones(*z.shape[:-1], 1)], -1)
+        return z @ a
+    if b is not None:
+        a = torch.cat([a, b.unsqueeze(-1).expand(*a.shape[:-2], -1, 1)], -1)
+        z = torch.cat([z, z.new_ones(*z.shape[:-2], 1, z.shape[-1])], -2)
+    return a @ z
 
 
 def reconciliation(psi, k, groups: int = 1):

@@ -58,6 +58,7 @@ GRAPH = _use("graph", "interdependence", edges=ValueRef("edges"))
 CAUSAL = _use("bilinear", "interdependence", causal=True)
 WINDOW = _use("bilinear", "interdependence", window=2)
 PARAM_XI = _use("parameterized", "interdependence")
+PARAM_XI_AFFINE = _use("parameterized", "interdependence", bias=True)
 XI_ID = _use("identity", "interdependence")
 CONCAT = _use("concat", "fusion")
 
@@ -190,6 +191,8 @@ MISSES: tuple[Miss, ...] = (
     Miss("project_first", lambda b: b.t("reconcile", b.xi(b.x(), CHAIN, slot="xi_attribute"), use=PSI),
          "an attribute ξ"),
     Miss("project_first", lambda b: b.xi(b.t("reconcile", b.x(), use=PSI), GRAPH), "already ψ first"),
+    Miss("project_first", lambda b: b.t("reconcile", b.xi(b.x(), PARAM_XI_AFFINE), use=PSI),
+         "an affine ξ (A z + b 1ᵀ) does not commute with ψ"),
     Miss("project_first", lambda b: b.t("bias", b.xi(b.x(), GRAPH), what="tied"), "bias, not reconcile, above ξ"),
     Miss("shared_kappa", lambda b: b.expand(b.x()), "no channel in the key"),
     Miss("shared_kappa", lambda b: b.t("reconcile", b.x(), use=PSI, channel=1), "a channel's ψ, not its κ"),

@@ -55,6 +55,10 @@ class XiModule(nn.Module):
     def matrix(self, q, c, aux, size=None) -> torch.Tensor:
         raise NotImplementedError
 
+    def offset(self) -> torch.Tensor | None:
+        """An affine ξ's learned bias ``b`` (``A z + b 1ᵀ``, one entry per output item or feature), else None."""
+        return None
+
     def apply(self, z, q, c, aux) -> torch.Tensor:
         a = self.matrix(q, c, aux, z.shape[-1] if self.axis == "attribute" else z.shape[-2])
         return z @ a if self.axis == "attribute" else a @ z

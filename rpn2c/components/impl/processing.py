@@ -53,3 +53,24 @@ class _BatchNorm(nn.Module):
         if self.items:  # [B, N, F] -> normalise F over B and N
             return self.bn(x.transpose(1, 2).contiguous()).transpose(1, 2)
         return self.bn(x.contiguous())
+
+
+class RMSNormModule(nn.Module):
+    """y = x / √(mean(x²) + ε) · (γ + offset) over the trailing ``shape`` (``F.rms_norm``, torch's fused kernel);
+    γ starts at 1 − offset, so a fresh norm scales by 1. Half-precision inputs are normalised in float32 and cast
+    back before the scale, as transformers' Llama and T5 norms do (wider inputs keep their precision)."""
+
+    def __init__(self, shape: tuple[int, ...], eps: float, affine: bool, offset: float):
+        super().__init__()
+        self.shape, self.eps, self.offset = tuple(shape), eps, offset
+        self.weight = nn.Parameter(torch.full(self.shape, 1.0 - offset)) if affine else None
+
+    def forward(self, x):
+        w = self.weight if self.weight is None or not self.offset else self.weight + self.offset
+        if x.dtype in (torch.float16, torch.bfloat16):
+            y = F.rms_norm(x.float(), self.shape, None, self.eps).to(x.dtype)
+            return y if w is None else w * y
+        return F.rms_norm(x, self.shape, w, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.shape}, eps={self.eps}" + (f", offset={self.offset}" if self.offset else "")

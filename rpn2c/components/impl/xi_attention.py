@@ -7,18 +7,22 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend
 
 from rpn2c.components.impl.base import XiModule
 from rpn2c.components.xi_attention import default_scale, windowed_flex_attention
 from rpn2c.errors import InputError
-from rpn2c.functional import flex_op, structure
+from rpn2c.functional import flex_op, rotary, structure
 
 
 class _BilinearXi(XiModule):
     axis = "instance"
 
-    def __init__(self, hp, mq, mc, rank, aux_types):
+    def __init__(self, hp, mq, mc, rank, aux_types, rotary_dims=None):
         super().__init__()
+        self.rotary_dims = rotary_dims
+        if hp.rotary is not None:  # θ_i, float32, once (not saved: the spec fixes them)
+            self.register_buffer("inv_freq", rotary.frequencies(rotary_dims, hp.rotary), persistent=False)
         self.hp = hp
         self.full = rank is None
         r = mc if rank is None else rank
@@ -31,12 +35,31 @@ class _BilinearXi(XiModule):
         self.scale = hp.scale if hp.scale is not None else default_scale(hp.softmax, r)
         self.modes = {k: t.mask_mode for k, t in aux_types.items()}
 
-    def _qk(self, q, c, aux):
+    def _qk(self, q, c, aux, literal=False):
         if self.hp.keys is not None:
             c = aux["keys"]
         qq = q @ self.w_q + (self.b_q if self.b_q is not None else 0)
         kk = c if self.full else c @ self.w_k + (self.b_k if self.b_k is not None else 0)
-        return qq, kk
+        if self.hp.rotary is None:
+            return qq, kk
+        if literal:  # the oracle: each item's rotation matrix R_t applied to it
+            def turn(t):
+                r = rotary.rotation_matrices(t.shape[-2], t.shape[-1], self.rotary_dims, self.hp.rotary,
+                                             self.hp.rotary_interleaved, t.dtype, t.device)
+                return torch.einsum("nij,...nj->...ni", r, t)
+            return turn(qq), turn(kk)
+        return self.rotate(qq, kk)
+
+    def rotate(self, qq, kk):
+        """Queries and keys ``[..., N, r]`` turned by their items' positions (rotary; unchanged without it)."""
+        if self.hp.rotary is None:
+            return qq, kk
+        inter = self.hp.rotary_interleaved
+        cos, sin = rotary.full_tables(max(qq.shape[-2], kk.shape[-2]), self.inv_freq, qq.dtype, inter)
+        if qq.shape[-2] == kk.shape[-2]:  # self-attention: one table for both
+            return rotary.rotate_by(qq, cos, sin, inter), rotary.rotate_by(kk, cos, sin, inter)
+        nq, nk = qq.shape[-2], kk.shape[-2]
+        return (rotary.rotate_by(qq, cos[:nq], sin[:nq], inter), rotary.rotate_by(kk, cos[:nk], sin[:nk], inter))
 
     def _additive_mask(self, aux, nq, nc, dtype, device, literal=False, rows=None, cols=None):
         """All masks as one additive float mask [.., Nq, Nc] (-inf = blocked), or None
@@ -80,7 +103,7 @@ class _BilinearXi(XiModule):
                                           self.entry_bias(aux, qq.shape[-2], kk.shape[-2]))
 
     def matrix(self, q, c, aux, size=None):
-        qq, kk = self._qk(q, c, aux)
+        qq, kk = self._qk(q, c, aux, literal=True)
         logits = (qq @ kk.transpose(-1, -2)) * self.scale
         self._check_masks(aux, q.shape[0] if q.dim() == 3 else 1, q.shape[-2], c.shape[-2])
         mask = self._additive_mask(aux, q.shape[-2], c.shape[-2], q.dtype, q.device, literal=True)
@@ -107,12 +130,41 @@ class _BilinearXi(XiModule):
         ``flex_attention`` (FlexAttention's band block mask; its declared fallback ``sdpa_band`` where gradients
         are needed, for float64 or short sequences), else SDPA with every mask as one additive mask."""
         if kernel == "sdpa_causal" and self.hp.window is None:  # top-left aligned = triu(1) blocked; a band isn't
-            return F.scaled_dot_product_attention(qq, kk, values, is_causal=True, scale=self.scale)
+            return _sdpa(qq, kk, values, None, True, self.scale)
         if (kernel == "flex_attention" and flex_op.supported(qq, kk, values)
                 and flex_op.worthwhile(qq.shape[-2], kk.shape[-2], self.hp.window)):
+            kk, values = _repeat_kv(qq, kk), _repeat_kv(qq, values)
             return windowed_flex_attention(qq, kk, values, self.hp.window, self.hp.causal, self.scale)
         self._check_masks(aux, qq.shape[0] if qq.dim() >= 3 else 1, qq.shape[-2], kk.shape[-2])
         mask = self._additive_mask(aux, qq.shape[-2], kk.shape[-2], qq.dtype, qq.device)
         if mask is not None and qq.dim() == 4 and mask.dim() == 3:
             mask = mask.unsqueeze(1)  # [B, 1, Nq|1, Nc]: broadcast over heads
-        return F.scaled_dot_product_attention(qq, kk, values, attn_mask=mask, scale=self.scale)
+        return _sdpa(qq, kk, values, mask, False, self.scale)
+
+
+def _grouped(qq, kk) -> bool:
+    """Whether ``kk`` ``[B, G, Nc, r]`` holds G < H key/value heads for the H query heads of ``qq``."""
+    return qq.dim() == 4 and kk.shape[-3] != qq.shape[-3]
+
+
+def _repeat_kv(qq, t):
+    """``t`` ``[B, G, Nc, ·]`` as ``[B, H, Nc, ·]``, group g serving query heads g·H/G … (g+1)·H/G − 1 (transformers'
+    ``repeat_kv``); unchanged without groups."""
+    if not _grouped(qq, t):
+        return t
+    b, g, n, w = t.shape
+    return t[:, :, None].expand(b, g, qq.shape[-3] // g, n, w).reshape(b, qq.shape[-3], n, w)
+
+
+def _sdpa(qq, kk, values, mask, causal: bool, scale: float):
+    """One ``scaled_dot_product_attention``; key/value groups (fewer heads in ``kk`` than in ``qq``) by its
+    ``enable_gqa`` where torch's fused kernel for these operands takes it (every CPU kernel, CUDA's flash), else
+    on copies of each group's keys and values per query head (the math kernel would make the same copies)."""
+    if not _grouped(qq, kk):
+        return F.scaled_dot_product_attention(qq, kk, values, attn_mask=mask, is_causal=causal, scale=scale)
+    if qq.device.type != "cuda" or torch.compiler.is_compiling() or torch._fused_sdp_choice(
+            qq, kk, values, mask, 0.0, causal, scale=scale, enable_gqa=True) != SDPBackend.MATH.value:
+        return F.scaled_dot_product_attention(qq, kk, values, attn_mask=mask, is_causal=causal, scale=scale,
+                                              enable_gqa=True)
+    return F.scaled_dot_product_attention(qq, _repeat_kv(qq, kk), _repeat_kv(qq, values), attn_mask=mask,
+                                          is_causal=causal, scale=scale)

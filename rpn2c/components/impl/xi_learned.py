@@ -49,18 +49,27 @@ class _Fabricated(nn.Module):
 
 
 class _ParameterizedXi(XiModule):
-    def __init__(self, fab, axis):
+    """A = ψ(w); with ``bias`` the affine ξ ``A z + b 1ᵀ`` (instance) / ``z A + 1 bᵀ`` (attribute)."""
+
+    def __init__(self, fab, axis, bias: bool = False):
         super().__init__()
         self.fab, self.axis = fab, axis
+        bound = 1.0 / math.sqrt(max(fab.D, 1))
+        self.bias = nn.Parameter(torch.empty(fab.n).uniform_(-bound, bound)) if bias else None
 
     def matrix(self, q, c, aux, size=None):
         psi = self.fab.matrix()
         return psi if self.axis == "instance" else psi.T
 
+    def offset(self):
+        return self.bias
+
     def apply(self, z, q, c, aux):
         if self.axis == "attribute":
-            return self.fab.apply(z)
-        return self.fab.apply(z.transpose(-1, -2)).transpose(-1, -2)
+            y = self.fab.apply(z)
+            return y if self.bias is None else y + self.bias
+        y = self.fab.apply(z.transpose(-1, -2)).transpose(-1, -2)
+        return y if self.bias is None else y + self.bias.unsqueeze(-1)
 
 
 class _PBilinearXi(XiModule):

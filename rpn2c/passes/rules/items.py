@@ -56,6 +56,11 @@ def _instance_xi(t) -> bool:
     return t.info.get("slot") == "xi_instance"
 
 
+def _linear_instance_xi(t) -> bool:
+    """An instance ξ that commutes with ψ: a matrix, not an affine ξ (``(A z + b 1ᵀ) ψᵀ ≠ A z ψᵀ + b 1ᵀ``)."""
+    return _instance_xi(t) and not t.info["use"].component.affine()
+
+
 def _structured(t) -> bool:
     return t.info["use"].component.kind in ("static", "data")
 
@@ -83,7 +88,7 @@ ITEMS_RULES: tuple[Rule, ...] = (
          "instance ξ commutes with ψ: A(κ ψᵀ) = (A κ)ψᵀ, so reconcile to n first where n ≤ D (the cost "
          "model: ξ then moves n instead of D features per item)",
          "RPN 2 eq (26) associativity; GCN's XW-first (Kipf & Welling)", benefit=2, cost=_project_first_cost,
-         profitable=True, pattern=P("reconcile", P(("xi", "xi_kernel"), "k", where=_instance_xi)),
+         profitable=True, pattern=P("reconcile", P(("xi", "xi_kernel"), "k", where=_linear_instance_xi)),
          rewrite=_reorder),
     Rule("shared_kappa", "head", "share",
          lambda s: _items(s) and s.head.channels > 1 and _xi_paramless(s) and "xi_instance" not in s.head.xi,

@@ -1,0 +1,128 @@
+"""specs/llama.rpn equals transformers' LlamaForCausalLM in float64 (small random configurations, nothing
+downloaded): the library's weights loaded into the compiled spec by the "llama" weight map give its logits and
+gradients, and the spec's weights loaded into the library model give the spec's, in both lowerings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import rpn2c
+from rpn2c.frontends import weights
+from tests.models.peers import assert_grads_equal, outputs_and_grads
+
+transformers = pytest.importorskip("transformers")
+
+SPEC = Path(__file__).resolve().parents[2] / "specs" / "llama.rpn"
+
+
+@pytest.fixture(autouse=True)
+def _norm_at_input_precision(monkeypatch):
+    """transformers' LlamaRMSNorm computes in float32 whatever the input (a float64 model loses precision there,
+    about 1e-8); compared in float64, the library's norm runs at the input's precision, its formula unchanged."""
+    from transformers.models.llama import modeling_llama
+
+    def forward(self, x):
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(variance + self.variance_epsilon))
+
+    monkeypatch.setattr(modeling_llama.LlamaRMSNorm, "forward", forward)
+
+
+def _library(tied: bool, **over):
+    cfg = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=tied)
+    cfg.update(over)
+    config = transformers.LlamaConfig(**cfg, attn_implementation="sdpa")  # eager: softmax in float32
+    torch.manual_seed(1)
+    model = transformers.LlamaForCausalLM(config).double().eval()
+    for p in model.parameters():  # norms away from 1, so a norm weight on the wrong side shows
+        if p.dim() == 1:
+            torch.nn.init.uniform_(p, 0.5, 1.5)
+    return model, config
+
+
+def _spec(model_name: str, config, reference: bool = False):
+    params = {"vocab": config.vocab_size, "d": config.hidden_size, "heads": config.num_attention_heads,
+              "kv_heads": config.num_key_value_heads,
+              "ffn": config.intermediate_size, "layers": config.num_hidden_layers, "eps": config.rms_norm_eps,
+              "theta": config.rope_parameters["rope_theta"]}
+    return rpn2c.compile(SPEC.read_text(encoding="utf-8"), str(SPEC), model=model_name, params=params,
+                         reference=reference).double().eval()
+
+
+@pytest.mark.parametrize("tied", [False, True])
+@pytest.mark.parametrize("reference", [False, True])
+def test_library_weights_into_the_spec_give_the_library_model(tied, reference):
+    library, config = _library(tied)
+    name = "llama_tied" if tied else "llama"
+    spec = _spec(name, config, reference)
+    assert sum(p.numel() for p in spec.parameters()) == sum(p.numel() for p in library.parameters())
+    spec.load_state_dict(weights.to_spec(name, library.state_dict(), config.num_hidden_layers))
+    ids = torch.randint(0, config.vocab_size, (3, 11))
+    (want,), lib_grads = outputs_and_grads(library, lambda m: m(ids).logits)
+    (got,), spec_grads = outputs_and_grads(spec, lambda m: m(ids))
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    assert_grads_equal(name, spec_grads, lib_grads, config.num_hidden_layers, library.state_dict())
+
+
+def test_spec_weights_into_the_library_give_the_spec():
+    library, config = _library(False)
+    spec = _spec("llama", config)
+    for p in spec.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    library.load_state_dict(weights.to_library("llama", spec.state_dict(), config.num_hidden_layers,
+                                               library.state_dict()))
+    ids = torch.randint(0, config.vocab_size, (2, 9))
+    torch.testing.assert_close(library(ids).logits, spec(ids), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 4])
+def test_another_base_head_width_and_grouping_follow_the_configuration(kv_heads):
+    """A configuration's rope_theta, a head width of 16 (8 turned pairs) and multi-query (1) or plain multi-head
+    (4) keys and values reach the spec by its parameters."""
+    library, config = _library(False, hidden_size=64, num_attention_heads=4, num_key_value_heads=kv_heads,
+                               rope_parameters={"rope_type": "default", "rope_theta": 500.0})
+    spec = _spec("llama", config)
+    spec.load_state_dict(weights.to_spec("llama", library.state_dict(), config.num_hidden_layers))
+    ids = torch.randint(0, config.vocab_size, (2, 13))
+    torch.testing.assert_close(spec(ids), library(ids).logits, rtol=0, atol=1e-12)
+
+
+def test_a_state_dict_that_does_not_fit_the_map_is_refused_by_name():
+    library, config = _library(False)
+    state = dict(library.state_dict())
+    state.pop("model.layers.1.mlp.up_proj.weight")
+    with pytest.raises(weights.WeightMapError, match=r"model\.layers\.1\.mlp\.up_proj\.weight"):
+        weights.to_spec("llama", state, config.num_hidden_layers)
+    state = dict(library.state_dict(), extra=torch.zeros(1))
+    with pytest.raises(weights.WeightMapError, match="extra"):
+        weights.to_spec("llama", state, config.num_hidden_layers)
+    with pytest.raises(weights.WeightMapError, match="the maps are"):
+        weights.get("lama")
+
+
+def test_a_training_step_runs_fewer_aten_ops_than_the_library():
+    """Forward, loss and backward of one step (float32, eager): the spec's packed q/k/v GEMM, rotary tables built
+    once per layer for q and k, and one SDPA call per layer dispatch no more non-view ops than the library's."""
+    from tests.op_count import diff, training_step_ops
+
+    library, config = _library(False)
+    library = library.float()
+    spec = _spec("llama", config).float()
+    spec.load_state_dict(weights.to_spec("llama", library.state_dict(), config.num_hidden_layers))
+
+    class Logits(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, ids):
+            return self.inner(ids, use_cache=False).logits
+
+    ids = torch.randint(0, config.vocab_size, (2, 16))
+    ours, theirs = training_step_ops(spec, [ids]), training_step_ops(Logits(library), [ids])
+    assert sum(ours.values()) <= sum(theirs.values()), diff(ours, theirs)
+    assert ours["_scaled_dot_product_flash_attention_for_cpu"] == config.num_hidden_layers
