@@ -131,9 +131,14 @@ def test_reserved_names_cover_what_torch_defines():
     from rpn2c.ir.names import HEADS_ATTRIBUTES, MODEL_ATTRIBUTES, MODULE_ATTRIBUTES, needs_mangling, reserved
     from rpn2c.lower.build import _Scope
 
+    def ours(o, n):  # torch's or rpn2c's, not a method another library patched onto nn.Module (transformers'
+        # smart_apply, once it is imported in the same process)
+        where = getattr(getattr(type(o), n, None), "__module__", None) or "torch"
+        return where.split(".")[0] in ("torch", "rpn2c", "builtins", "tests")
+
     def attrs(o):  # dunders, and the markers torch.compile sets on module classes once it has run ("___...")
         return {n for n in set(dir(o)) | set(vars(o)) if not (n.startswith("__") and n.endswith("__"))
-                and not n.startswith("___")}
+                and not n.startswith("___") and ours(o, n)}
 
     model = rpn2c.compile("model m {\n  input x: vector[B, 4]\n  y = head(x) { out = 2 }\n  return y\n}\n")
     assert attrs(_Scope()) | attrs(nn.Module()) <= MODULE_ATTRIBUTES
