@@ -145,6 +145,10 @@ CATALOG: dict[str, ErrorCode] = _codes(
       "a group's query heads, but {why}",
       "grouped key/value heads are identical softmax-attention heads with a learned key projection: `heads = H  "
       "kv_heads = G  xi_instance = attention(rank = r)  out = n  fusion = concat_linear(out = d)`"),
+    E("E0349", "a per-head bias for another number of heads", "attn_mask {bias} holds one bias per head for "
+      "heads = {h}, but the layer has heads = {n}",
+      "make the bias for the layer's heads (`relative_bias(x, heads = H)`, `alibi(x, heads = H)`) or give the layer "
+      "`heads = H`: head h adds slice h of the bias to its scores"),
     E("E0390", "cannot import a torch module", "{path} {cls}: {why}",
       "the message names the module and option; rewrite it as a spec or use a supported option"),
     # ---- E04xx shapes

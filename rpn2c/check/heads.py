@@ -349,8 +349,8 @@ def infer_layer(spec: LayerSpec, x: TensorType, ctx: TensorType | None, aux: dic
         raise LayerShapeError(f"cross interdependence needs items on both sides, got {x} and {ctx}", span)
     if ctx is not None:  # the queries' width sizes ξ's weights too
         _need_int(x.features, "the query's feature count", span)
-    traces = [_infer_head(h, xt, data, aux, span, h.name if spec.kind == "layer" or label is None else label)
-              for h in spec.heads]
+    traces = [_infer_head(h, xt, data, aux, span, h.name if spec.kind == "layer" or label is None else label,
+                          len(spec.heads)) for h in spec.heads]
     _tie_heads(spec, traces)
     if spec.kv_heads is not None:
         _group_kv(spec, traces, aux)
@@ -447,7 +447,7 @@ def _processing(use: Use, t: TensorType) -> int:
     return use.component.count(t)
 
 
-def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span, label: str) -> HeadTrace:
+def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span, label: str, heads: int = 1) -> HeadTrace:
     kappa: Kappa = h.kappa.component
     psi = h.psi.component
     grid_xi = h.xi.get("xi_attribute") if isinstance(h.xi.get("xi_attribute"), Use) else None
@@ -507,7 +507,7 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span, label: 
         tr = HeadTrace(data.kind, m, data.items)
         mz, nz = m, data.items
         for slot in slots_before(h):
-            mz, nz, params = _apply_xi(h, slot, slot.size(tr), x, data, aux, mz, nz, params, tr)
+            mz, nz, params = _apply_xi(h, slot, slot.size(tr), x, data, aux, mz, nz, params, tr, heads)
         tr.mz, tr.nz = mz, nz
         feat = (mz,)
     try:
@@ -524,7 +524,7 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span, label: 
                               f"xi_instance_prior makes them {tr.nz}", inst.span)
     tr.dk = d
     for slot in slots_after(h):
-        d, n_out, params = _apply_xi(h, slot, slot.size(tr), x, data, aux, d, n_out, params, tr)
+        d, n_out, params = _apply_xi(h, slot, slot.size(tr), x, data, aux, d, n_out, params, tr, heads)
     tr.d, tr.n_out, tr.params = d, n_out, params
     if x is not data and str(n_out) != str(x.items):
         raise LayerShapeError(f"with a context input the head must map back to the query's {x.items} items "
@@ -532,9 +532,9 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span, label: 
     return _finish(h, tr, span, label)
 
 
-def _apply_xi(h, slot: HeadSlot, size, x, data, aux, mz, nz, params, tr: HeadTrace):
-    """ξ of ``slot`` on an axis of length ``size``: the new ``(features, items, params)``; its intermediates and
-    sequential steps are added to ``tr``."""
+def _apply_xi(h, slot: HeadSlot, size, x, data, aux, mz, nz, params, tr: HeadTrace, heads: int = 1):
+    """ξ of ``slot`` on an axis of length ``size`` in a layer of ``heads`` heads: the new ``(features, items,
+    params)``; its intermediates and sequential steps are added to ``tr``."""
     use, axis = h.xi[slot.name], slot.axis
     comp: Interdependence = use.component
     aux_types = {}
@@ -545,14 +545,15 @@ def _apply_xi(h, slot: HeadSlot, size, x, data, aux, mz, nz, params, tr: HeadTra
             raise LayerShapeError(f"'{key}' of '{comp.name}' must name a {' or '.join(want or ('value',))} input, "
                                   f"got {t if t is not None else ref.name}", use.span)
         aux_types[key] = t
-    ctx = XiContext(axis, size, x.features, data.features, x.items if x.kind == "items" else None, aux_types)
+    ctx = XiContext(axis, size, x.features, data.features, x.items if x.kind == "items" else None, aux_types,
+                    heads)
     try:
         new = comp.out_size(ctx)
         params += comp.count(ctx) * h.channels
         tr.scratch = dim_add(tr.scratch, comp.scratch(ctx))
         tr.steps.append((slot.name, comp.steps(ctx)))
     except ShapeRuleError as exc:
-        raise LayerShapeError(str(exc), use.span) from None
+        raise LayerShapeError(str(exc), use.span, code=exc.code or "E0402") from None
     if comp.kind == "data" and axis == "instance" and x.kind == "items" and data is not x:
         new = x.items
     return (new, nz, params) if axis == "attribute" else (mz, new, params)

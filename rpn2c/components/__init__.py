@@ -14,6 +14,7 @@ MODULES = (
     "free_params",  # free learnable tensors
     "psi_tied",  # ψ from another node's weight
     "masks",  # masks computed from token ids
+    "position_bias",  # per-head relative position biases (T5, ALiBi)
     "ops_batch",  # the opt-in batch interdependence
     "layout", "pi_more", "processing_more",  # layout ops, more π, processing
     "relation",  # relations as values

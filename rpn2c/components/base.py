@@ -28,9 +28,9 @@ class ShapeRuleError(ValueError):
     """Raised by a shape rule; the checker turns it into a located E04xx diagnostic (at input ``arg`` when given,
     else at the whole call)."""
 
-    def __init__(self, message: str, arg: int | None = None):
+    def __init__(self, message: str, arg: int | None = None, code: str | None = None):
         super().__init__(message)
-        self.arg = arg
+        self.arg, self.code = arg, code
 
 
 def example_model(*lines: str) -> str:
@@ -166,6 +166,8 @@ class XiContext:
     axis: "attribute" (acts on features, ``Z @ A``) or "instance" (acts on items, ``A @ Z``, row = output item).
     size: the length of the axis it acts on (M or N). query_features / context_features: the head's main input
     and context input feature counts (they differ for cross-attention). query_items: N of the main input.
+    heads: how many heads its layer has; head: which of them the ξ is built for (a per-head attention mask
+    ``head_bias[H, Nq, Nc]`` gives head h its slice h).
     """
 
     axis: str
@@ -174,6 +176,8 @@ class XiContext:
     context_features: Dim
     query_items: Dim | None
     aux: dict  # hyper-parameter name -> TensorType of referenced dataflow values
+    heads: int = 1
+    head: int = 0
 
 
 def edge_messages(ctx: XiContext) -> Dim:

@@ -184,6 +184,9 @@ BY_MODULE = {
         'masks': (
             'token_mask', 'padding_mask',
         ),
+        'position_bias': (
+            'relative_bias', 'bucketed_relative_bias', 'alibi',
+        ),
         'ops_batch': (
             'batch_as_items', 'over_batch', 'batch_as_samples',
         ),

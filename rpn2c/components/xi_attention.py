@@ -14,7 +14,7 @@ from pydantic import Field
 
 from rpn2c.components.base import Interdependence, ShapeRuleError
 from rpn2c.components.registry import HP, ValueRef, register
-from rpn2c.ir.types import dim_mul
+from rpn2c.ir.types import dim_mul, is_head_bias
 
 
 class _BilinearHP(HP):
@@ -26,7 +26,9 @@ class _BilinearHP(HP):
     window: Optional[int] = Field(None, ge=0, description="local window: item i attends only to items j with "
                                                           "|i − j| <= window (with causal: i − window <= j <= i)")
     key_padding: Optional[ValueRef] = Field(None, description="[B, Nc] mask input over context items")
-    attn_mask: Optional[ValueRef] = Field(None, description="[Nq, Nc] or [B, Nq, Nc] mask input")
+    attn_mask: Optional[ValueRef] = Field(None, description="[Nq, Nc] or [B, Nq, Nc] mask input, or a per-head "
+                                                           "bias head_bias[H, Nq, Nc] (relative_bias, alibi): head "
+                                                           "h adds slice h to its scores")
     keys: Optional[ValueRef] = Field(None, description="items input the keys are computed from "
                                                       "(default: the head's data, i.e. its context)")
     rotary: Optional[float] = Field(None, gt=1, description="rotary positions with base θ (e.g. 10000): queries "
@@ -44,6 +46,24 @@ def default_scale(softmax: bool, r: int) -> float:
     return 1 / math.sqrt(r) if softmax else 1.0
 
 
+def _check_head_bias(ctx) -> None:
+    """A per-head ``attn_mask`` (``head_bias[H, Nq, Nc]``) has one slice per head of the layer (E0349) and the
+    queries' and keys' item counts; ``key_padding`` takes none."""
+    if is_head_bias(ctx.aux.get("key_padding")):
+        raise ShapeRuleError(f"key_padding masks keys over the batch [B, Nc]; {ctx.aux['key_padding']} is a "
+                             "per-head bias: give it as attn_mask")
+    bias = ctx.aux.get("attn_mask")
+    if not is_head_bias(bias):
+        return
+    h, nq, nc = bias.shape
+    if h != ctx.heads:
+        raise ShapeRuleError(f"attn_mask {bias} holds one bias per head for heads = {h}, but the layer has "
+                             f"heads = {ctx.heads}", code="E0349")
+    for what, have, want in (("queries", nq, ctx.query_items), ("keys", nc, ctx.size)):
+        if want is not None and str(have) != str(want):
+            raise ShapeRuleError(f"attn_mask {bias} is made for {have} {what}, but the attention has {want}")
+
+
 class _BilinearBase(Interdependence):
     axes = ("instance",)
     kind = "data"
@@ -59,6 +79,7 @@ class _BilinearBase(Interdependence):
         if self.hp.rotary is None and (self.hp.rotary_dims is not None or self.hp.rotary_interleaved):
             raise ShapeRuleError("rotary_dims and rotary_interleaved shape rotary positions: give rotary = θ "
                                  "(e.g. rotary = 10000.0)")
+        _check_head_bias(ctx)
         if self.hp.rotary is not None:
             r, dims = self.rank(ctx), self.rotary_dims(ctx)
             if dims % 2 or dims > r:
@@ -87,7 +108,7 @@ class _BilinearBase(Interdependence):
         from rpn2c.components.impl.xi_attention import _BilinearXi
 
         return _BilinearXi(self.hp, ctx.query_features, self.key_features(ctx), self.rank(ctx), ctx.aux,
-                           self.rotary_dims(ctx))
+                           self.rotary_dims(ctx), ctx.head)
 
 
 @register
@@ -126,7 +147,7 @@ class Bilinear(_BilinearBase):
         from rpn2c.components.impl.xi_attention import _BilinearXi
 
         return _BilinearXi(self.hp, ctx.query_features, self.key_features(ctx), None, ctx.aux,
-                           self.rotary_dims(ctx))
+                           self.rotary_dims(ctx), ctx.head)
 
 
 def windowed_flex_attention(qq, kk, values, window: int, causal: bool, scale: float):

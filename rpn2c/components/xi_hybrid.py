@@ -140,7 +140,7 @@ class Hybrid(Interdependence):
     @staticmethod
     def _sub_ctx(ctx, keymap):
         return XiContext(ctx.axis, ctx.size, ctx.query_features, ctx.context_features, ctx.query_items,
-                         {pk: ctx.aux[hk] for pk, hk in keymap.items() if hk in ctx.aux})
+                         {pk: ctx.aux[hk] for pk, hk in keymap.items() if hk in ctx.aux}, ctx.heads, ctx.head)
 
     def _part_size(self, ctx):
         sizes = [p.out_size(self._sub_ctx(ctx, km)) for p, km in self.parts]

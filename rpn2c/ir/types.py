@@ -97,6 +97,19 @@ class TensorType:
         return f"{name}[{dims}]"
 
 
+HEAD_BIAS = "head_bias"  # the role of a per-head additive mask [H, Nq, Nc] (relative_bias, alibi)
+
+
+def head_bias(heads: int, nq: Dim, nc: Dim) -> TensorType:
+    """A per-head additive mask ``head_bias[H, Nq, Nc]``: kind ``mask``, mode ``add``, no sample axis (every sample
+    reads the same bias; head h of an attention adds slice h to its scores)."""
+    return TensorType("mask", (heads, nq, nc), True, "add", HEAD_BIAS, False)
+
+
+def is_head_bias(t: "TensorType | None") -> bool:
+    return t is not None and t.kind == "mask" and t.role == HEAD_BIAS
+
+
 def vector(batch: Dim, f: Dim) -> TensorType:
     return TensorType("vector", (batch, f), role="vector")
 

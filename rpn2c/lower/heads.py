@@ -23,9 +23,9 @@ from rpn2c.ir.types import TensorType
 
 
 def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, data: TensorType, aux_types,
-                ops: frozenset) -> None:
+                ops: frozenset, place: tuple[int, int] = (0, 1)) -> None:
     """Register the head's parts on ``holder`` (the layer itself for single-head layers); ``ops`` are the ops of
-    the head's rewritten term (what will run)."""
+    the head's rewritten term (what will run); ``place``: (its index, the layer's head count)."""
     holder.spec, holder.trace = h, t
     c = h.channels
     feat = (t.mz,) if not t.grid_kappa else (data.features, *data.spatial)
@@ -40,7 +40,7 @@ def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, dat
             continue
         axis, size = HEAD_SLOT[slot].axis, HEAD_SLOT[slot].size(t)
         ctx = XiContext(axis, size, x.features, data.features, x.items if x.kind == "items" else None,
-                        {k: aux_types[r.name] for k, r in comp.value_refs()})
+                        {k: aux_types[r.name] for k, r in comp.value_refs()}, place[1], place[0])
         mods = [comp.build(ctx) for _ in range(c if comp.count(ctx) else 1)]
         for m in mods:
             m.axis = axis
@@ -88,9 +88,9 @@ class LayerModule(nn.Module):
             self.head_modules = None
         else:
             self.heads = nn.ModuleDict()
-            for h, t in zip(spec.heads, traces):
+            for i, (h, t) in enumerate(zip(spec.heads, traces)):
                 holder = nn.Module()
-                _build_head(holder, h, t, x, data, aux_types, head_ops(h.name))
+                _build_head(holder, h, t, x, data, aux_types, head_ops(h.name), (i, len(spec.heads)))
                 self.heads[h.name] = holder
         self._ties = []  # (module, parameter name, module holding it): a tied head's parts read its target's
         for h, t, hd in zip(spec.heads, traces, self._holders()):

@@ -41,8 +41,9 @@ class ReferenceLayer(nn.Module):
         many = len(spec.heads) > 1
         if many:
             self.heads = nn.ModuleDict({h.name: nn.Module() for h in spec.heads})
-        for h, t in zip(spec.heads, traces):
-            self._literal_head(self.heads[h.name] if many else self, h, t, x, data, aux_types, out)
+        for i, (h, t) in enumerate(zip(spec.heads, traces)):
+            self._literal_head(self.heads[h.name] if many else self, h, t, x, data, aux_types, out,
+                               (i, len(spec.heads)))
         self.fusion = spec.fusion.component.build([t.n for t in traces]) if spec.fusion is not None else None
         self.pi = spec.pi.component.build(x.features, out.features) if spec.pi.name != "zero" else None
         self._borrowed: list[tuple[nn.Module, str, nn.Module]] = []  # a tied head reads its target's tensors
@@ -55,7 +56,8 @@ class ReferenceLayer(nn.Module):
         self.bind_views()
 
     @staticmethod
-    def _literal_head(hd: nn.Module, h, t, x, data, aux_types, out) -> None:
+    def _literal_head(hd: nn.Module, h, t, x, data, aux_types, out, place: tuple[int, int]) -> None:
+        """Head ``place[0]`` of ``place[1]`` (a per-head attention mask gives it its slice)."""
         hd.spec, hd.trace = h, t
         hd.kappa = h.kappa.component.build((data.features, *data.spatial) if t.grid_kappa else (t.mz,), True)
         width = t.d if h.out is None else h.out
@@ -68,7 +70,8 @@ class ReferenceLayer(nn.Module):
                 continue
             refs = dict(comp.value_refs())
             ctx = XiContext(slot.axis, slot.size(t), x.features, data.features,
-                            x.items if x.kind == "items" else None, {k: aux_types[r.name] for k, r in refs.items()})
+                            x.items if x.kind == "items" else None, {k: aux_types[r.name] for k, r in refs.items()},
+                            place[1], place[0])
             mods = [comp.build(ctx) for _ in range(h.channels if comp.count(ctx) else 1)]
             for m in mods:
                 m.axis, m.aux_keys = slot.axis, {k: r.name for k, r in refs.items()}

@@ -44,12 +44,17 @@ def save_onnx(program, path: Path, graph) -> None:
 
 def _sdpa_in_4d(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """ONNX's attention takes 4-d operands only: a 2-d or 3-d ``scaled_dot_product_attention`` (one head, nodes or
-    a batch of sequences) on views with leading axes of size 1 (4-d ones trace as they are)."""
+    a batch of sequences) on views with leading axes of size 1 (4-d ones trace as they are). A 4-d one with a mask
+    per head (a relative position bias ``[·, H, Nq, Nc]``) is written out (:func:`_attention_by_matmuls`): the
+    kernel it traced with lays its output out heads-inner, the conversion's own decomposition heads-outer, and
+    the views recorded after it fit only the first."""
     import torch
 
     lift = 4 - query.dim()
     if lift <= 0:
-        return NotImplemented
+        if attn_mask is None or attn_mask.dim() != 4 or attn_mask.shape[1] == 1:
+            return NotImplemented
+        return _attention_by_matmuls(query, key, value, attn_mask, scale, enable_gqa)
 
     def up(t):
         return t if t is None else t.reshape((1,) * (4 - t.dim()) + tuple(t.shape))
@@ -58,6 +63,24 @@ def _sdpa_in_4d(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fals
                                                                dropout_p, is_causal, scale=scale,
                                                                enable_gqa=enable_gqa)
     return out.reshape(out.shape[lift:])
+
+
+def _attention_by_matmuls(query, key, value, attn_mask, scale, enable_gqa):
+    """``softmax(q kᵀ · scale + mask) v`` over ``[B, H, N, ·]`` (keys and values repeated per group with
+    ``enable_gqa``; a bool mask keeps where True)."""
+    import math
+
+    import torch
+
+    if enable_gqa and key.shape[1] != query.shape[1]:
+        key = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)
+        value = value.repeat_interleave(query.shape[1] // value.shape[1], dim=1)
+    logits = query @ key.transpose(-2, -1) * (scale if scale is not None else 1 / math.sqrt(query.shape[-1]))
+    if attn_mask.dtype == torch.bool:
+        logits = logits.masked_fill(~attn_mask, float("-inf"))
+    else:
+        logits = logits + attn_mask
+    return torch.softmax(logits, dim=-1) @ value
 
 
 def _sort_by_topk(x, *, stable=None, dim=-1, descending=False):

@@ -12,17 +12,20 @@ from torch.nn.attention import SDPBackend
 from rpn2c.components.impl.base import XiModule
 from rpn2c.components.xi_attention import default_scale, windowed_flex_attention
 from rpn2c.errors import InputError
+from rpn2c.ir.types import is_head_bias
 from rpn2c.functional import flex_op, rotary, structure
 
 
 class _BilinearXi(XiModule):
     axis = "instance"
 
-    def __init__(self, hp, mq, mc, rank, aux_types, rotary_dims=None):
+    def __init__(self, hp, mq, mc, rank, aux_types, rotary_dims=None, head: int = 0):
         super().__init__()
         self.rotary_dims = rotary_dims
         if hp.rotary is not None:  # θ_i, float32, once (not saved: the spec fixes them)
             self.register_buffer("inv_freq", rotary.frequencies(rotary_dims, hp.rotary), persistent=False)
+        self.head = head  # which slice of a per-head attn_mask [H, Nq, Nc] this head adds
+        self.head_bias = is_head_bias(aux_types.get("attn_mask"))
         self.hp = hp
         self.full = rank is None
         r = mc if rank is None else rank
@@ -61,17 +64,26 @@ class _BilinearXi(XiModule):
         nq, nk = qq.shape[-2], kk.shape[-2]
         return (rotary.rotate_by(qq, cos[:nq], sin[:nq], inter), rotary.rotate_by(kk, cos[:nk], sin[:nk], inter))
 
-    def _additive_mask(self, aux, nq, nc, dtype, device, literal=False, rows=None, cols=None):
+    def _additive_mask(self, aux, nq, nc, dtype, device, literal=False, rows=None, cols=None, all_heads=False):
         """All masks as one additive float mask [.., Nq, Nc] (-inf = blocked), or None
         (:func:`rpn2c.functional.structure.additive_mask`); ``literal``: the window as the band matrix R; ``rows``,
-        ``cols``: only the entries M[.., rows, cols]."""
+        ``cols``: only the entries M[.., rows, cols]. A per-head ``attn_mask`` [H, Nq, Nc] adds this head's slice,
+        or with ``all_heads`` (the packed heads' one call) all of it: [B | 1, H, Nq, Nc]."""
         hp = self.hp
-        return structure.additive_mask(
+        mask = structure.additive_mask(
             nq, nc, dtype, device, causal=hp.causal, window=hp.window,
-            attn_mask=aux["attn_mask"] if hp.attn_mask is not None else None,
+            attn_mask=aux["attn_mask"] if hp.attn_mask is not None and not self.head_bias else None,
             attn_mode=self.modes.get("attn_mask", "block"),
             key_padding=aux["key_padding"] if hp.key_padding is not None else None,
             padding_mode=self.modes.get("key_padding", "block"), literal=literal, rows=rows, cols=cols)
+        if not self.head_bias:
+            return mask
+        bias = aux["attn_mask"].to(dtype)
+        if all_heads:
+            bias = bias.unsqueeze(0)  # [1, H, Nq, Nc]
+            return bias if mask is None else bias + (mask.unsqueeze(-3) if mask.dim() == 3 else mask)
+        bias = bias[self.head] if rows is None else bias[self.head][rows, cols]
+        return bias if mask is None else bias + mask
 
     def _check_masks(self, aux, batch, nq, nc) -> None:
         """Each mask input fits the scores ``[B, Nq, Nc]`` (an ``InputError`` naming it otherwise): its symbols
@@ -83,6 +95,11 @@ class _BilinearXi(XiModule):
             if ref is None:
                 continue
             shape = tuple(aux[key].shape)
+            if key == "attn_mask" and self.head_bias:
+                if shape[-2:] != (nq, nc) or self.head >= shape[0]:
+                    raise InputError(f"the per-head bias '{ref.name}' has shape {list(shape)}, which does not fit "
+                                     f"the attention scores [H > {self.head}, {nq}, {nc}]")
+                continue
             lead, end = shape[:-len(tail)], shape[-len(tail):]
             if (len(shape) < len(tail) or len(lead) > 1 or (lead and lead[0] not in (1, batch))
                     or any(a not in (1, b) for a, b in zip(end, tail))):
@@ -136,7 +153,7 @@ class _BilinearXi(XiModule):
             kk, values = _repeat_kv(qq, kk), _repeat_kv(qq, values)
             return windowed_flex_attention(qq, kk, values, self.hp.window, self.hp.causal, self.scale)
         self._check_masks(aux, qq.shape[0] if qq.dim() >= 3 else 1, qq.shape[-2], kk.shape[-2])
-        mask = self._additive_mask(aux, qq.shape[-2], kk.shape[-2], qq.dtype, qq.device)
+        mask = self._additive_mask(aux, qq.shape[-2], kk.shape[-2], qq.dtype, qq.device, all_heads=qq.dim() == 4)
         if mask is not None and qq.dim() == 4 and mask.dim() == 3:
             mask = mask.unsqueeze(1)  # [B, 1, Nq|1, Nc]: broadcast over heads
         return _sdpa(qq, kk, values, mask, False, self.scale)
