@@ -107,7 +107,7 @@ def head_bias(heads: int, nq: Dim, nc: Dim) -> TensorType:
 
 
 def is_head_bias(t: "TensorType | None") -> bool:
-    return t is not None and t.kind == "mask" and t.role == HEAD_BIAS
+    return t is not None and getattr(t, "kind", None) == "mask" and getattr(t, "role", None) == HEAD_BIAS
 
 
 def vector(batch: Dim, f: Dim) -> TensorType:
