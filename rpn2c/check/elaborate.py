@@ -236,6 +236,29 @@ class Elaborator(Tying, Instances):
             self.diags.error("E0202", f"unknown value '{name}'", span,
                              suggestion=did_you_mean(name, list(scope.values)))
 
+    def _constant_operand(self, call, scope, fname: str):
+        """The tensor operands of an elementwise op and, for a number among them (`mul(x, 0.5)`, `add(x, eps)`,
+        `sub(1.0, m)`), the ``constant``/``constant_at`` keyword arguments it becomes (INVALID after an error)."""
+        numbers = [i for i, a in enumerate(call.args) if _is_number_expr(a, scope)]
+        if not numbers:
+            return list(call.args), ()
+        if len(numbers) > 1 or len(numbers) == len(call.args):
+            self.diags.error("E0310", f"'{fname}' takes at most one number among its operands, beside a tensor "
+                                      "value; fold the numbers into one", call.args[numbers[-1]].span)
+            return list(call.args), INVALID
+        i = numbers[0]
+        value = evaluate(call.args[i], scope, self.diags, allow_values=False)
+        if value is INVALID:
+            return list(call.args), INVALID
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.diags.error("E0310", f"'{fname}' takes a number or a tensor value as an operand, got {value!r}",
+                             call.args[i].span)
+            return list(call.args), INVALID
+        span = call.args[i].span
+        given = (ast.Kwarg("constant", ast.Literal(float(value), span), span),
+                 ast.Kwarg("constant_at", ast.Literal(i, span), span))
+        return [a for j, a in enumerate(call.args) if j != i], given
+
     def _value_ref(self, e: ast.Expr, scope, unit, later, owner: str, k: int) -> str | None:
         """A positional argument that must be a tensor value: a name or a nested op/block call."""
         if isinstance(e, ast.Name) and len(e.parts) == 1:
@@ -416,8 +439,14 @@ class Elaborator(Tying, Instances):
                 self.diags.error("E0201", f"unknown operation or block '{fname}'", func.span,
                                  suggestion=unknown_hint(fname, OP_FAMILIES, blocks))
             return None
-        arg_ids = [self._value_ref(a, scope, unit, later, name, i) for i, a in enumerate(call.args)]
-        kwargs, tie_k = take_tie_kwarg(call.kwargs)
+        args, kwargs = list(call.args), call.kwargs
+        if getattr(entry.cls, "takes_constants", False):
+            args, constant = self._constant_operand(call, scope, fname)
+            if constant is INVALID:
+                return None
+            kwargs = kwargs + constant
+        arg_ids = [self._value_ref(a, scope, unit, later, name, i) for i, a in enumerate(args)]
+        kwargs, tie_k = take_tie_kwarg(kwargs)
         synthetic = ast.Call(ast.Name(func.parts, func.span), (), kwargs, call.span)
         use = resolve_use(synthetic, entry.family, scope, self.diags)
         lo, hi = entry.cls.arity
@@ -453,6 +482,19 @@ class Elaborator(Tying, Instances):
         if tie_k is not None and not self._tie_node(node, tie_k.value, scope.values, types, tie_k.span):
             return None
         return self._add(node, {f"arg{i}": a for i, a in enumerate(arg_ids)})
+
+def _is_number_expr(e, scope) -> bool:
+    """Whether ``e`` is arithmetic on numbers and model parameters (no value, no call)."""
+    if isinstance(e, ast.Literal):
+        return True
+    if isinstance(e, ast.Name):
+        return len(e.parts) == 1 and e.text in scope.params and e.text not in scope.values
+    if isinstance(e, ast.Neg):
+        return _is_number_expr(e.operand, scope)
+    if isinstance(e, ast.BinOp):
+        return _is_number_expr(e.left, scope) and _is_number_expr(e.right, scope)
+    return False
+
 
 def _arg_name(e) -> str | None:
     return e.text if isinstance(e, ast.Name) else None

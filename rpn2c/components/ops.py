@@ -3,7 +3,7 @@ item pooling."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal, Optional
 
 from pydantic import Field
 
@@ -99,18 +99,35 @@ def _lifts(ins):
     return tuple(lift if t.kind == "vector" else None for t in ins)
 
 
+_LATER = {"hash": "omit_default"}  # added after specs were hashed: left out of the hash at their defaults
+
+
+class _ScalarHP(HP):
+    constant: Optional[float] = Field(None, json_schema_extra=_LATER,
+                                      description="a number among the operands (`add(x, 1e-6)`, `sub(1.0, m)`, "
+                                                  "`mul(x, 0.5)`): a constant operand")
+    constant_at: int = Field(0, ge=0, json_schema_extra=_LATER, description="the constant's place among the operands")
+
+
 class _ElementwiseOp(Op):
-    """An elementwise op folding ``fn`` over its operands, typed by :func:`_elementwise_type` (broadcasting)."""
+    """An elementwise op folding ``fn`` over its operands, typed by :func:`_elementwise_type` (broadcasting).
+    A number written among the operands is a constant operand (hyper-parameters ``constant`` at ``constant_at``,
+    set by the checker): ``mul(x, 0.5)`` is ``x ⊙ 0.5``, ``sub(1.0, m)`` is ``1 − m``."""
 
     fn = None  # the torch function, ``Lazy(path)`` in each op
+    takes_constants: ClassVar[bool] = True
+    HP = _ScalarHP
 
     def infer(self, ins):
-        return _elementwise_type(ins, self.name)
+        if self.hp.constant is not None and self.hp.constant_at > len(ins):
+            raise ShapeRuleError(f"{self.name}: the constant's place {self.hp.constant_at} is past the "
+                                 f"{len(ins)} tensor operand(s)")
+        return ins[0] if len(ins) == 1 else _elementwise_type(ins, self.name)
 
     def build(self, ins):
         from rpn2c.components.impl.ops import _Elementwise
 
-        return _Elementwise(self.fn, _lifts(ins))
+        return _Elementwise(self.fn, _lifts(ins), self.hp.constant, self.hp.constant_at)
 
 
 @register

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 
@@ -17,13 +18,18 @@ class _Lambda(nn.Module):
 class _Elementwise(nn.Module):
     """``fn`` folded over the operands after each per-sample vector is lifted onto the grid/items axes."""
 
-    def __init__(self, fn, lifts):
+    def __init__(self, fn, lifts, constant=None, constant_at=0):
         super().__init__()
         self.fn, self.lifts = fn, lifts
+        self.constant, self.constant_at = constant, constant_at
 
     def forward(self, *xs):
         xs = [x if lift is None else x[lift] for x, lift in zip(xs, self.lifts)]
+        if self.constant is not None:  # a Python number: torch broadcasts it in the input's dtype
+            xs.insert(self.constant_at, self.constant)
         out = xs[0]
+        if not isinstance(out, torch.Tensor):  # a leading constant (`sub(1.0, m)`): a 0-d tensor of x's dtype
+            out = torch.as_tensor(out, dtype=xs[1].dtype, device=xs[1].device)
         for x in xs[1:]:
             out = self.fn(out, x)
         return out
