@@ -201,6 +201,8 @@ def constant_eye_apply(x: Tensor, params, n: int, D: int) -> Tensor:
     import torch.nn.functional as F
 
     _check_x(x, D)
+    if n == D:  # I is the identity; F.pad with no padding returns an alias that AOT autograd's backward
+        return x  # cannot view (a transposed input), and a copy would be wasted
     k = min(n, D)
     return F.pad(x[..., :k], (0, n - k))
 

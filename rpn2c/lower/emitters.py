@@ -131,8 +131,10 @@ def _xi_with(kernel: str | None, literal_form: bool = False):
             own = own_aux(m, aux)
             if s.share is not None and "_memo" in aux:
                 own["_share"] = (aux["_memo"], s.share)
-            if literal_form:
+            if literal_form and m.offset() is None:
                 y = literal.interdependence(m, z, q, c, own)
+            elif literal_form:  # an affine ξ: A z + b by its GEMM and bias, not [A | b] on z with ones appended
+                y = m.apply(z, q, c, own)
             else:
                 y = m.apply(z, q, c, own) if kernel is None else m.apply(z, q, c, own, kernel=kernel)
             return y.squeeze(1) if vec else y

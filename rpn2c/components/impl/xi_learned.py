@@ -68,8 +68,11 @@ class _ParameterizedXi(XiModule):
         if self.axis == "attribute":
             y = self.fab.apply(z)
             return y if self.bias is None else y + self.bias
-        y = self.fab.apply(z.transpose(-1, -2)).transpose(-1, -2)
-        return y if self.bias is None else y + self.bias.unsqueeze(-1)
+        if self.bias is not None:  # A z + b 1ᵀ as one addmm-like product on z as it is (no transposed copies)
+            return torch.baddbmm(self.bias.unsqueeze(-1).expand(z.shape[0], -1, z.shape[-1]),
+                                 self.fab.matrix().expand(z.shape[0], -1, -1), z) if z.dim() == 3 else \
+                self.fab.matrix() @ z + self.bias.unsqueeze(-1)
+        return self.fab.apply(z.transpose(-1, -2)).transpose(-1, -2)
 
 
 class _PBilinearXi(XiModule):
