@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpn2c.components.sequence import check_token_ids, sinusoid_table
+from rpn2c.errors import InputError
 
 
 class _EmbeddingModule(nn.Module):
@@ -50,7 +51,8 @@ class _LearnedModule(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n = x.shape[-2]
         if n > self.weight.shape[0]:
-            raise ValueError(f"learned_position(max_len = {self.weight.shape[0]}) got a sequence of {n} items")
+            raise InputError(f"learned_position(max_len = {self.weight.shape[0]}) got a sequence of {n} items: "
+                             f"feed at most {self.weight.shape[0]}, or raise max_len")
         return x + self.weight[:n]
 
 
