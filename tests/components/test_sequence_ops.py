@@ -14,6 +14,7 @@ from torch import nn
 from torch.testing import assert_close
 
 import rpn2c
+from rpn2c.errors import InputError
 from rpn2c.components.sequence import slice_length
 from rpn2c.frontends import TorchImportError
 
@@ -129,7 +130,7 @@ def test_learned_position_refuses_a_longer_sequence_at_run_time():
     a varied gpt2.rpn whose learned positions were fewer than the items fed."""
     model = rpn2c.compile(_spec("y = learned_position(x, max_len = 4)", input_type="sequence[B, T, 2]"))
     model(torch.randn(2, 4, 2))
-    with pytest.raises(rpn2c.InputError, match=r"learned_position\(max_len = 4\) got a sequence of 5 items"):
+    with pytest.raises(InputError, match=r"learned_position\(max_len = 4\) got a sequence of 5 items"):
         model(torch.randn(2, 5, 2))
 
 
