@@ -212,7 +212,8 @@ def _head(name, hd, x, data, aux, sample) -> LayerMatrix:
     """One head: pooling, a grid head or an items head, its channels fused."""
     t = hd.trace
     if t.grid_kappa:  # pooling, the patches gathered as channels (a patch expansion), or an elementwise κ
-        view = _pooling if hasattr(hd.kappa, "metric") else _patches if hasattr(hd.kappa, "geo") else _lifted
+        view = (_adaptive_pooling if hasattr(hd.kappa, "size") and hasattr(hd.kappa, "metric") else
+                _pooling if hasattr(hd.kappa, "metric") else _patches if hasattr(hd.kappa, "geo") else _lifted)
         return view(name, hd.kappa, data[sample])
     maps = [_grid_channel(name, hd, c, data[sample]) if t.view == "grid" else
             _items_channel(name, hd, c, x, data, aux, sample) for c in range(hd.spec.channels)]
@@ -339,6 +340,39 @@ def _patches(name, gather, x) -> LayerMatrix:
                        (cin * p, *geo.out_spatial(spatial)), "vec(Y) = (I_C ⊗ G) vec(X): G[(j, q), n] = 1 where tap j of "
                        "patch q reads cell n (the patches as channels, tap fastest)", factors={"G": a3},
                        layout=("grid", n_pos, n_cells))
+
+
+def _adaptive_pooling(name, pool, x) -> LayerMatrix:
+    """``I_C ⊗ P``: adaptive pooling onto the fixed grid ``pool.size`` (bins of unequal size where the size does not
+    divide the grid): P[q, n] = 1/|bin q| for the mean, the input-dependent one-hot of each bin's winner for max."""
+    from rpn2c.functional.compression import adaptive_bin_index
+
+    spatial = tuple(int(s) for s in x.shape[1:])
+    index = adaptive_bin_index(spatial, pool.size)  # [Q, p], −1 past a bin's end
+    cin, n_cells, n_pos = x.shape[0], math.prod(spatial), index.shape[0]
+    _room(cin, n_pos, cin, n_cells)
+    member = torch.zeros(n_pos, n_cells, dtype=torch.float64)
+    rows = torch.arange(n_pos)[:, None].expand_as(index)
+    member[rows[index >= 0], index[index >= 0]] = 1.0
+    out_shape = (cin, *pool.size)
+    if pool.metric == "mean":
+        s = member / member.sum(-1, keepdim=True)
+        m = _kron(_eye(cin), s)
+        return LayerMatrix(name, "adaptive pooling (mean)", m, torch.zeros(len(m), dtype=torch.float64),
+                           x.flatten(), tuple(x.shape), out_shape, "vec(Y) = (I_C ⊗ P) vec(X), P[q, n] = 1/|bin q| "
+                           "for cell n in bin q", factors={"P": s}, layout=("grid", n_pos, n_cells))
+    if pool.metric != "max":
+        raise ViewError(f"layer '{name}': adaptive pooling by {pool.metric} is not a matrix")
+    flat = x.reshape(cin, n_cells).double()
+    score = flat[:, None, :].masked_fill(member[None] == 0, float("-inf"))  # [C, Q, N]
+    win = score.argmax(-1)  # [C, Q]: torch's first maximum of each bin
+    m = torch.zeros(cin, n_pos, cin, n_cells, dtype=torch.float64)
+    c_idx, q_idx = torch.meshgrid(torch.arange(cin), torch.arange(n_pos), indexing="ij")
+    m[c_idx, q_idx, c_idx, win] = 1.0
+    return LayerMatrix(name, "adaptive pooling (max)", m.reshape(cin * n_pos, cin * n_cells),
+                       torch.zeros(cin * n_pos, dtype=torch.float64), x.flatten(), tuple(x.shape), out_shape,
+                       "vec(Y) = S(X) vec(X): row (c, q) one-hot at the winning cell of bin q (input-dependent)",
+                       data_dependent=True, layout=("grid", n_pos, n_cells))
 
 
 def _pooling(name, pool, x) -> LayerMatrix:

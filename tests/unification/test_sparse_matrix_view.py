@@ -211,6 +211,27 @@ def test_pooling_is_an_averaging_or_a_selection_matrix(metric, size, stride, pad
     assert (m.reshape(3, -1, 3, 30)[[0, 0, 1, 1, 2, 2], :, [1, 2, 0, 2, 0, 1]] == 0).all()  # I_C ⊗ S
 
 
+@settings(max_examples=10, deadline=None)
+@given(how=st.sampled_from(["mean", "max"]), h=st.integers(1, 6), w=st.integers(1, 5))
+def test_adaptive_pooling_is_its_bins_averaging_or_selection_matrix(how, h, w):
+    """Adaptive bins (unequal and overlapping where the size does not divide the grid): the mean as one matrix for
+    every input, rows summing to 1; the max as the input's one-hot winners; both reproduce the layer (found by
+    the fuzz lanes: `show` took adaptive pooling for patch pooling)."""
+    model = _compiled(_pool_spec(f'adaptive_pool(size = [{h}, {w}], metric = "{how}")'))
+    x = torch.randn(2, 3, 6, 5, dtype=D)
+    view = _reproduces(model, "y", {"x": x}, sample=1)
+    m = view.matrix
+    want = (F.adaptive_avg_pool2d if how == "mean" else F.adaptive_max_pool2d)(x[1:], (h, w))
+    torch.testing.assert_close(view.output(), want[0])
+    if how == "mean":
+        other = layer_matrix(model, "y", {"x": torch.randn(2, 3, 6, 5, dtype=D)})
+        assert torch.equal(m, other.matrix) and not view.data_dependent
+        torch.testing.assert_close(m.sum(1), torch.ones(len(m), dtype=D))
+    else:
+        assert view.data_dependent and set(m.unique().tolist()) <= {0.0, 1.0} and (m.sum(1) == 1).all()
+    assert (m.reshape(3, -1, 3, 30)[[0, 0, 1, 1, 2, 2], :, [1, 2, 0, 2, 0, 1]] == 0).all()  # I_C ⊗ P
+
+
 # ------------------------------------------------------------------------------------------------ recurrence
 def _rnn_spec(cell, layers=1, bidirectional="false"):
     return (f"model m {{\n  input x: sequence[B, T, 3]\n  y = recurrent(x) {{\n    cell = {cell}\n    out = 4\n"
