@@ -159,6 +159,7 @@ def _pictures(args, graph, model, inputs, where, layers, xi) -> int:
 
 
 def _bounds(args, graph, model, inputs, where) -> int:
+    from rpn2c.errors import InputError
     from rpn2c.runtime.bounds import layer_bounds
     from rpn2c.train.interdependence import layers_with_xi
 
@@ -166,6 +167,8 @@ def _bounds(args, graph, model, inputs, where) -> int:
     try:
         found = [b for layer in layers for b in layer_bounds(model, layer, inputs, labelled=args.labelled,
                                                              delta=args.delta, lipschitz=args.lipschitz)]
+    except InputError:  # the data does not fit the model (a longer sequence than its positions): not a usage error
+        raise
     except ValueError as exc:  # a labelled count or δ out of range
         raise _Usage(str(exc)) from None
     if args.format == "json":

@@ -24,6 +24,7 @@ def _guard(fn):
 
     @functools.wraps(fn)
     def run(args) -> int:
+        from rpn2c.errors import InputError
         from rpn2c.train.config import TrainError
         from rpn2c.train.run import ConfigError
 
@@ -32,6 +33,9 @@ def _guard(fn):
         except ConfigError as exc:  # a bad option or run folder: a usage error
             raise _Usage(str(exc)) from None
         except TrainError as exc:
+            _err(f"rpn2c: error: {exc}")
+            return EXIT_SPEC
+        except InputError as exc:  # the data does not fit the compiled model (it names the input and the limit)
             _err(f"rpn2c: error: {exc}")
             return EXIT_SPEC
         except FileNotFoundError as exc:

@@ -402,3 +402,16 @@ def test_a_lane_streams_its_counts_and_failures(tmp_path):
     assert data["inputs"] >= 1 and sum(data["counts"].values()) == data["inputs"]
     assert json.loads((tmp_path / "progress.json").read_text())["next"] == 500 + data["inputs"]
     assert (tmp_path / "failures.jsonl").read_text() == "" and not (tmp_path / "inflight").exists()
+
+
+def test_show_of_data_longer_than_the_learned_positions_is_a_data_error(tmp_path, capsys):
+    """Found by the fuzz lanes: a varied gpt2.rpn with fewer learned positions than the data's items made `show`
+    call the input error a usage error (exit 2); it is the data not fitting the model: exit 1, named."""
+    from rpn2c.runtime.cli import main
+
+    spec = tmp_path / "lp.rpn"
+    spec.write_text("model m {\n  input x: sequence[B, T, 1]\n  p = learned_position(x, max_len = 2)\n"
+                    "  y = head(last(p)) {\n    out = 2\n  }\n  return y\n}\n", encoding="utf-8")
+    assert main(["show", str(spec), "--data", "gunpoint", "--bounds"]) == 1
+    err = capsys.readouterr().err
+    assert "learned_position(max_len = 2) got a sequence of 150 items" in err and "Traceback" not in err
