@@ -412,6 +412,6 @@ def test_show_of_data_longer_than_the_learned_positions_is_a_data_error(tmp_path
     spec = tmp_path / "lp.rpn"
     spec.write_text("model m {\n  input x: sequence[B, T, 1]\n  p = learned_position(x, max_len = 2)\n"
                     "  y = head(last(p)) {\n    out = 2\n  }\n  return y\n}\n", encoding="utf-8")
-    assert main(["show", str(spec), "--data", "gunpoint", "--bounds"]) == 1
+    assert main(["show", str(spec), "--data", "gunpoint"]) == 1
     err = capsys.readouterr().err
     assert "learned_position(max_len = 2) got a sequence of 150 items" in err and "Traceback" not in err
