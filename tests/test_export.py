@@ -304,3 +304,17 @@ def test_an_unwritable_target_is_an_error_not_a_traceback(tmp_path, capsys):
     (tmp_path / "file").write_text("")
     code, out, err = _export(capsys, SPECS / "mlp.rpn", "--random-init", "--out", tmp_path / "file" / "m.pt2")
     assert code == 1 and out == "" and err.startswith(f"rpn2c: error: cannot write {tmp_path / 'file' / 'm.pt2'}: ")
+
+
+def test_rrelu_exports_to_onnx_as_its_eval_form(tmp_path, capsys):
+    """Found by the fuzz lanes: torch's eval RReLU still dispatches its random-noise operator, which ONNX cannot
+    translate; the spec's eval RReLU is the leaky ReLU it equals, and exports."""
+    pytest.importorskip("onnxruntime")
+    spec = tmp_path / "r.rpn"
+    spec.write_text("model m {\n  input x: sequence[B, T, 4]\n  y = rrelu(x, lower = 0.1, upper = 0.3)\n"
+                    "  return y\n}\n", encoding="utf-8")
+    assert main(["export", str(spec), "--random-init", "--format", "onnx", "--out", str(tmp_path / "r.onnx")]) == 0
+    model = rpn2c.compile(spec.read_text()).eval()
+    x = torch.randn(2, 5, 4)
+    torch.testing.assert_close(model(x), torch.nn.functional.rrelu(x, 0.1, 0.3, training=False), rtol=0, atol=0)
+    assert model.train()(x).shape == x.shape  # training keeps the random slopes

@@ -132,9 +132,9 @@ class Rrelu(Processing):
             return self
 
     def build(self, t):
-        from torch import nn
+        from rpn2c.components.impl.processing import RReLUModule
 
-        return nn.RReLU(self.hp.lower, self.hp.upper)
+        return RReLUModule(self.hp.lower, self.hp.upper)
 
 
 @register

@@ -74,3 +74,13 @@ class RMSNormModule(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.shape}, eps={self.eps}" + (f", offset={self.offset}" if self.offset else "")
+
+
+class RReLUModule(nn.RReLU):
+    """``nn.RReLU`` whose eval form is the leaky ReLU it equals, slope (lower + upper)/2: torch's eval RReLU still
+    dispatches its random-noise operator, which neither ONNX nor a traced program's consumers translate."""
+
+    def forward(self, x):
+        if self.training:
+            return super().forward(x)
+        return F.leaky_relu(x, (self.lower + self.upper) / 2)
