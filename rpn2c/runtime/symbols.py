@@ -54,7 +54,9 @@ def _value_kind(v) -> str:
         return "repeat"
     if isinstance(v, ast.Name):
         return "alias"
-    return "call"
+    if isinstance(v, ast.Call):
+        return "call"
+    return "value"  # a literal or arithmetic the checker refuses: still outlined while it is being typed
 
 
 def document_symbols(text: str, file: str = "<string>", types: dict[tuple[int, int], str] | None = None

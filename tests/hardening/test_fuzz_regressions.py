@@ -415,3 +415,13 @@ def test_show_of_data_longer_than_the_learned_positions_is_a_data_error(tmp_path
     assert main(["show", str(spec), "--data", "gunpoint"]) == 1
     err = capsys.readouterr().err
     assert "learned_position(max_len = 2) got a sequence of 150 items" in err and "Traceback" not in err
+
+
+def test_the_outline_of_a_value_being_typed_as_a_number_answers():
+    """Found by the editor lane: `y = 1.0` (an edit in progress, which the checker refuses) made the outline raise
+    (`'Literal' object has no attribute 'func'`); it is outlined as a value."""
+    from rpn2c.runtime.symbols import document_symbols
+
+    syms = document_symbols("model m {\n  input x: vector[B, 4]\n  y = 1.0\n  z = 2 * 3\n  w = relu(x)\n  return w\n}\n")
+    assert [(c.name, c.kind) for c in syms[0].children] == [("x", "input"), ("y", "value"), ("z", "value"),
+                                                             ("w", "op")]
