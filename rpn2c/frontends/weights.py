@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 
@@ -53,8 +53,8 @@ class WeightMap:
         out = []
         for link in self.links:
             if "{i}" in link.spec:
-                out += [Link(link.spec.format(i=i), tuple(k.format(i=i) for k in link.library), link.transpose,
-                             link.optional, link.reshape) for i in range(layers)]
+                out += [replace(link, spec=link.spec.format(i=i), library=tuple(k.format(i=i) for k in link.library))
+                        for i in range(layers)]
             else:
                 out.append(link)
         return out

@@ -57,12 +57,9 @@ class _BilinearXi(XiModule):
         """Queries and keys ``[..., N, r]`` turned by their items' positions (rotary; unchanged without it)."""
         if self.hp.rotary is None:
             return qq, kk
-        inter = self.hp.rotary_interleaved
-        cos, sin = rotary.full_tables(max(qq.shape[-2], kk.shape[-2]), self.inv_freq, qq.dtype, inter)
-        if qq.shape[-2] == kk.shape[-2]:  # self-attention: one table for both
-            return rotary.rotate_by(qq, cos, sin, inter), rotary.rotate_by(kk, cos, sin, inter)
-        nq, nk = qq.shape[-2], kk.shape[-2]
-        return (rotary.rotate_by(qq, cos[:nq], sin[:nq], inter), rotary.rotate_by(kk, cos[:nk], sin[:nk], inter))
+        inter, nq, nk = self.hp.rotary_interleaved, qq.shape[-2], kk.shape[-2]
+        cos, sin = rotary.full_tables(max(nq, nk), self.inv_freq, qq.dtype, inter)  # one table for q and k
+        return rotary.rotate_by(qq, cos[:nq], sin[:nq], inter), rotary.rotate_by(kk, cos[:nk], sin[:nk], inter)
 
     def _additive_mask(self, aux, nq, nc, dtype, device, literal=False, rows=None, cols=None, all_heads=False):
         """All masks as one additive float mask [.., Nq, Nc] (-inf = blocked), or None
