@@ -4,9 +4,9 @@ A :class:`WeightMap` lists, for each tensor of the spec's ``state_dict``, the li
 tensor as it is, one transposed (GPT-2's ``Conv1D`` stores ``W`` as ``[in, out]``), or several stacked along the
 first axis (the packed ``in_proj_weight`` of attention heads is ``q_proj``, ``k_proj`` and ``v_proj`` row after
 row), or one reshaped (a convolution kernel ``[out, C, p, p]`` as a patch head's ψ ``[out, C·p·p]``, a class token
-``[1, 1, d]`` as ``[d]``: a reshaping link needs the other side's shapes). ``{i}`` in a key stands for the layer index of a repeated block. The shipped maps sit in
-``rpn2c/frontends/weight_maps/``, one module per shipped spec file declaring ``MAPS`` by model name
-(``specs/llama.rpn``: ``weight_maps/llama.py``)::
+``[1, 1, d]`` as ``[d]``: a reshaping link needs the other side's shapes). ``{i}`` in a key stands for the layer
+index of a repeated block. The shipped maps sit in ``rpn2c/frontends/weight_maps/``, one module per shipped spec
+file declaring ``MAPS`` by model name (``specs/llama.rpn``: ``weight_maps/llama.py``)::
 
     from rpn2c.frontends import weights
     spec_model.load_state_dict(weights.to_spec("llama", library_model.state_dict(), layers=2))
