@@ -196,6 +196,9 @@ BY_MODULE = {
         'relation': (
             'relation', 'apply', 'rows', 'as_matrix',
         ),
+        'sequence_conv': (
+            'causal_conv', 'short_conv', 'depthwise_causal_conv',
+        ),
     },
 }
 INDEX = {family: {name: module for module, names in modules.items() for name in names}
