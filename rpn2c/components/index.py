@@ -197,7 +197,7 @@ BY_MODULE = {
             'relation', 'apply', 'rows', 'as_matrix',
         ),
         'sequence_conv': (
-            'causal_conv', 'short_conv', 'depthwise_causal_conv',
+            'causal_conv', 'short_conv',
         ),
     },
 }

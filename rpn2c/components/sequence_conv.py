@@ -30,7 +30,7 @@ class CausalConv(Op):
     """
 
     name, family = "causal_conv", "op"
-    aliases = ("short_conv", "depthwise_causal_conv")
+    aliases = ("short_conv",)
     HP = _CausalConvHP
     lowering_aware = True  # built with ``reference=``: the Toeplitz matrices or the grouped convolution
     example = example_model("input x: sequence[B, 6, 4]", "y = causal_conv(x, kernel = 3)", "return y")
