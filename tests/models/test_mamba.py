@@ -93,3 +93,36 @@ def test_another_rank_state_and_kernel_follow_the_configuration():
     spec.load_state_dict(weights.to_spec("mamba_lm", library.state_dict(), config.num_hidden_layers))
     ids = torch.randint(0, config.vocab_size, (2, 7))
     torch.testing.assert_close(spec(ids), library(ids, use_cache=False).logits, rtol=0, atol=1e-12)
+
+
+def test_the_default_lowering_scans_and_never_builds_the_matrices(monkeypatch):
+    """`rpn2c explain` records the parallel scan on each block's selective scan, and running the default lowering
+    builds neither the scan's lower-triangular L[t, s] nor a convolution's Toeplitz matrix (each build is recorded
+    here), which the reference lowering builds."""
+    from rpn2c.lower import recurrent
+    from rpn2c.functional import causal_conv
+    from rpn2c.passes import optimize
+    from rpn2c.runtime.explain import explain_json
+
+    nodes = {n["node"]: n for n in explain_json(optimize(rpn2c.check_file(SPEC)))["nodes"]}
+    for i in range(2):
+        assert nodes[f"h.{i}.s"]["rewritten"].startswith("parallel_scan[mamba(d_state=4, dt_rank=1)]")
+    built = []
+
+    def record(name, real):
+        def call(*args, **kwargs):
+            built.append(name)
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(recurrent, "varying_matrix", record("L", recurrent.varying_matrix))
+    monkeypatch.setattr(causal_conv, "causal_conv_matrix", record("toeplitz", causal_conv.causal_conv_matrix))
+    library, config = _library()
+    ids = torch.randint(0, config.vocab_size, (2, 9))
+    fast, ref = _spec(config), _spec(config, reference=True)
+    ref.load_state_dict(fast.state_dict())
+    want = ref(ids)
+    assert sorted(set(built)) == ["L", "toeplitz"]
+    built.clear()
+    torch.testing.assert_close(fast(ids), want, rtol=0, atol=1e-12)
+    assert built == [] and "lowering=scan" in repr(fast) and "lowering=conv1d" in repr(fast)
