@@ -1,9 +1,10 @@
 """A short causal depthwise convolution over a sequence's item axis (Mamba's and H3's ``conv1d`` before the scan).
 
-In RPN 2 terms each channel c is a head with ψ = identity and an instance ξ of its own, the banded lower-triangular
-Toeplitz matrix ``M_c[t, s] = w[c, k − 1 − (t − s)]`` (``0 ≤ t − s < k``): a causal chain of k learned taps, the
-finite-impulse cousin of the recurrence chain ξ (``docs/semantics.md``). The reference lowering builds the C
-matrices ``[C, T, T]``; the default lowering runs one grouped ``conv1d`` with ``k − 1`` zeros of left padding.
+In RPN 2 terms each channel c is a head with ψ = identity and an instance ξ of its own, the banded
+lower-triangular Toeplitz matrix ``M_c[t, s] = w[c, k − 1 − (t − s)]`` (``0 ≤ t − s < k``): a causal chain of k
+learned taps, the finite-impulse cousin of the recurrence chain ξ (``docs/semantics.md``). The reference lowering
+builds the C matrices ``[C, T, T]``; the default lowering runs one grouped ``conv1d`` with ``k − 1`` zeros of left
+padding.
 """
 
 from __future__ import annotations

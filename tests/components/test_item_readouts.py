@@ -81,7 +81,8 @@ def test_deits_class_and_distillation_readouts():
 
 
 @pytest.mark.parametrize("typ, index, says", [
-    ("sequence[B, 3, 8]", 3, r"position 3, outside the 3 items of sequence\[B, 3, 8\]: the index must lie in \[-3, 2\]"),
+    ("sequence[B, 3, 8]", 3,
+     r"position 3, outside the 3 items of sequence\[B, 3, 8\]: the index must lie in \[-3, 2\]"),
     ("sequence[B, 3, 8]", -4, r"position -4, outside the 3 items"),
     ("signal[B, 2, 5]", 5, r"outside the 5 steps of signal\[B, 2, 5\]"),
 ])

@@ -26,4 +26,5 @@ class CausalConvModule(nn.Module):
 
     def extra_repr(self) -> str:
         c, _, k = self.weight.shape
-        return f"channels={c}, kernel={k}, bias={self.bias is not None}, lowering={'reference' if self.reference else 'conv1d'}"
+        lowering = "reference" if self.reference else "conv1d"
+        return f"channels={c}, kernel={k}, bias={self.bias is not None}, lowering={lowering}"
