@@ -55,9 +55,9 @@ def test_last_and_first_read_a_signals_steps(op, index):
     """A TCN's readout ``x[:, :, -1]`` of a ``[B, C, T]`` signal, over a symbolic T."""
     text = _spec("signal[B, 4, T]", f"y = {op}(x)")
     assert str(rpn2c.check(text).node("y").type) == "vector[B, 4]"
-    model = rpn2c.compile(text).double()
-    for t in (1, 6):
-        _agree(model, torch.randn(2, 4, t, dtype=torch.float64), lambda v: v[:, :, index])
+    for model in _both(text):
+        for t in (1, 6):
+            _agree(model, torch.randn(2, 4, t, dtype=torch.float64), lambda v: v[:, :, index])
 
 
 def test_deits_class_and_distillation_readouts():
