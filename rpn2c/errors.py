@@ -149,6 +149,10 @@ CATALOG: dict[str, ErrorCode] = _codes(
       "heads = {h}, but the layer has heads = {n}",
       "make the bias for the layer's heads (`relative_bias(x, heads = H)`, `alibi(x, heads = H)`) or give the layer "
       "`heads = H`: head h adds slice h of the bias to its scores"),
+    E("E0355", "position outside the axis it reads", "{call} reads position {index}, outside the {n} {unit} of "
+      "{value}: the index must lie in [{low}, {high}]",
+      "give an index within the axis (negative counts from the end: -1 is the last item or step), or lengthen the "
+      "input; with a symbolic length the same is checked when the model runs"),
     E("E0390", "cannot import a torch module", "{path} {cls}: {why}",
       "the message names the module and option; rewrite it as a spec or use a supported option"),
     # ---- E04xx shapes

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SPECS = sorted((ROOT / "specs").glob("*.rpn")) + sorted((ROOT / "examples" / "specs").glob("*.rpn"))
 DATA_DEPENDENT = {  # what reads values, not only shapes: cannot run on meta tensors
     "gat_nodes": "the edge softmax drops listed self-loops (nonzero)",
-    **{name: "token ids are range-checked (item)" for name in ("token_transformer", "llama", "gpt2", "bert", "t5_encoder")},
+    **{name: "token ids are range-checked (item)"
+       for name in ("token_transformer", "llama", "gpt2", "bert", "t5_encoder", "mamba_lm")},
 }
 BACKBONES = ("cnn", "rnn", "gcn", "transformer", "mlp")
 

@@ -105,6 +105,15 @@ def _mamba(x, p, h0):
     return torch.stack(outs, 1)
 
 
+def _mamba_low_rank(rank, n):
+    """Mamba's own layout: x_proj packs Δ's rank-R input, B and C; dt_proj lifts the R values to D."""
+    def run(x, p, h0):
+        return _mamba(x, {"A_log": p["A_log"], "weight_dt": p["weight_dt"] @ p["weight_x"][:rank],
+                          "weight_B": p["weight_x"][rank:rank + n], "weight_C": p["weight_x"][rank + n:],
+                          "D": p["D"]} | ({"bias_dt": p["bias_dt"]} if "bias_dt" in p else {}), h0)
+    return run
+
+
 def _gla(tied):
     def run(x, p, h0):
         s = None
@@ -121,7 +130,8 @@ def _gla(tied):
     return run
 
 
-CELLS = {"mingru": (_mingru, True), "mamba(d_state = 3)": (_mamba, False), "gla(d_key = 2)": (_gla(False), False),
+CELLS = {"mingru": (_mingru, True), "mamba(d_state = 3)": (_mamba, False),
+         "mamba(d_state = 2, dt_rank = 2)": (_mamba_low_rank(2, 2), False), "gla(d_key = 2)": (_gla(False), False),
          "gla(d_key = 3, tied = true)": (_gla(True), False)}
 
 
@@ -315,7 +325,8 @@ def _view_text(cell, F_, H, L, bi):
     return _text(cell, F_, H, L, bi, True, False)
 
 
-@given(cell=st.sampled_from(["linear", "diagonal", "mingru", "mamba(d_state = 2)", "gla(d_key = 2)",
+@given(cell=st.sampled_from(["linear", "diagonal", "mingru", "mamba(d_state = 2)", "mamba(d_state = 2, dt_rank = 1)",
+                             "gla(d_key = 2)",
                              "lru(d_state = 3)"]),
        F_=st.integers(1, 3), L=st.integers(1, 2), bi=st.booleans(), T=st.integers(1, 6), reference=st.booleans())
 @settings(max_examples=_n(25), deadline=None)

@@ -473,9 +473,10 @@ class Elaborator(Tying, Instances):
         except ShapeRuleError as exc:
             arg = getattr(exc, "arg", None)
             if arg is not None and 0 <= arg < len(call.args) and call.args[arg].span.line >= 1:
-                self.diags.error("E0403", str(exc), call.args[arg].span, notes=[(call.span, f"in '{fname}(...)'")])
+                self.diags.error(exc.code or "E0403", str(exc), call.args[arg].span,
+                                 notes=[(call.span, f"in '{fname}(...)'")])
             else:
-                self.diags.error("E0403", str(exc), call.span)
+                self.diags.error(exc.code or "E0403", str(exc), call.span)
             return None
         nid = self._fresh(scope.prefix + name)
         node = Node(nid, "op", call.span, out, op=use, params=params)

@@ -18,6 +18,8 @@ MODULES = (
     "ops_batch",  # the opt-in batch interdependence
     "layout", "pi_more", "processing_more",  # layout ops, more π, processing
     "relation",  # relations as values
+    "sequence_conv",  # the short causal depthwise convolution
+    "readouts",  # one item of a sequence, one step of a signal
 )
 
 from rpn2c.components.registry import REGISTRY, Entry, all_entries, load_all, lookup, names  # noqa: E402

@@ -93,6 +93,9 @@ class MinGRU(SelectiveCell):
 
 class _MambaHP(HP):
     d_state: int = Field(16, ge=1, description="N: state size per channel (B_t, C_t ∈ R^N)")
+    dt_rank: int | None = Field(None, ge=1, json_schema_extra={"hash": "omit_default"},
+                                description="R: Δ through rank R and x's projections packed as Mamba's x_proj "
+                                            "(none: a full-rank W_Δ and separate W_B, W_C)")
 
 
 @register
@@ -102,8 +105,10 @@ class Mamba(SelectiveCell):
     Δ_t = softplus(W_Δ x_t + b_Δ) ∈ R^D, B_t = W_B x_t, C_t = W_C x_t ∈ R^N, A = −exp(A_log) ∈ R^{D×N}; the
     zero-order-hold discretisation of Mamba (Ā = exp(ΔA), B̄ = ΔB). Each of the D input channels has its own N
     states, so ``out`` must equal the input width. ``bias`` is ``b_Δ`` (Mamba's ``dt_proj`` bias); ``W_Δ`` is
-    full-rank (Mamba factors it through rank D/16). Init as Mamba: ``A_log = log(1..N)``, ``D = 1``,
-    ``softplus(b_Δ)`` log-uniform in [1e-3, 1e-1].
+    full-rank, or with ``dt_rank = R`` Mamba's own factoring ``W_Δ = W_dt W_x[:R]``: ``weight_x`` ``[R + 2N, D]``
+    packs the rows of Δ's low-rank input, ``W_B`` and ``W_C`` (Mamba's ``x_proj``, one GEMM) and ``weight_dt``
+    ``[D, R]`` is its ``dt_proj``. Init as Mamba: ``A_log = log(1..N)``, ``D = 1``, ``softplus(b_Δ)``
+    log-uniform in [1e-3, 1e-1].
     """
 
     name = "mamba"
@@ -120,7 +125,10 @@ class Mamba(SelectiveCell):
         return d_in * self.hp.d_state
 
     def parameter_shapes(self, hidden, d_in, d_state, bias):
-        n = self.hp.d_state
+        n, r = self.hp.d_state, self.hp.dt_rank
+        if r is not None:
+            return ({"A_log": (d_in, n), "weight_x": (r + 2 * n, d_in), "weight_dt": (d_in, r)}
+                    | ({"bias_dt": (d_in,)} if bias else {}) | {"D": (d_in,)})
         return ({"A_log": (d_in, n), "weight_dt": (d_in, d_in)} | ({"bias_dt": (d_in,)} if bias else {})
                 | {"weight_B": (n, d_in), "weight_C": (n, d_in), "D": (d_in,)})
 
@@ -136,23 +144,29 @@ class Mamba(SelectiveCell):
             return dt + torch.log(-torch.expm1(-dt))
         return super().init(prefix, shape, hidden, d_in)
 
-    def _delta(self, x, w):
+    def _selection(self, x, w):
+        """``(Δ, B, C)`` of every step: ``[…, T, D]``, ``[…, T, N]``, ``[…, T, N]``."""
         import torch.nn.functional as F
 
-        d = x @ w["weight_dt"].transpose(0, 1)
-        return F.softplus(d + w["bias_dt"] if "bias_dt" in w else d)
+        if "weight_x" in w:  # Mamba's x_proj: one GEMM, then Δ = W_dt (W_x[:R] x)
+            n = self.hp.d_state
+            low, b, c = (x @ w["weight_x"].transpose(0, 1)).split([self.hp.dt_rank, n, n], dim=-1)
+            d = low @ w["weight_dt"].transpose(0, 1)
+        else:
+            d, b, c = (x @ w[k].transpose(0, 1) for k in ("weight_dt", "weight_B", "weight_C"))
+        return F.softplus(d + w["bias_dt"] if "bias_dt" in w else d), b, c
 
     def terms(self, x, w):
         import torch
 
-        delta = self._delta(x, w)  # [B, T, D]
+        delta, b, _ = self._selection(x, w)  # [B, T, D], [B, T, N]
         a = torch.exp(delta[..., None] * -torch.exp(w["A_log"]))  # [B, T, D, N]
-        b = x @ w["weight_B"].transpose(0, 1)  # [B, T, N]
         u = (delta * x)[..., None] * b[..., None, :]
         return a.flatten(-2), u.flatten(-2)
 
     def readout(self, h, x, w):
-        c = x @ w["weight_C"].transpose(0, 1)  # [B, T, N]
+        c_rows = w["weight_x"][-self.hp.d_state:] if "weight_x" in w else w["weight_C"]
+        c = x @ c_rows.transpose(0, 1)  # [B, T, N]
         return (h.unflatten(-1, (x.shape[-1], -1)) * c[..., None, :]).sum(-1) + w["D"] * x
 
     def factors(self, x, w):
@@ -161,7 +175,7 @@ class Mamba(SelectiveCell):
         t, d = x.shape
         n = self.hp.d_state
         a, _ = self.terms(x[None], w)
-        delta, b, c = self._delta(x, w), x @ w["weight_B"].T, x @ w["weight_C"].T
+        delta, b, c = self._selection(x, w)
         eye = torch.eye(d, dtype=x.dtype, device=x.device)
         g = (eye[None, :, None, :] * (delta[:, :, None] * b[:, None, :])[..., None]).reshape(t, d * n, d)
         r = (eye[None, :, :, None] * c[:, None, None, :]).reshape(t, d, d * n)

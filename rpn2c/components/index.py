@@ -175,8 +175,8 @@ BY_MODULE = {
             'readout', 'to_signal', 'concat_items', 'slice_features',
         ),
         'sequence': (
-            'embedding', 'sinusoidal_position', 'learned_position', 'prepend_token', 'cls_token', 'last', 'first',
-            'slice', 'slice_items',
+            'item', 'embedding', 'sinusoidal_position', 'learned_position', 'prepend_token', 'cls_token', 'last',
+            'first', 'slice', 'slice_items',
         ),
         'free_params': (
             'parameter',
@@ -195,6 +195,9 @@ BY_MODULE = {
         ),
         'relation': (
             'relation', 'apply', 'rows', 'as_matrix',
+        ),
+        'sequence_conv': (
+            'causal_conv', 'short_conv',
         ),
     },
 }

@@ -12,9 +12,10 @@ from typing import ClassVar, TYPE_CHECKING
 from pydantic import Field
 
 from rpn2c.components.base import Op, ShapeRuleError, example_model
+from rpn2c.components.readouts import read_axis, read_type
 from rpn2c.components.registry import HP, register
 from rpn2c.errors import InputError
-from rpn2c.ir.types import Dim, TensorType, is_known, items, vector
+from rpn2c.ir.types import Dim, TensorType, is_known, items
 
 if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
     import torch
@@ -208,30 +209,34 @@ def _items_only(t: TensorType, what: str) -> TensorType:
 
 
 class _ReadItem(Op):
-    """One item of a sequence as a vector: ``y[b] = x[b, index]``."""
+    """One item of a sequence, or one step of a signal, as a vector: ``item(x, index = k)`` for a fixed k
+    (``rpn2c.components.readouts``)."""
 
     index: ClassVar[int] = 0
+    lowering_aware = True  # built with ``reference=``: the unit row e_kᵀ, or indexing
 
     def infer(self, ins):
-        t = _items_only(ins[0], self.name)
-        return vector(t.batch, t.features)
+        return read_type(ins[0], self.index, self.name)
 
-    def build(self, ins):
-        from rpn2c.components.impl.sequence import _Pick
+    def build(self, ins, reference: bool = False):
+        from rpn2c.components.impl.readouts import ItemModule
 
-        return _Pick(self.index)
+        axis, _ = read_axis(ins[0], self.name)
+        return ItemModule(self.index, axis, f"{self.name}(x)", reference)
 
 
 @register
 class Last(_ReadItem):
-    """last(x): sequence [B, T, d] -> vector [B, d], y[b] = x[b, T−1] (the readout of a causal model)."""
+    """last(x): sequence [B, T, d] -> vector [B, d], y[b] = x[b, T−1] (the readout of a causal model); a signal
+    [B, C, T] -> vector [B, C], its last step x[b, :, T−1] (a TCN's readout)."""
 
     name, family, index = "last", "op", -1
 
 
 @register
 class First(_ReadItem):
-    """first(x): sequence [B, T, d] -> vector [B, d], y[b] = x[b, 0] (the CLS readout after prepend_token)."""
+    """first(x): sequence [B, T, d] -> vector [B, d], y[b] = x[b, 0] (the CLS readout after prepend_token); a
+    signal [B, C, T] -> its first step x[b, :, 0]."""
 
     name, family, index = "first", "op", 0
 

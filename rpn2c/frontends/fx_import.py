@@ -814,7 +814,7 @@ class _GraphConverter:
             if item is not None:
                 return self.select_items(node, x, item)
         self.fail(node, f"indexing a {x.kind} value {list(x.shape)} with {index!r}: only item-axis indexing of a "
-                        "sequence (x[:, -1], x[:, 0], x[:, a:b] batch-first; x[-1], x[0], x[a:b] time-first) has a "
+                        "sequence (x[:, k], x[:, a:b] batch-first; x[k], x[a:b] time-first) has a "
                         "spec form")
 
     def final_state(self, node: fx.Node, h: _FinalState, index: Any) -> Any:
@@ -831,7 +831,8 @@ class _GraphConverter:
         return self.select_items(node, h.output, -1)
 
     def select_items(self, node: fx.Node, x: Value, item: int | slice) -> Value:
-        """``last`` / ``first`` for the item -1 / 0, ``slice(start, stop)`` for a range of items."""
+        """``last`` / ``first`` for the item -1 / 0, ``item(index = k)`` for another, ``slice(start, stop)`` for a
+        range of items."""
         ctx = self.ctx(node)
         if not x.layout.fixed:
             ctx.require_layout(x, x.time_major, "input")
@@ -842,9 +843,9 @@ class _GraphConverter:
             return ctx.op("slice", [x], kwargs, kind="items", name=self.b.fresh(f"{x.name}_items", "items"),
                           comment=f"{ctx.where()} -> slice: items [{item.start or ''}:{item.stop or ''}]")
         fn = {-1: "last", 0: "first"}.get(item)
-        if fn is None:
-            self.fail(node, f"item {item}: only the first (0) and the last (-1) item have readout ops (first, last); "
-                            "x[:, k:k+1] is a slice")
+        if fn is None:  # DeiT's distillation token x[:, 1]
+            return ctx.op("item", [x], f"index = {item}", kind="vector", name=self.b.fresh(f"{x.name}_item", "item"),
+                          comment=f"{ctx.where()} -> item: the sequence's item {item}")
         return ctx.op(fn, [x], kind="vector", name=self.b.fresh(f"{x.name}_{fn}", fn),
                       comment=f"{ctx.where()} -> {fn}: the sequence's {fn} item (time step {item})")
 

@@ -187,24 +187,29 @@ def test_gru_classifier_on_the_last_time_step(read, batch_first):
 
 
 class TokenClassifier(nn.Module):
-    """Token ids -> embedding -> encoder -> the first token's vector (a CLS readout) -> linear."""
+    """Token ids -> embedding -> encoder -> the first token's vector (a CLS readout) -> linear; ``distilled``: the
+    mean of that and a second linear on the second token (DeiT's distillation token ``x[:, 1]``)."""
 
-    def __init__(self):
+    def __init__(self, distilled=False):
         super().__init__()
         self.emb = nn.Embedding(11, 8)
         layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
         self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
         self.fc = nn.Linear(8, 3)
+        self.dist = nn.Linear(8, 3) if distilled else None
 
     def forward(self, ids):
-        return self.fc(self.encoder(self.emb(ids))[:, 0])
+        h = self.encoder(self.emb(ids))
+        return self.fc(h[:, 0]) if self.dist is None else (self.fc(h[:, 0]) + self.dist(h[:, 1])) / 2
 
 
 @needs_sequence_ops
 @pytest.mark.skipif(lookup("embedding", ("op",)) is None, reason="the embedding op is not in the registry")
-def test_token_classifier_with_a_first_token_readout():
-    spec = assert_matches_torch(TokenClassifier(), (torch.tensor([[1, 4, 10, 0], [3, 3, 7, 2]]),))
+@pytest.mark.parametrize("distilled", [False, True])
+def test_token_classifier_with_a_first_token_readout(distilled):
+    spec = assert_matches_torch(TokenClassifier(distilled), (torch.tensor([[1, 4, 10, 0], [3, 3, 7, 2]]),))
     assert "tokens[B, T]" in spec.text and " = first(" in spec.text
+    assert (", index = 1)" in spec.text and " = item(" in spec.text) == distilled
 
 
 @pytest.mark.parametrize("batch_first", [True, False])

@@ -65,18 +65,6 @@ class _PrependModule(nn.Module):
         return torch.cat([self.token.to(x.dtype).expand(x.shape[0], 1, -1), x], dim=1)
 
 
-class _Pick(nn.Module):
-    def __init__(self, index: int):
-        super().__init__()
-        self.index = index
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x[:, self.index]
-
-    def extra_repr(self) -> str:
-        return f"index={self.index}"
-
-
 class _SliceModule(nn.Module):
     def __init__(self, start: int, stop: int | None, need: int):
         super().__init__()

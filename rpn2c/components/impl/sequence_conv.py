@@ -1,0 +1,30 @@
+"""The ``nn.Module`` of :mod:`rpn2c.components.sequence_conv` (imported when a model is built)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from rpn2c.functional.causal_conv import causal_conv, causal_conv_by_matrix
+
+
+class CausalConvModule(nn.Module):
+    """``weight [C, 1, k]`` and ``bias [C]`` as ``nn.Conv1d(C, C, k, groups = C)`` holds and draws them
+    (U(±1/√k)); ``reference``: the per-channel Toeplitz matrices, else the grouped convolution."""
+
+    def __init__(self, channels: int, kernel: int, bias: bool, reference: bool):
+        super().__init__()
+        self.reference = reference
+        bound = 1 / math.sqrt(kernel)
+        self.weight = nn.Parameter(torch.empty(channels, 1, kernel).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(channels).uniform_(-bound, bound)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (causal_conv_by_matrix if self.reference else causal_conv)(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        c, _, k = self.weight.shape
+        lowering = "reference" if self.reference else "conv1d"
+        return f"channels={c}, kernel={k}, bias={self.bias is not None}, lowering={lowering}"
