@@ -66,10 +66,10 @@ class Geometry:
         return list(itertools.product(*(range(k) for k in self.kernel)))
 
     def out_extent(self, axis: int, length: Dim) -> Dim:
-        if self.lattice is not None:
-            if not isinstance(length, int):
-                raise ShapeRuleError(f"centres = \"lattice\" needs a numeric grid size, got {length!r}")
-            return self.lattice.count(length, axis)
+        if self.lattice is not None:  # centres q·d < L − ½ at the packing's real distance d
+            if isinstance(length, int):
+                return self.lattice.count(length, axis)
+            return f"ceil(({length}-0.5)/{self.lattice.distances[axis]:.6g})"
         k, s, d = self.kernel[axis], self.stride[axis], self.dilation[axis]
         pb, pa = self.pad_before[axis], self.pad_after[axis]
         if s < 1 or d < 1 or k < 1:  # checked here for every geometry, whichever schema built it

@@ -195,3 +195,11 @@ def test_centres_without_a_packing_is_a_located_error():
     with pytest.raises(rpn2c.SpecError, match=r"E0303.*centres places the centres of a packing"):
         rpn2c.check('model p { input x: image[B, 1, 9, 9] y = head(x) { xi_attribute = cylinder_patch(radius = 2, '
                     'centres = "cells")  out = 2 } return y }')
+
+
+def test_a_symbolic_grid_counts_its_lattice_centres_at_run_time():
+    text = ('model p { input x: image[B, 1, H, W] y = head(x) { xi_attribute = cylinder_patch(radius = 2, '
+            'packing = "complete_hexagonal")  out = 2 } return y }')
+    assert str(rpn2c.check(text).node("y").type) == "image[B, 2, ceil((H-0.5)/3), ceil((W-0.5)/3.4641)]"
+    x = torch.randn(2, 1, 13, 12, dtype=torch.float64)
+    assert rpn2c.compile(text).double()(x=x).shape == (2, 2, 5, 4)  # ceil(12.5/3), ceil(11.5/2√3)
