@@ -52,14 +52,18 @@ def region(n, m, window):
 
 
 class DRRT(nn.Module):
-    def __init__(self):
+    """``literal``: eq. 7 as printed, Ψ^r = R ⊙ Ψ (a pair outside the region scores 0 and stays in the softmax);
+    otherwise the pairs outside the region are blocked (−inf: weight 0, the spec's default)."""
+
+    def __init__(self, literal=False, fusion="concat"):
         super().__init__()
+        self.literal, self.fusion = literal, fusion
         self.sa, self.sb = LocalRNN(FA, D, D), LocalRNN(FB, D, D)
         self.w_a, self.w_b = (nn.Parameter(torch.randn(D, D) / math.sqrt(D)) for _ in range(2))  # W_a', W_b'
         self.maps = nn.ModuleDict({"ag": LocalRNN(M, K, M), "ar": LocalRNN(M, K, M),
                                    "bg": LocalRNN(N, K, N), "br": LocalRNN(N, K, N)})
         self.w_bt, self.w_at = (nn.Parameter(torch.randn(D, D) / math.sqrt(D)) for _ in range(2))  # W_b̃', W_ã'
-        self.w_t = nn.Linear(2 * D, D, bias=False)  # shared by eq. 12 and 13
+        self.w_t = nn.Linear(2 * D if fusion == "concat" else D, D, bias=False)  # shared by eq. 12 and 13
         self.fc = nn.ModuleList([nn.Linear(D, FC), nn.Linear(FC, FC), nn.Linear(FC, CLASSES)])
 
     def c_r(self, n, m):
@@ -73,17 +77,28 @@ class DRRT(nn.Module):
         outside = ~region(n, m, WINDOW)
         alpha_g = torch.softmax(psi / math.sqrt(D), dim=2)  # eq. 3: over j
         beta_g = torch.softmax(psi / math.sqrt(D), dim=1)  # eq. 4: over i
-        alpha_r = torch.softmax(psi.masked_fill(outside, -math.inf), dim=2) / self.c_r(n, m)  # eq. 6–7
-        beta_r = torch.softmax(psi.masked_fill(outside, -math.inf), dim=1) / self.c_r(n, m)
+        psi_r = psi * (~outside) if self.literal else psi.masked_fill(outside, -math.inf)  # eq. 7
+        alpha_r = torch.softmax(psi_r, dim=2) / self.c_r(n, m)  # eq. 6
+        beta_r = torch.softmax(psi_r, dim=1) / self.c_r(n, m)
         ag, ar = self.maps["ag"](alpha_g), self.maps["ar"](alpha_r)  # §3: recurrence over rows i
         bg, br = self.maps["bg"](beta_g.transpose(1, 2)), self.maps["br"](beta_r.transpose(1, 2))  # over j
         vb, va = b1 @ self.w_bt.T, a1 @ self.w_at.T
-        zab = a1 + self.w_t(torch.cat([ag @ vb, ar @ vb], -1))  # eq. 10, 12, 14
-        zba = b1 + self.w_t(torch.cat([bg @ va, br @ va], -1))  # eq. 11, 13, 15
+        zab = a1 + self.w_t(self.fuse(ag @ vb, ar @ vb))  # eq. 10, 12, 14
+        zba = b1 + self.w_t(self.fuse(bg @ va, br @ va))  # eq. 11, 13, 15
         y = (zab.mean(1) + zba.mean(1)) / 2  # average fusion
         y = torch.relu(self.fc[0](y))
         y = torch.relu(self.fc[1](y))
         return self.fc[2](y)
+
+
+    def fuse(self, t_g, t_r):
+        """§3: "sum, maxout or concatenation" of the global and regional representations (eq. 12–13's Fusion)."""
+        self.parts = (t_g.detach(), t_r.detach())
+        if self.fusion == "sum":
+            return t_g + t_r
+        if self.fusion == "max":
+            return torch.maximum(t_g, t_r)
+        return torch.cat([t_g, t_r], -1)
 
 
 def _rnn_links(spec, t, u_factor=1.0):
@@ -113,13 +128,22 @@ def links(module: DRRT) -> dict[str, tuple[str, float]]:
 RNNS = ("ha", "hb", "ag1.h", "ar1.h", "bg1.h", "br1.h")
 
 
+LITERAL = SPEC.read_text(encoding="utf-8").replace("scale = 1.0)", 'scale = 1.0, window_scores = "multiply")')
+
+
+@pytest.mark.parametrize("literal", [False, True], ids=["blocked", "literal_eq7"])
 @pytest.mark.parametrize("reference", [False, True], ids=["default", "reference"])
-def test_drrt_equals_the_seed_equations(reference):
+def test_drrt_equals_the_seed_equations(reference, literal):
     torch.manual_seed(0)
-    module = DRRT().double()
-    model = rpn2c.compile_file(SPEC, reference=reference).double()
+    module = DRRT(literal).double()
+    model = (rpn2c.compile(LITERAL, reference=reference) if literal
+             else rpn2c.compile_file(SPEC, reference=reference)).double()
+    _equal_with_copied_weights(module, model, links(module))
+
+
+def _equal_with_copied_weights(module, model, link):
+    """Copy the torch weights into the spec's (``link``), then equal outputs and every parameter's gradient."""
     theirs = dict(module.named_parameters())
-    link = links(module)
     state = {k: theirs[t].detach() * f for k, (t, f) in link.items()}
     assert set(state) == set(model.state_dict())  # every spec value is one of the seed's, b_h once
     model.load_state_dict(state, strict=True)
@@ -156,3 +180,58 @@ def test_drrt_maps_are_relations_recurred_over_rows():
     assert kinds["ag"] == f"matrix[B, {N}, {M}]" and kinds["bg"] == f"matrix[B, {M}, {N}]"
     assert kinds["ag1.r1"] == f"matrix[B, {N}, {M}]" and kinds["ag1.h_rows"] == f"sequence[B, {N}, {M}]"
     assert not any(n.kind == "layer" and "eye" in str(n.layer.canonical()) for n in graph.nodes())
+
+
+def test_the_literal_eq7_and_the_blocked_softmax_are_different_maps():
+    """Eq. 7's R ⊙ Ψ leaves a pair outside the region at score 0, so its softmax still gives it weight e⁰/Σ; the
+    blocked softmax gives it none. On the same scores the two regional maps differ (inside and outside the region)."""
+    assert LITERAL.count('window_scores = "multiply"') == 2
+    torch.manual_seed(0)
+    blocked, literal = (rpn2c.compile(text, reference=True).double() for text in (SPEC.read_text("utf-8"), LITERAL))
+    literal.load_state_dict(blocked.state_dict())
+    a, b = _rand(2, N, FA), _rand(2, M, FB, seed=1)
+    maps = {}
+    for name, model in (("blocked", blocked), ("literal", literal)):
+        a1, b1 = model.a1(model.ha(a)), model.b1(model.hb(b))
+        maps[name] = model.ar(a1, b1)
+    outside = ~region(N, M, WINDOW)
+    assert (maps["blocked"][:, outside] == 0).all() and (maps["literal"][:, outside] > 0).all()
+    assert (maps["blocked"] - maps["literal"]).abs().max() > 0.1
+
+
+_CONCAT = """  vb = head(b1) { out = d  bias = false }
+  va = head(a1) { out = d  bias = false }
+  tab = head(concat(apply(ag1, vb), apply(ar1, vb))) { out = d  bias = false }
+  tba = head(concat(apply(bg1, va), apply(br1, va))) { out = d  bias = false  tie = tab }
+"""
+_FUSED = """  fab = layer(a1, context = b1) {
+    head g { xi_instance = given(ag1)  out = d  bias = false }
+    head r { xi_instance = given(ar1)  out = d  bias = false  tie = g }
+    fusion = FUSION
+  }
+  fba = layer(b1, context = a1) {
+    head g { xi_instance = given(bg1)  out = d  bias = false }
+    head r { xi_instance = given(br1)  out = d  bias = false  tie = g }
+    fusion = FUSION
+  }
+  tab = head(fab) { out = d  bias = false }
+  tba = head(fba) { out = d  bias = false  tie = tab }
+"""
+
+
+@pytest.mark.parametrize("fusion", ["sum", "max"])
+@pytest.mark.parametrize("reference", [False, True], ids=["default", "reference"])
+def test_drrt_sum_and_maxout_fusions_equal_the_seed_equations(fusion, reference):
+    """Eq. 12–13 with Fusion = sum or maxout: T^g = α'^g B' W_b̃ᵀ and T^r (one head each over the relation maps,
+    sharing W_b̃: `tie = g`), fused elementwise by the layer's head fusion, then the one W_t."""
+    text = SPEC.read_text(encoding="utf-8")
+    assert _CONCAT in text
+    text = text.replace(_CONCAT, _FUSED.replace("FUSION", fusion))
+    torch.manual_seed(0)
+    module = DRRT(fusion=fusion).double()
+    model = rpn2c.compile(text, reference=reference).double()
+    link = {k: v for k, v in links(module).items() if not k.startswith(("vb.", "va."))}
+    link |= {"fab.heads.g.psi.weight": ("w_bt", 1), "fba.heads.g.psi.weight": ("w_at", 1)}
+    _equal_with_copied_weights(module, model, link)
+    t_g, t_r = module.parts  # the case picks from both parts (a maxout that returned one part would fail)
+    assert (t_g > t_r).any() and (t_r > t_g).any()

@@ -37,11 +37,14 @@ class Geometry:
     taps: tuple[tuple[int, ...], ...] | None = None  # kernel-box positions used; None = the whole box
     row_shift: int = 0  # hexagonal packing: odd rows of patches shifted this many cells along axis 2
     layer_shift: tuple[tuple[int, int], ...] = ()  # sphere packings: depth layer k's shift (axes 1, 2), k mod len
+    lattice: structure.Lattice | None = None  # centres at a packing's real-valued distances, rounded (replaces the
+    # stride and shifts for the centres; the stride keeps the floored distances for reports)
 
     @property
     def staggered(self) -> bool:
-        """Centres off the strided lattice (offset rows or depth layers): no convolution or native pooling."""
-        return bool(self.row_shift or self.layer_shift)
+        """Centres off the strided lattice (offset rows, depth layers or real-valued distances): no convolution or
+        native pooling."""
+        return bool(self.row_shift or self.layer_shift or self.lattice is not None)
 
     @property
     def rank(self) -> int:
@@ -63,6 +66,10 @@ class Geometry:
         return list(itertools.product(*(range(k) for k in self.kernel)))
 
     def out_extent(self, axis: int, length: Dim) -> Dim:
+        if self.lattice is not None:  # centres q·d < L − ½ at the packing's real distance d
+            if isinstance(length, int):
+                return self.lattice.count(length, axis)
+            return f"ceil(({length}-0.5)/{self.lattice.distances[axis]:.6g})"
         k, s, d = self.kernel[axis], self.stride[axis], self.dilation[axis]
         pb, pa = self.pad_before[axis], self.pad_after[axis]
         if s < 1 or d < 1 or k < 1:  # checked here for every geometry, whichever schema built it
@@ -112,7 +119,7 @@ class Geometry:
         """Keyword arguments of the ``rpn2c.functional.structure`` patch builders for this geometry."""
         return {"extent": spatial, "offsets": self.offsets(device), "stride": self.stride,
                 "pad_before": self.pad_before, "out_counts": self.out_spatial(spatial), "mode": self.padding_mode,
-                "row_shift": self.row_shift, "layer_shift": self.layer_shift}
+                "row_shift": self.row_shift, "layer_shift": self.layer_shift, "lattice": self.lattice}
 
     def patch_index(self, spatial: tuple[int, ...], device=None) -> torch.Tensor:
         """LongTensor [P, p]: flat (row-major) source position of every tap of every patch, -1 outside the grid.

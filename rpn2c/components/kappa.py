@@ -220,6 +220,16 @@ class ConvPatchHP(PatchHP):
 class _PackingHP(HP):
     packing: Optional[str] = Field(None, description="a packing strategy name (sets the stride; catalog §3.4)")
     convention: Literal["paper", "toolkit"] = "paper"
+    centres: Literal["lattice", "cells"] = Field(
+        "lattice", description="packing centres: the paper's real-valued lattice rounded per centre, or its distances "
+        "floored to whole cells")
+
+    def _lattice(self, shape: str, size_params) -> structure.Lattice | None:
+        """The packing's real-valued centres (``centres = "lattice"``) unless they are whole cells anyway."""
+        if self.centres != "lattice" or self.packing is None:
+            return None
+        lat = structure.packing_lattice(shape, self.packing, size_params, self.convention)
+        return None if lat.whole else lat
 
     def _packed_stride(self, shape: str, size_params) -> tuple[int, ...]:
         try:
@@ -229,6 +239,8 @@ class _PackingHP(HP):
 
     @model_validator(mode="after")
     def _one_stride(self):
+        if "centres" in self.model_fields_set and self.packing is None:
+            raise ValueError("centres places the centres of a packing: give packing")
         if self.packing is not None:
             if "stride" in self.model_fields_set:
                 raise ValueError("give either stride or packing, not both")
@@ -253,7 +265,8 @@ class CentredCuboidHP(_PackingHP, CentredPatchHP):
 
 
 def _offsets_geometry(offsets: list[tuple[int, ...]], before: tuple[int, ...], after: tuple[int, ...],
-                      stride: tuple[int, ...], packing: str | None, shape: str) -> Geometry:
+                      stride: tuple[int, ...], packing: str | None, shape: str,
+                      lattice: structure.Lattice | None = None) -> Geometry:
     """A centred patch given by centre-relative offsets as a masked kernel box (taps = offset + before); a
     hexagonal packing offsets every other row of centres (:func:`structure.packing_row_shift`), a sphere packing
     its depth layers too (:func:`structure.packing_layer_shift`)."""
@@ -261,7 +274,8 @@ def _offsets_geometry(offsets: list[tuple[int, ...]], before: tuple[int, ...], a
     taps = tuple(tuple(v + b for v, b in zip(row, before)) for row in offsets)
     kernel = tuple(b + a + 1 for b, a in zip(before, after))
     return Geometry(kernel, stride, (1,) * rank, before, after, "zeros", taps,
-                    structure.packing_row_shift(packing, stride), structure.packing_layer_shift(shape, packing, stride))
+                    structure.packing_row_shift(packing, stride), structure.packing_layer_shift(shape, packing, stride),
+                    lattice)
 
 
 class CylinderHP(_PackingHP):
@@ -283,11 +297,13 @@ class CylinderHP(_PackingHP):
         offsets = structure.cylinder_rows(r, pd, pa, ndim=rank)
         before = (r, r, pd)[:rank]
         after = (r, r, pa)[:rank]
+        lattice = None
         if self.packing is not None:
             stride = self._packed_stride("cylinder", (r,) if rank == 2 else (r, pd))
+            lattice = self._lattice("cylinder", (r,) if rank == 2 else (r, pd))
         else:
             stride = _per_axis(self.stride, rank, "stride")
-        return _offsets_geometry(offsets, before, after, stride, self.packing, self._shape)
+        return _offsets_geometry(offsets, before, after, stride, self.packing, self._shape, lattice)
 
 
 class SphereHP(_PackingHP):
@@ -302,7 +318,9 @@ class SphereHP(_PackingHP):
             raise ShapeRuleError(f"a sphere patch needs a 3-D grid, got {rank}-D")
         r = self.radius
         stride = self._packed_stride("sphere", r) if self.packing is not None else _per_axis(self.stride, 3, "stride")
-        return _offsets_geometry(structure.sphere_rows(r), (r,) * 3, (r,) * 3, stride, self.packing, self._shape)
+        lattice = self._lattice("sphere", r) if self.packing is not None else None
+        return _offsets_geometry(structure.sphere_rows(r), (r,) * 3, (r,) * 3, stride, self.packing, self._shape,
+                                 lattice)
 
 
 PatchShapeHP = Union[ConvPatchHP, CentredCuboidHP, CylinderHP, SphereHP]

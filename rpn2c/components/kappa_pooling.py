@@ -221,7 +221,9 @@ _SHAPE_DOC = {
 _SHAPE_NOTES = (
     "\n\nCentres are c = q·stride (or a named packing, catalog §3.4), ceil(L/stride) per axis (erratum §8.5: the "
     "paper's 1 + floor(L/stride) is off by one). Erratum §8.7: packing convention = \"paper\" (default) or "
-    "\"toolkit\" for the strategies where the two disagree; strides are floored to integers >= 1.")
+    "\"toolkit\" for the strategies where the two disagree. A packing's centres are its real-valued lattice "
+    "rounded per centre (centres = \"lattice\", default; ceil((L − ½)/d) per axis), or with the distances floored "
+    "to whole cells >= 1 (centres = \"cells\").")
 
 
 def _shape_entries(shape: str) -> None:

@@ -8,7 +8,7 @@ the reference lowering builds the literal matrix; a hybrid ξ takes the entries 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import Field
 
@@ -25,6 +25,9 @@ class _BilinearHP(HP):
     causal: bool = Field(False, description="item t attends only to items <= t")
     window: Optional[int] = Field(None, ge=0, description="local window: item i attends only to items j with "
                                                           "|i − j| <= window (with causal: i − window <= j <= i)")
+    window_scores: Literal["block", "multiply"] = Field(
+        "block", description="outside the window: blocked (−inf before the softmax, weight 0), or the literal "
+                             "R ⊙ Ψ of seed 002 eq 7 (score 0, still in the softmax)")
     key_padding: Optional[ValueRef] = Field(None, description="[B, Nc] mask input over context items")
     attn_mask: Optional[ValueRef] = Field(None, description="[Nq, Nc] or [B, Nq, Nc] mask input, or a per-head "
                                                            "bias head_bias[H, Nq, Nc] (relative_bias, alibi): head "

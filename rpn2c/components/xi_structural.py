@@ -105,6 +105,9 @@ class _ShapedPatchHP(HP):
     stride: Optional[IntOrList] = Field(None, description="centre distance per axis (default 1)")
     packing: Optional[str] = Field(None, description="a packing strategy of catalog §3.4 (sets the stride)")
     packing_convention: Literal["paper", "toolkit"] = "paper"
+    centres: Literal["lattice", "cells"] = Field(
+        "lattice", description="packing centres: the paper's real-valued lattice rounded per centre, or its distances "
+        "floored to whole cells")
     mode: Literal["padding", "aggregation"] = "padding"
     pad: Union[int, list[int], Literal["same", "valid"]] = Field(0, description="conv style only")
     pad_after: Optional[IntOrList] = Field(None, description="conv style only")
@@ -115,6 +118,8 @@ class _ShapedPatchHP(HP):
     def _style(self):
         if self.stride is not None and self.packing is not None:
             raise ValueError("give either stride or packing (a packing strategy sets the stride)")
+        if "centres" in self.model_fields_set and (self.packing is None or self.style != "centred"):
+            raise ValueError('centres places the centres of a packing: give packing (style = "centred")')
         conv_only = {"pad": 0, "pad_after": None, "dilation": 1, "padding_mode": "zeros"}
         if self.style == "centred":
             bad = [k for k, d in conv_only.items() if getattr(self, k) != d]
@@ -149,6 +154,14 @@ class _PatchBase(GridXi):
             return s
         return _per_axis(hp.stride if hp.stride is not None else 1, rank, "stride")
 
+    def lattice(self, rank: int) -> structure.Lattice | None:
+        """The packing's real-valued centres (``centres = "lattice"``) unless they are whole cells anyway."""
+        hp = self.hp
+        if hp.centres != "lattice" or hp.packing is None or hp.style != "centred":
+            return None
+        lat = structure.packing_lattice(self.shape_kind, hp.packing, self.packing_params(rank), hp.packing_convention)
+        return None if lat.whole else lat
+
     def geometry(self, rank):
         try:
             before, after, taps = self.extents(rank)
@@ -160,7 +173,8 @@ class _PatchBase(GridXi):
         shift = structure.packing_row_shift(hp.packing, stride)
         layers = structure.packing_layer_shift(self.shape_kind, hp.packing, stride)
         if hp.style == "centred":
-            return Geometry(kernel, stride, (1,) * rank, before, after, "zeros", taps, shift, layers)
+            return Geometry(kernel, stride, (1,) * rank, before, after, "zeros", taps, shift, layers,
+                            self.lattice(rank))
         try:
             conv = PatchHP(size=list(kernel), stride=list(stride), pad=hp.pad, pad_after=hp.pad_after,
                            dilation=hp.dilation, padding_mode=hp.padding_mode)

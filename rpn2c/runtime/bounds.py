@@ -9,7 +9,10 @@ below is of ``op = A`` (instance) or ``op = Aᵀ`` (attribute) on ``data = X`` o
 - ``‖op X‖₂→∞ = sup_{‖z‖₂=1} ‖op X z‖∞ = max_i ‖(op X)_{i,:}‖₂`` (the definition, used in eq 191); eq 193 writes it
   as the largest *column* norm ``max_j ‖(op X)_{:,j}‖₂``, for which its relaxation ``≤ ‖op‖₂ max_j ‖X_{:,j}‖₂``
   holds: both are reported (docs/semantics.md, "§10 diagnostics");
-- VC (eq 189): ``min{d_in, rank(A), d_out}``; n and d are always X's items and features; eq 190 with ``m`` labelled of ``n`` instances and confidence ``δ``;
+- VC (eq 189): ``min{d_in, rank(A), d_out}``; n and d are always X's items and features; eq 190 with ``m`` labelled
+  of ``n`` instances and confidence ``δ``: ``√(8/m (min{rank A, d_{K−1}} ln(em) + ln(4/δ)))`` with the paper's
+  ``d_{K−1}``, the layer's input width ``d_in`` for one layer (``vc_bound``); the output-width reading
+  ``min{rank A, d_out}`` is kept beside it (``vc_bound_out``, docs/semantics.md);
 - Rademacher (eq 191) for one layer (K = 1): ``c1 n²/(m(n−m)) + c3 c2 ‖A‖∞ ‖AX‖₂→∞ √log n`` with ``c1 = 2Lβ``,
   ``c2 = 2Lω``, ``c3 = Lω√(2/d)``, ``ω = max |Ψ|`` and ``β = ‖b‖₁`` of the head, ``L`` the activation's Lipschitz
   constant; eq 192 adds ``c4 n√min(m, n−m)/(m(n−m)) + c5 √(n/(m(n−m)) ln(1/δ))`` at the paper's ``c4 = 5.05``,
@@ -39,7 +42,8 @@ class Bounds:
     ax_cols: float  # max column norm of op X (eq 193's reading)
     ax_cols_bound: float  # ‖op‖₂ max_j ‖X_:,j‖₂ (eq 193's relaxation)
     vc: int
-    vc_bound: float
+    vc_bound: float  # eq 190 as printed: min{rank A, d_{K−1}} with d_{K−1} = d_in for one layer
+    vc_bound_out: float  # eq 190 read with the layer's output width d_out
     rademacher: float
     generalisation: float
     n: int
@@ -56,7 +60,8 @@ class Bounds:
             f"  ‖AX‖₂→∞ = max_i ‖(AX)_i,:‖₂ = {self.ax_2_inf:.6g}",
             f"  eq 193: max_j ‖(AX)_:,j‖₂ = {self.ax_cols:.6g} ≤ ‖A‖₂·max_j ‖X_:,j‖₂ = {self.ax_cols_bound:.6g}",
             f"  VC (eq 189): min{{d_in = {self.d_in}, rank(A) = {self.rank}, d_out = {self.d_out}}} = {self.vc}",
-            f"  eq 190 (m = {self.m}, δ): √(8/m·(min{{rank A, d_out}}·ln(e·m) + ln(4/δ))) = {self.vc_bound:.6g}",
+            f"  eq 190 (m = {self.m}, δ): √(8/m·(min{{rank A, d_K−1 = {self.d_in}}}·ln(e·m) + ln(4/δ))) = "
+            f"{self.vc_bound:.6g}   (with d_out: {self.vc_bound_out:.6g})",
             f"  eq 191 (K = 1, ω = {self.omega:.4g}, β = {self.beta:.4g}, n = {self.n}, m = {self.m}): "
             f"R ≤ {self.rademacher:.6g}",
             f"  eq 192: L_exp − L_em ≤ {self.generalisation:.6g}",
@@ -89,7 +94,10 @@ def matrix_bounds(a: torch.Tensor, x: torch.Tensor, *, title: str = "A", d_out: 
     ax_cols = float(ax.norm(dim=-2).max()) if ax.numel() else 0.0
     x_cols = float(x.norm(dim=-2).max()) if x.numel() else 0.0
     vc = min(d_in, rank, d_out)
-    vc_bound = math.sqrt(8 / m * (min(rank, d_out) * math.log(math.e * m) + math.log(4 / delta)))
+    def eq190(width: int) -> float:
+        return math.sqrt(8 / m * (min(rank, width) * math.log(math.e * m) + math.log(4 / delta)))
+
+    vc_bound, vc_bound_out = eq190(d_in), eq190(d_out)  # d_{K−1} = d_in for one layer (K = 1)
     big_n = max(n, m + 1)  # eq 191 needs n > m
     c1, c2, c3 = 2 * lipschitz * beta, 2 * lipschitz * omega, lipschitz * omega * math.sqrt(2 / d_in)
     rademacher = (c1 * big_n ** 2 / (m * (big_n - m))
@@ -97,7 +105,7 @@ def matrix_bounds(a: torch.Tensor, x: torch.Tensor, *, title: str = "A", d_out: 
     general = (rademacher + C4 * big_n * math.sqrt(min(m, big_n - m)) / (m * (big_n - m))
                + C5 * math.sqrt(big_n / (m * (big_n - m)) * math.log(1 / delta)))
     return Bounds(title, (int(a.shape[0]), int(a.shape[1])), rank, norm_inf, norm_2, ax_rows, ax_cols,
-                  norm_2 * x_cols, vc, vc_bound, rademacher, general, n, m, d_in, d_out, omega, beta)
+                  norm_2 * x_cols, vc, vc_bound, vc_bound_out, rademacher, general, n, m, d_in, d_out, omega, beta)
 
 
 def layer_bounds(model, layer: str, inputs: dict, *, labelled: int | None = None, delta: float = 0.05,

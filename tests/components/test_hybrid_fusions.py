@@ -192,3 +192,52 @@ def test_explicit_scale_is_kept_without_softmax():
     _, _, mod = _build("instance", parts=["graph", "low_rank_bilinear"], edges=ValueRef("edges"), rank=4,
                        softmax=False, scale=0.5)
     assert mod.parts[1].scale == 0.5
+
+
+def _hand_parts(x, axis, k):
+    """The parts written from their definitions, per sample, in the paper's orientation (rows = inputs, columns =
+    outputs): the chain (input j feeds output j + 1), the Gaussian RBF exp(−‖x_i − x_j‖²/2) over the items or the
+    Pearson correlation of the features (numpy's corrcoef), and the all-ones matrix ``one``."""
+    import numpy as np
+
+    out = []
+    for sample in x.numpy():
+        if axis == "instance":
+            d2 = ((sample[:, None] - sample[None]) ** 2).sum(-1)
+            data = np.exp(-d2 / 2)
+        else:
+            data = np.corrcoef(sample.T)
+        size = len(data)
+        out.append([np.eye(size, k=1), data, np.ones((size, size))][:k])
+    return [torch.tensor(np.stack([s[i] for s in out])) for i in range(k)]
+
+
+@pytest.mark.parametrize("axis", ["instance", "attribute"])
+@pytest.mark.parametrize("fusion, extra", [
+    ("weighted", {"learnable": False, "weights": [0.3, -1.5, 0.25]}),
+    ("median", {}),
+    ("concat_linear", {"fusion_out": 3, "fusion_bias": True}),
+    ("concat_lowrank", {"fusion_rank": 2, "fusion_bias": True}),
+])
+def test_fusions_of_hand_built_parts(axis, fusion, extra):
+    """Eq 114, 119–120 and the median over parts built here, not read from the implementation: the chain, the RBF
+    kernel (instances) or Pearson correlation (attributes), and ``one``; the fusion's own weights (W, P, Q, b) are
+    the module's parameters, drawn at random."""
+    second = "gaussian_rbf_kernel" if axis == "instance" else "pearson_correlation"
+    _, ctx, mod = _build(axis, parts=["chain", second, "one"], fusion=fusion, **extra)
+    x = _rand(2, 5, 4)
+    chain, data, ones = _hand_parts(x, axis, 3)
+    if fusion == "weighted":
+        alpha = mod.fusion.weights.detach()  # the given weights, held in float32 until .double()
+        assert alpha.tolist() == pytest.approx([0.3, -1.5, 0.25], rel=1e-7)
+        want = alpha[0] * chain + alpha[1] * data + alpha[2] * ones
+    elif fusion == "median":  # three parts: the middle value of each entry
+        want = torch.stack([chain, data, ones]).median(0).values
+    else:
+        cat = torch.cat([chain, data, ones], -1)
+        if fusion == "concat_linear":
+            want = cat @ mod.fusion.linear.weight.mT + mod.fusion.linear.bias
+        else:
+            want = cat @ (mod.fusion.P @ mod.fusion.Q.mT) + mod.fusion.bias
+    got = _outputs_last(mod.matrix(x, x, {}, ctx.size), axis)
+    torch.testing.assert_close(got.expand_as(want), want, rtol=1e-12, atol=1e-12)

@@ -127,12 +127,12 @@ def test_every_packing_strategy_sets_the_stride_and_ceil_patch_count(shape):
     for conv in ("paper", "toolkit"):
         for strategy in structure.packing_strategies(shape):
             stride = structure.packing_stride(shape, strategy, params, conv)
-            geo = _comp("geometric_patch", shape=shape, packing=strategy, packing_convention=conv,
+            geo = _comp("geometric_patch", shape=shape, packing=strategy, packing_convention=conv, centres="cells",
                         **({"half": 2} if shape == "cuboid" else {"radius": 2})).geometry(rank)
             assert geo.stride == stride
             text = (f"model p {{ input x: grid[B, 1, {', '.join(map(str, spatial))}] y = head(x) {{ xi_attribute = "
                     f'geometric_patch(shape = "{shape}", {size}, packing = "{strategy}", packing_convention = '
-                    f'"{conv}")  out = 2 }} return y }}')
+                    f'"{conv}", centres = "cells")  out = 2 }} return y }}')
             out = rpn2c.check(text).node("y").type.spatial
             assert tuple(out) == tuple(-(-L // s) for L, s in zip(spatial, stride)), (strategy, conv)
     # erratum 7: the cylinder's denser hexagonal d_h is (√2/2)r in the paper and (√3/2)r in the toolkit

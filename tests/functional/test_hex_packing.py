@@ -48,12 +48,14 @@ def test_packed_components_carry_the_offset():
     assert kappa.cls(kappa.schema(radius=2, packing="complete_hexagonal")).geometry(2).row_shift == 1
 
 
-def _coverage(strategy, r=12, length=240, shift=True):
-    """(covered fraction of the interior cells, fraction of an interior patch's cells in another patch too)."""
+def _coverage(strategy, r=12, length=240, shift=True, lattice=False):
+    """(covered fraction of the interior cells, fraction of an interior patch's cells in another patch too); the
+    floored whole-cell centres, or with ``lattice`` the paper's real-valued lattice rounded per centre."""
     offsets = S.cylinder_offsets(r, ndim=2)
     stride = S.packing_stride("cylinder", strategy, r)
     idx = S.patch_index((length, length), offsets, stride, (r, r), None, "zeros",
-                        S.packing_row_shift(strategy, stride) if shift else 0)
+                        S.packing_row_shift(strategy, stride) if shift else 0, (),
+                        S.packing_lattice("cylinder", strategy, r) if lattice else None)
     hits = torch.zeros(length * length, dtype=torch.long).index_add_(0, idx[idx >= 0], torch.ones_like(idx[idx >= 0]))
     inner = hits.reshape(length, length)[2 * r:-2 * r, 2 * r:-2 * r]
     full = idx[(idx >= 0).all(1)]
@@ -176,7 +178,7 @@ def test_sphere_packing_membership_equals_a_naive_coordinate_loop(strategy, peri
     from rpn2c.components.xi import padding_matrix
 
     xi = REGISTRY["interdependence"]["sphere_patch"]
-    geo = xi.cls(xi.schema(radius=2, packing=strategy)).geometry(3)
+    geo = xi.cls(xi.schema(radius=2, packing=strategy, centres="cells")).geometry(3)
     extent = (8, 9, 10)
     got = padding_matrix(geo, extent, torch.float64, None).numpy()
     centres = _interstice_lattice(extent, geo.stride, geo.row_shift, period)
@@ -203,8 +205,8 @@ def test_sphere_packing_study_with_offset_layers():
 
 
 def test_strides_stay_whole_cells():
-    """The deliberate deviation (docs/semantics.md, "Hexagonal packing"): centre distances and shifts are floored
-    to whole grid cells (the paper's √3·r, 2√6/3·r are not), so centres stay on grid nodes."""
+    """The whole-cell reading (`centres = "cells"`; docs/semantics.md, "Packing centres"): centre distances and
+    shifts floored to whole grid cells (the paper's √3·r, 2√6/3·r are not), a strided lattice on grid nodes."""
     assert S.packing_stride("sphere", "sparse_face_centered_cubic", 6) == (10, 12, 9)  # 10.39, 12, 9.80
     assert S.packing_stride("cylinder", "complete_hexagonal", 12) == (18, 20)  # 18, 20.78
 

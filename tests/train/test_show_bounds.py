@@ -37,11 +37,13 @@ def _numpy_bounds(a, x, d_out, m, delta, lip, omega, beta):
     rad = c1 * n * n / (m * (n - m)) + c3 * c2 * inf * rows * math.sqrt(math.log(n))
     gen = rad + C4 * n * math.sqrt(min(m, n - m)) / (m * (n - m)) + C5 * math.sqrt(n / (m * (n - m))
                                                                                 * math.log(1 / delta))
-    vc = math.sqrt(8 / m * (min(rank, d_out) * math.log(math.e * m) + math.log(4 / delta)))
+    d_k_minus_1 = d  # eq 190's d_{K−1}: for one layer (K = 1) the width d_0 of the layer's input X
+    vc = math.sqrt(8 / m * (min(rank, d_k_minus_1) * math.log(math.e * m) + math.log(4 / delta)))
+    vc_out = math.sqrt(8 / m * (min(rank, d_out) * math.log(math.e * m) + math.log(4 / delta)))
     return {"rank": rank, "norm_inf": inf, "norm_2": np.linalg.norm(a, 2), "ax_2_inf": rows,
             "ax_cols": np.linalg.norm(ax, axis=0).max(),
             "ax_cols_bound": np.linalg.norm(a, 2) * np.linalg.norm(x, axis=0).max(),
-            "vc": min(d, rank, d_out), "vc_bound": vc, "rademacher": rad, "generalisation": gen}
+            "vc": min(d, rank, d_out), "vc_bound": vc, "vc_bound_out": vc_out, "rademacher": rad, "generalisation": gen}
 
 
 @pytest.mark.parametrize("shape, rank", [((7, 7), 3), ((5, 7), 5), ((6, 6), 6)])
@@ -84,6 +86,24 @@ def test_layer_bounds_on_the_literal_matrices():
     assert att.shape == (4, 4) and att.rank == np.linalg.matrix_rank(rbf)
     assert att.norm_inf == pytest.approx(np.abs(rbf.T).sum(1).max(), rel=1e-10)
     assert att.ax_2_inf == pytest.approx(np.linalg.norm(rbf.T @ xt, axis=1).max(), rel=1e-10)
+
+
+def test_eq_190_uses_the_input_width_as_printed_and_keeps_the_output_width_reading():
+    """Eq 190 written from the paper with K = 1: min{rank A, d_{K−1}} = min{rank A, d_0}. On a rank-3 A with 2 input
+    features and 5 outputs the two readings differ (min = 2 against 3); both are reported."""
+    g = np.random.default_rng(7)
+    a = g.standard_normal((6, 3)) @ g.standard_normal((3, 6))
+    x = g.standard_normal((6, 2))
+    m, delta = 3, 0.05
+    got = matrix_bounds(torch.tensor(a), torch.tensor(x), d_out=5, labelled=m, delta=delta)
+    paper = math.sqrt(8 / 3 * (2 * math.log(math.e * 3) + math.log(4 / 0.05)))  # min{3, d_0 = 2} = 2
+    output_reading = math.sqrt(8 / 3 * (3 * math.log(math.e * 3) + math.log(4 / 0.05)))  # min{3, d_1 = 5} = 3
+    assert got.vc_bound == pytest.approx(paper, rel=1e-12)
+    assert got.vc_bound_out == pytest.approx(output_reading, rel=1e-12)
+    assert got.vc_bound_out - got.vc_bound > 0.4
+    x_wide = g.standard_normal((6, 4))  # rank 3 below both widths: the readings agree
+    wide = matrix_bounds(torch.tensor(a), torch.tensor(x_wide), d_out=5, labelled=m, delta=delta)
+    assert wide.vc_bound == pytest.approx(wide.vc_bound_out, rel=1e-12) == pytest.approx(output_reading)
 
 
 def test_show_bounds_cli_prints_and_writes_json(capsys, tmp_path):

@@ -43,16 +43,7 @@ class RelationModule(nn.Module):
 def _bilinear_map(xi, q, c, aux) -> torch.Tensor:
     """A softmax-bilinear ξ's matrix with its masks from item indices (no band matrix): softmax(Q Kᵀ · s + M), a
     query with no key left giving a zero row (as the attention kernels do)."""
-    qq, kk = xi._qk(q, c, aux)
-    logits = (qq @ kk.transpose(-1, -2)) * xi.scale
-    mask = xi._additive_mask(aux, qq.shape[-2], kk.shape[-2], qq.dtype, qq.device)
-    if not xi.hp.softmax:
-        return logits if mask is None else torch.where(torch.isneginf(mask), 0.0, logits + mask)
-    if mask is None:
-        return torch.softmax(logits, dim=-1)
-    logits = logits + mask
-    empty = torch.isneginf(logits).all(-1, keepdim=True)
-    return torch.where(empty, 0.0, torch.softmax(torch.where(empty, 0.0, logits), dim=-1))
+    return xi.dense_map(q, c, aux)
 
 
 class ApplyModule(nn.Module):

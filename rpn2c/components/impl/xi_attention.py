@@ -68,7 +68,7 @@ class _BilinearXi(XiModule):
         or with ``all_heads`` (the packed heads' one call) all of it: [B | 1, H, Nq, Nc]."""
         hp = self.hp
         mask = structure.additive_mask(
-            nq, nc, dtype, device, causal=hp.causal, window=hp.window,
+            nq, nc, dtype, device, causal=hp.causal, window=None if self.multiplied else hp.window,
             attn_mask=aux["attn_mask"] if hp.attn_mask is not None and not self.head_bias else None,
             attn_mode=self.modes.get("attn_mask", "block"),
             key_padding=aux["key_padding"] if hp.key_padding is not None else None,
@@ -81,6 +81,32 @@ class _BilinearXi(XiModule):
             return bias if mask is None else bias + (mask.unsqueeze(-3) if mask.dim() == 3 else mask)
         bias = bias[self.head] if rows is None else bias[self.head][rows, cols]
         return bias if mask is None else bias + mask
+
+    @property
+    def multiplied(self) -> bool:
+        """``window_scores = "multiply"``: the window multiplies the scores (seed 002 eq 7, ``R ⊙ Ψ``)."""
+        return self.hp.window is not None and self.hp.window_scores == "multiply"
+
+    def logits(self, qq, kk, literal=False):
+        """``Q Kᵀ · scale``; with ``window_scores = "multiply"`` times the band ``R_ij = [|i − j| <= window]`` (the
+        literal band matrix, or ``literal = False`` the pairs from item indices): a pair outside scores 0."""
+        logits = (qq @ kk.transpose(-1, -2)) * self.scale
+        if not self.multiplied:
+            return logits
+        nq, nc = logits.shape[-2:]
+        if literal:
+            return logits * structure.band_matrix(nq, nc, self.hp.window, device=logits.device).to(logits.dtype)
+        rows, cols = torch.arange(nq, device=logits.device)[:, None], torch.arange(nc, device=logits.device)
+        return torch.where(structure.band_outside(rows, cols, self.hp.window), 0.0, logits)
+
+    def dense_map(self, q, c, aux, literal=False):
+        """The matrix ``softmax(logits + M)`` (or the masked logits without softmax), a query with no key left
+        giving a zero row (as the attention kernels); ``literal``: rotary and window as their matrices."""
+        qq, kk = self._qk(q, c, aux, literal=literal)
+        logits = self.logits(qq, kk, literal)
+        self._check_masks(aux, q.shape[0] if q.dim() == 3 else 1, q.shape[-2], c.shape[-2])
+        mask = self._additive_mask(aux, q.shape[-2], c.shape[-2], q.dtype, q.device, literal=literal)
+        return _masked_softmax(logits, mask, self.hp.softmax)
 
     def _check_masks(self, aux, batch, nq, nc) -> None:
         """Each mask input fits the scores ``[B, Nq, Nc]`` (an ``InputError`` naming it otherwise): its symbols
@@ -112,23 +138,14 @@ class _BilinearXi(XiModule):
     def entries(self, q, c, aux, dst, src):
         """Row = output entries A[dst, src] in O(E·r) without the N x N matrix: masked logits, and with softmax
         the row softmax over all keys (:func:`structure.bilinear_entries`)."""
+        if self.multiplied:  # the multiplied window changes every score of a row: its dense map at the edges
+            return self.dense_map(q, c, aux)[..., dst, src]
         qq, kk = self._qk(q, c, aux)
         return structure.bilinear_entries(qq, kk, dst, src, self.scale, self.hp.softmax,
                                           self.entry_bias(aux, qq.shape[-2], kk.shape[-2]))
 
     def matrix(self, q, c, aux, size=None):
-        qq, kk = self._qk(q, c, aux, literal=True)
-        logits = (qq @ kk.transpose(-1, -2)) * self.scale
-        self._check_masks(aux, q.shape[0] if q.dim() == 3 else 1, q.shape[-2], c.shape[-2])
-        mask = self._additive_mask(aux, q.shape[-2], c.shape[-2], q.dtype, q.device, literal=True)
-        if not self.hp.softmax:
-            # without softmax a blocked pair has weight 0 (not -inf); finite additive masks are added
-            return logits if mask is None else torch.where(torch.isneginf(mask), 0.0, logits + mask)
-        if mask is None:
-            return torch.softmax(logits, dim=-1)
-        logits = logits + mask
-        empty = torch.isneginf(logits).all(-1, keepdim=True)  # a query with no key left: a zero row (as SDPA)
-        return torch.where(empty, 0.0, torch.softmax(torch.where(empty, 0.0, logits), dim=-1))
+        return self.dense_map(q, c, aux, literal=True)
 
     def apply(self, z, q, c, aux, kernel: str | None = None):
         if not self.hp.softmax:
@@ -143,6 +160,13 @@ class _BilinearXi(XiModule):
         kernel op the optimiser chose: ``sdpa_causal`` (SDPA's is_causal: the causal mask is the only one),
         ``flex_attention`` (FlexAttention's band block mask; its declared fallback ``sdpa_band`` where gradients
         are needed, for float64 or short sequences), else SDPA with every mask as one additive mask."""
+        if self.multiplied:  # R ⊙ Ψ: the scores themselves change, no kernel's mask expresses it
+            self._check_masks(aux, qq.shape[0] if qq.dim() >= 3 else 1, qq.shape[-2], kk.shape[-2])
+            mask = self._additive_mask(aux, qq.shape[-2], kk.shape[-2], qq.dtype, qq.device, all_heads=qq.dim() == 4)
+            if mask is not None and qq.dim() == 4 and mask.dim() == 3:
+                mask = mask.unsqueeze(1)
+            weights = _masked_softmax(self.logits(qq, _repeat_kv(qq, kk)), mask, True)
+            return weights @ _repeat_kv(qq, values)
         if kernel == "sdpa_causal" and self.hp.window is None:  # top-left aligned = triu(1) blocked; a band isn't
             return _sdpa(qq, kk, values, None, True, self.scale)
         if (kernel == "flex_attention" and flex_op.supported(qq, kk, values)
@@ -154,6 +178,18 @@ class _BilinearXi(XiModule):
         if mask is not None and qq.dim() == 4 and mask.dim() == 3:
             mask = mask.unsqueeze(1)  # [B, 1, Nq|1, Nc]: broadcast over heads
         return _sdpa(qq, kk, values, mask, False, self.scale)
+
+
+def _masked_softmax(logits, mask, softmax: bool):
+    """``softmax(logits + mask)`` over the keys, a query with no key left giving a zero row (as SDPA); without
+    softmax a blocked pair has weight 0 (not −inf) and finite additive masks are added."""
+    if not softmax:
+        return logits if mask is None else torch.where(torch.isneginf(mask), 0.0, logits + mask)
+    if mask is None:
+        return torch.softmax(logits, dim=-1)
+    logits = logits + mask
+    empty = torch.isneginf(logits).all(-1, keepdim=True)
+    return torch.where(empty, 0.0, torch.softmax(torch.where(empty, 0.0, logits), dim=-1))
 
 
 def _grouped(qq, kk) -> bool:

@@ -56,6 +56,7 @@ from rpn2c.functional.structure.patches import (  # noqa: F401
     padding_matrix,
     aggregation_matrix,
 )
+from rpn2c.functional.structure.lattice import Lattice, packing_lattice  # noqa: F401
 
 from rpn2c.functional.structure.counts import pagerank_iterations  # noqa: F401,E402  (torch-free: shape rules)
 from rpn2c.lazy import lazy_exports  # noqa: E402
@@ -93,6 +94,8 @@ __all__ = [
     "gather_patches",
     "padding_matrix",
     "aggregation_matrix",
+    "Lattice",
+    "packing_lattice",
 ]
 __all__ += [*_LAZY, "pagerank_iterations"]
 

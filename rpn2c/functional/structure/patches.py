@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Literal, TYPE_CHECKING
 
 from rpn2c.functional.structure._common import _dtype, _to_sparse, _tuple, IntOrTuple, PaddingMode, SparseFormat
+from rpn2c.functional.structure.lattice import Lattice
 
 if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
     import torch
@@ -344,6 +345,7 @@ def patch_index(
     mode: PaddingMode = "zeros",
     row_shift: int = 0,
     layer_shift: Sequence[tuple[int, int]] = (),
+    lattice: Lattice | None = None,
 ) -> Tensor:
     """Flattened source position of every (patch, tap): ``LongTensor[P, p]``.
 
@@ -356,6 +358,8 @@ def patch_index(
     ``layer_shift`` (sphere packings, :func:`packing_layer_shift`) moves the patches of index k along the third
     axis by ``layer_shift[k mod len]`` cells along the first two axes, on top of the row shift; the same counts
     per layer, so shifted centres may lie past the grid as the rows' do.
+    ``lattice`` (:class:`~rpn2c.functional.structure.lattice.Lattice`) replaces ``stride`` and both shifts: the
+    centres are the packing's real-valued lattice points rounded to cells (counts default to ``lattice.counts``).
 
     Out-of-grid coordinates: ``"zeros"`` -> ``-1``; ``"circular"`` wraps (mod L); ``"reflect"`` mirrors without
     repeating the edge and ``"replicate"`` clamps, exactly as ``torch.nn.functional.pad`` wherever that is
@@ -368,6 +372,10 @@ def patch_index(
         raise ValueError(f"offsets must be [p, {ndim}], got {tuple(offsets.shape)}")
     s = _tuple(stride, ndim, 1, "stride")
     pb = _tuple(pad_before, ndim, 0, "pad_before")
+    if lattice is not None:
+        counts = lattice.counts(extent) if out_counts is None else _tuple(out_counts, ndim, 1, "out_counts")
+        origin = lattice.centres(counts, offsets.device) - torch.tensor(pb, device=offsets.device)
+        return _flat_taps(origin, offsets, extent, mode)
     counts = centre_counts(extent, s) if out_counts is None else _tuple(out_counts, ndim, 1, "out_counts")
     dev = offsets.device
     axes = [torch.arange(counts[a], device=dev) * s[a] - pb[a] for a in range(ndim)]
@@ -381,10 +389,18 @@ def patch_index(
         view = (1, 1, -1) + (1,) * (ndim - 3)
         grids = (grids[0] + by_layer[:, 0].reshape(view), grids[1] + by_layer[:, 1].reshape(view), *grids[2:])
     origin = torch.stack([g.reshape(-1) for g in grids], dim=-1)  # [P, ndim]
+    return _flat_taps(origin, offsets, extent, mode)
+
+
+def _flat_taps(origin: Tensor, offsets: Tensor, extent: Sequence[int], mode: str) -> Tensor:
+    """Flat source position of every tap ``origin[P] + offsets[p]`` (``-1`` outside the grid under zeros)."""
+    import torch
+
+    dev = origin.device
     pos = origin[:, None, :] + offsets.to(origin.dtype)[None, :, :]  # [P, p, ndim]
     flat = torch.zeros(pos.shape[:2], dtype=torch.long, device=dev)
     valid = torch.ones(pos.shape[:2], dtype=torch.bool, device=dev)
-    for a in range(ndim):
+    for a in range(len(extent)):
         u, ok = _map_axis(pos[..., a], int(extent[a]), mode)
         if ok is not None:
             valid &= ok
@@ -419,6 +435,7 @@ def padding_matrix(
     mode: PaddingMode = "zeros",
     row_shift: int = 0,
     layer_shift: Sequence[tuple[int, int]] = (),
+    lattice: Lattice | None = None,
     *,
     sparse: SparseFormat = False,
     device: torch.device | str | None = None,
@@ -434,7 +451,7 @@ def padding_matrix(
 
     dev = offsets.device if device is None else torch.device(device)
     idx = patch_index(extent, offsets.to(dev), stride, pad_before, out_counts, mode, row_shift,
-                      layer_shift).reshape(-1)
+                      layer_shift, lattice).reshape(-1)
     n, cols = math.prod([int(L) for L in extent]), idx.numel()
     dt = _dtype(dtype)
     col = torch.arange(cols, device=dev)
@@ -456,6 +473,7 @@ def aggregation_matrix(
     mode: PaddingMode = "zeros",
     row_shift: int = 0,
     layer_shift: Sequence[tuple[int, int]] = (),
+    lattice: Lattice | None = None,
     *,
     sparse: SparseFormat = False,
     device: torch.device | str | None = None,
@@ -470,7 +488,8 @@ def aggregation_matrix(
     import torch
 
     dev = offsets.device if device is None else torch.device(device)
-    idx = patch_index(extent, offsets.to(dev), stride, pad_before, out_counts, mode, row_shift, layer_shift)
+    idx = patch_index(extent, offsets.to(dev), stride, pad_before, out_counts, mode, row_shift, layer_shift,
+                      lattice)
     n, (P, p) = math.prod([int(L) for L in extent]), idx.shape
     dt = _dtype(dtype)
     col = torch.arange(P, device=dev)[:, None].expand(P, p).reshape(-1)

@@ -27,8 +27,8 @@ def _window_only(s: Site) -> bool:
     if xi is None or xi.name not in ("low_rank_bilinear", "bilinear"):
         return False
     hp = xi.component.hp
-    return (hp.softmax and hp.window is not None and hp.attn_mask is None and hp.key_padding is None
-            and len(s.head.xi) == 1)
+    return (hp.softmax and hp.window is not None and hp.window_scores == "block" and hp.attn_mask is None
+            and hp.key_padding is None and len(s.head.xi) == 1)
 
 
 def _window_cost(s: Site) -> Cost:
