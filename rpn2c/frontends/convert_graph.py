@@ -297,6 +297,11 @@ def gatv2_conv(m, ctx: Context) -> Value:
 
 def register_all() -> None:
     from torch_geometric.nn import GATConv, GATv2Conv, GCNConv, GINConv, GraphConv, SAGEConv
+    from torch_geometric.nn.dense.linear import Linear
+
+    from rpn2c.frontends.convert_layers import linear
+
+    register_converter(Linear, linear)  # the same F.linear(x, weight [out, in], bias) as nn.Linear
 
     register_converter(GATv2Conv, gatv2_conv)
     register_converter(GCNConv, gcn_conv)

@@ -7,11 +7,12 @@
 How it works (``torch_import.convert_module`` calls :func:`convert_traced` for a module with no converter whose class
 defines ``forward`` outside torch):
 
-1. ``torch.fx.symbolic_trace`` with a tracer whose leaf modules are the ones rpn2c converts as a whole (a registered
-   converter: Linear, Conv, BatchNorm, MultiheadAttention, TransformerEncoder(Layer), RNN/GRU/LSTM, GCNConv, ...,
-   and every other torch / torch_geometric module, so that a missing converter is reported for the module itself).
-   User modules, ``nn.Sequential`` and ``nn.ModuleList`` are traced through; non-tensor arguments are specialised
-   (``concrete_args``) to the example call's values. Tracing happens in eval mode, so ``self.training`` is False.
+1. ``fx_trace.trace``: torch.fx with proxies that carry the example's values (control flow on sizes, ranks and
+   dtypes follows the example; see that module). Its leaf modules are the ones rpn2c converts as a whole (a
+   registered converter: Linear, Conv, BatchNorm, MultiheadAttention, TransformerEncoder(Layer), RNN/GRU/LSTM,
+   GCNConv, ..., and every other torch / torch_geometric layer, so that a missing converter is reported for the
+   module itself). User modules, library model classes, ``nn.Sequential`` and ``nn.ModuleList`` are traced
+   through; non-tensor arguments are fixed to the example call's values. Tracing happens in eval mode.
 2. The traced graph runs once (eval, no grad) on the example arguments, recording every node's value (shapes).
 3. Nodes are converted in order: a ``call_module`` node by the module's converter (the weights linked exactly as in
    a Sequential); a ``call_function`` / ``call_method`` node by the table below; Python-only nodes (``x.size(0)``,
@@ -38,7 +39,6 @@ E0390 error for the module.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import operator
 from collections.abc import Callable, Sequence
@@ -52,9 +52,10 @@ from torch import nn
 
 from rpn2c.errors import Diagnostic, Span, SpecTypeError
 from rpn2c.frontends import fx_layout, fx_params
+from rpn2c.frontends.fx_trace import trace
 from rpn2c.frontends.torch_import import (
     ERROR_CODE, LENGTH_SYMBOLS, RESERVED, Context, RecordedCall, SpecBuilder, TorchImportError, Value, class_name, convert_module,
-    find_converter, library_of, lit,
+    find_converter, lit,
 )
 
 
@@ -68,93 +69,6 @@ class FxImportError(TorchImportError):
         message = f"module '{path or '<root>'}' ({cls}): fx node '{node}' ({op}) is not supported: {why}"
         span = Span(f"<torch:{path or 'root'}:{node}>", 0, 0, 0, 0)
         SpecTypeError.__init__(self, [Diagnostic(ERROR_CODE, message, span)])
-
-
-# ================================================================================================ tracing
-_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
-
-
-class _LeafTracer(fx.Tracer):
-    """Leaves: modules rpn2c converts as a whole, and every torch / torch_geometric module (a missing converter is
-    then reported for that module); user modules and plain containers are traced through."""
-
-    proxy_buffer_attributes = True  # a buffer read in forward is a node (fx_params: sliced masks, position tables)
-
-    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-        if isinstance(m, _CONTAINERS) and type(m).forward in (c.forward for c in _CONTAINERS):
-            return False
-        if isinstance(m, nn.Identity) or find_converter(m) is not None:
-            return True
-        return library_of(type(m)) is not None
-
-
-class _Recorder(fx.Interpreter):
-    """Runs the traced graph, keeping every node's value."""
-
-    def __init__(self, gm: fx.GraphModule):
-        super().__init__(gm, garbage_collect_values=False)
-        self.values: dict[fx.Node, Any] = {}
-
-    def run_node(self, n: fx.Node) -> Any:
-        out = super().run_node(n)
-        self.values[n] = out
-        return out
-
-
-@contextlib.contextmanager
-def _refusing_autograd_functions(path: str, module: nn.Module):
-    """While tracing, a custom ``torch.autograd.Function`` applied to a traced value raises a located error: fx
-    would trace through its ``forward`` and drop its own ``backward`` (a straight-through estimator, a clipped
-    gradient), converting it to a model with other gradients."""
-    original = torch.autograd.Function.__dict__["apply"]
-
-    def apply(cls, *args, **kwargs):
-        if any(isinstance(a, fx.Proxy) for a in _flat((args, kwargs))):
-            raise TorchImportError(path, class_name(module), f"{cls.__qualname__}.apply",
-                                   "a custom torch.autograd.Function: its own backward has no spec form (tracing "
-                                   "keeps only its forward); write it with torch operations or modules")
-        return original.__func__(cls, *args, **kwargs)
-
-    torch.autograd.Function.apply = classmethod(apply)
-    try:
-        yield
-    finally:
-        torch.autograd.Function.apply = original
-
-
-def _trace(module: nn.Module, path: str, call: RecordedCall) -> tuple[fx.GraphModule, dict[fx.Node, Any], list[str]]:
-    """The traced graph, its recorded node values and the forward parameters in placeholder order."""
-    sig = inspect.signature(module.forward)
-    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values()):
-        raise TorchImportError(path, class_name(module), "*args/**kwargs", "forward needs named parameters to be "
-                                                                           "traced")
-    bound = sig.bind(*call.args, **call.kwargs)
-    bound.apply_defaults()
-    concrete = {n: v for n, v in bound.arguments.items() if not isinstance(v, torch.Tensor)}
-    for n, v in concrete.items():
-        if isinstance(v, (tuple, list)) and any(isinstance(t, torch.Tensor) for t in v):
-            raise TorchImportError(path, class_name(module), f"{n}=tuple", "tensor tuples are not traced; pass the "
-                                                                            "tensors as separate arguments")
-    modes = [(m, m.training) for m in module.modules()]
-    module.eval()
-    try:
-        with _refusing_autograd_functions(path, module), fx_params.factory_sizes():
-            gm = fx.GraphModule(module, _LeafTracer().trace(module, concrete_args=concrete or None))
-        rec = _Recorder(gm)
-        with torch.no_grad():
-            rec.run(*bound.arguments.values())
-    except TorchImportError:
-        raise
-    except Exception as err:  # noqa: BLE001  (fx's TraceError and whatever the user's forward raises)
-        why = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise TorchImportError(path, class_name(module), None, f"torch.fx cannot trace its forward ({why}); only a "
-                                                                "forward without Python control flow on tensor values "
-                                                                "and without tensors built from traced sizes "
-                                                                "converts") from err
-    finally:
-        for m, mode in modes:
-            m.training = mode
-    return gm, rec.values, list(bound.arguments)
 
 
 # ================================================================================================ values
@@ -917,7 +831,7 @@ def convert_traced(b: SpecBuilder, module: nn.Module, path: str, args: list, kwa
     """Convert ``module`` (a user module with its own forward) by tracing it; ``call`` is its recorded call."""
     if call is None:
         raise TorchImportError(path, class_name(module), None, "it was not called by the example run")
-    gm, values, params = _trace(module, path, call)
+    gm, values, params = trace(module, path, call)
     named = Context(b, module, path, args, kwargs, call, base).named  # Values (or options) by parameter name
     defaults = inspect.signature(module.forward).parameters
     placeholders = {p: named.get(p, defaults[p].default) for p in params}
