@@ -96,7 +96,7 @@ def _is_value(x: Any) -> bool:
 
 def _is_traced(x: Any) -> bool:
     """``x`` is computed from the model inputs (a Value, or a leaf's tuple output / RNN state awaiting an index)."""
-    return isinstance(x, (Value, _Tuple, _FinalState, _Lifted, _Parts))
+    return isinstance(x, (Value, _Tuple, _FinalState, _Lifted, _Parts, fx_params.Rows))
 
 
 def _flat(args: Any) -> list:
@@ -226,6 +226,7 @@ _ELEMENTWISE_METHODS = {"add": "add", "add_": "add", "mul": "mul", "mul_": "mul"
 _REDUCTIONS = {"mean": "mean", "sum": "sum", "amax": "max"}
 _CAT = (torch.cat, torch.concat, torch.concatenate)
 _IDENTITY_METHODS = ("contiguous", "clone")
+_CASTS = ("to", "type_as", "float", "double", "type")
 _NO_OPTION = ("input", "_stacklevel", "inplace")
 _RESHAPES = ("view", "reshape", "squeeze", "unsqueeze")
 
@@ -271,6 +272,9 @@ class _GraphConverter:
             self.fail(node, f"the {what} is the whole tuple output of '{x.node.name}'; index it (out, h = ...)")
         if isinstance(x, _Parts):
             self.fail(node, f"the {what} is the whole tuple of parts of '{x.node.name}'; index it (a, b = ...)")
+        if isinstance(x, fx_params.Rows):
+            self.fail(node, f"the {what} is a sequence {list(x.x.shape)} viewed as its rows: only addmm(b, rows, W) "
+                            "(a linear head on every item) reads it")
         if isinstance(x, _Lifted):
             self.fail(node, f"the {what} is a per-sample vector viewed as {list(x.shape)}: only add, mul and sub "
                             "broadcast it")
@@ -400,6 +404,8 @@ class _GraphConverter:
             return lambda n, a, k: self.reduce(n, _REDUCTIONS[t], a, k)
         if t in _IDENTITY_METHODS:
             return lambda n, a, k: self.value(n, a[0])
+        if t in _CASTS:
+            return self.cast
         if t in _RESHAPES:
             return self.reshape
         if t in ("size", "dim"):
@@ -654,6 +660,17 @@ class _GraphConverter:
         ctx = self.ctx(node, module, [x])
         return find_converter(module)(module, ctx)
 
+    def cast(self, node: fx.Node, args: tuple, kwargs: dict) -> Value:
+        """``x.to(dtype)`` / ``x.type_as(y)`` / ``x.float()`` that keeps x's dtype and device on the example (library
+        code casting to the input's own dtype) = x itself; a cast that changes them changes the values."""
+        x = self.value(node, args[0])
+        before, after = self.values.get(node.args[0]), self.values.get(node)
+        if not isinstance(after, torch.Tensor) or not isinstance(before, torch.Tensor) or \
+                (after.dtype, after.device) != (before.dtype, before.device):
+            self.fail(node, f"a cast from {getattr(before, 'dtype', '?')} to {getattr(after, 'dtype', '?')} changes "
+                            "the values (the spec computes in one dtype); only a cast to the value's own dtype converts")
+        return x
+
     def dropout(self, node: fx.Node, args: tuple, kwargs: dict) -> Value:
         x = self.value(node, args[0] if args else kwargs.get("input"))
         o = _opt(args, kwargs, ("p", "training", "inplace"), {"training": True})
@@ -692,12 +709,17 @@ class _GraphConverter:
 
     def reshape(self, node: fx.Node, args: tuple, kwargs: dict) -> Any:
         """``view`` / ``reshape`` / ``squeeze`` / ``unsqueeze`` to ``[B, N]`` of a grid or batch-first sequence =
-        flatten; of a vector ``[B, C]`` to ``[B, C, 1, ...]`` / ``[B, 1, C]`` = a lifted vector (for add/mul/sub)."""
+        flatten; of a vector ``[B, C]`` to ``[B, C, 1, ...]`` / ``[B, 1, C]`` = a lifted vector (for add/mul/sub); to
+        its own shape (``ids.view(-1, ids.shape[-1])`` on ``[B, T]`` ids) = the value itself."""
         x = args[0] if args else kwargs.get("input")
         x = x.vector if isinstance(x, _Lifted) else self.value(node, x)
         out = tuple(self.values.get(node).shape)
-        if x.kind == "vector" and out == x.shape:
+        if out == tuple(x.shape):
             return x
+        if len(x.shape) == 3 and out == (x.shape[0] * x.shape[1], x.shape[2]):
+            x = self.typed(self.ctx(node), x)
+            if x.kind == "items" and x.batched and not x.time_major:
+                return fx_params.Rows(x)  # read only by addmm (GPT-2's Conv1D)
         if x.kind == "vector" and x.batched and _is_lift_of(out, x.shape):
             return _Lifted(x, out)
         if len(out) == 2 and out[0] == x.shape[0] and len(x.shape) > 2:

@@ -82,3 +82,24 @@ def test_pyg_model_class_is_traced_not_called_a_layer():
         rpn2c.from_torch(m.double(), (rand(4, 4), ei))
     assert info.value.module_path == "convs.0" and "aggr='max'" in str(info.value)
     assert "torch_geometric layer (GraphSAGE)" not in str(info.value)
+
+
+class _Casts(nn.Module):
+    """Library-style casts: to the input's own dtype (identity), or to float32 (a change of values)."""
+
+    def __init__(self, down: bool = False):
+        super().__init__()
+        self.fc, self.down = nn.Linear(4, 4), down
+
+    def forward(self, x):
+        dtype = x.dtype
+        y = self.fc(x.to(dtype)).type_as(x)
+        return y.float() if self.down else y.to(dtype=dtype)
+
+
+def test_cast_to_its_own_dtype_is_the_value_and_a_downcast_refuses():
+    spec = assert_same_model(_Casts(), (rand(2, 4),))
+    assert spec.text.count("head(") == 1
+    with pytest.raises(TorchImportError, match="a cast from torch.float64 to torch.float32") as info:
+        rpn2c.from_torch(_Casts(down=True).double(), (rand(2, 4),))
+    assert info.value.op == "Tensor.float"
