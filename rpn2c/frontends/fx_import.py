@@ -33,8 +33,8 @@ node per leaf, so the existing converters and their exact weight links apply unc
 TransformerEncoderLayer stays one statement), and its nodes are the user's own Python operations (``operator.add``,
 ``torch.cat``). torch.export lowers to ATen and would decompose every leaf into ``aten.addmm`` / ``aten.gru``
 pieces that would have to be pattern-matched back, runs on fake tensors, and cannot keep leaves opaque without
-re-tracing. fx's limit, data-dependent Python control flow on tensors, fails at trace time and is reported as an
-E0390 error for the module.
+re-tracing. Control flow on sizes, ranks and dtypes follows the example (``fx_trace``); control flow on a tensor's
+values is refused at trace time as an E0390 error at the line that branches.
 """
 
 from __future__ import annotations
@@ -724,6 +724,11 @@ class _GraphConverter:
             return _Lifted(x, out)
         if len(out) == 2 and out[0] == x.shape[0] and len(x.shape) > 2:
             return self.leaf(node, nn.Flatten(), x)
+        if x.kind == "items" and len(out) == 4 and len(x.shape) == 3 and out[:2] == tuple(x.shape[:2]) and \
+                out[2] * out[3] == x.shape[2]:
+            self.fail(node, f"{list(x.shape)} -> {list(out)} splits the features into {out[2]} heads of {out[3]}: "
+                            "attention written out over heads (or F.scaled_dot_product_attention) has no recogniser "
+                            "onto the attention ξ yet; nn.MultiheadAttention converts")
         self.fail(node, f"{list(x.shape)} -> {list(out)}: only flattening every axis after the batch "
                         "([B, ...] -> [B, N]) and viewing a per-sample vector as [B, C, 1, ...] / [B, 1, C] have "
                         "a spec form")

@@ -254,6 +254,9 @@ def trace(module: nn.Module, path: str, call: RecordedCall) -> tuple[fx.GraphMod
             raise TorchImportError(path, class_name(module), f"*{n}" if star else f"{n}=tuple",
                                    f"tensor tuples{' (*args)' if star else ''} are not traced; pass the tensors as "
                                    "separate arguments")
+        if isinstance(v, dict) and any(isinstance(t, torch.Tensor) for t in v.values()):
+            raise TorchImportError(path, class_name(module), f"**{n}", "a tensor passed through **kwargs would be "
+                                   "baked into the model; the traced inputs are forward's named tensor parameters")
     tensors = [n for n, v in arguments.items() if isinstance(v, torch.Tensor)]
     concrete = {n: v for n, v in arguments.items() if n not in tensors}
     examples = {n: arguments[n].detach().clone() for n in tensors}
@@ -287,21 +290,19 @@ def _wrapper_class(cls: type, tensors: list[str], concrete: dict[str, Any]) -> t
     sig = inspect.signature(cls.forward)
     order = [n for n in sig.parameters if n != "self"]
     kinds = {n: p.kind for n, p in sig.parameters.items()}
+    star = next((i for i, n in enumerate(order) if kinds[n] == inspect.Parameter.VAR_POSITIONAL), -1)
 
     def body(self, *xs):
         values = dict(concrete)
         values.update(zip(tensors, xs))
-        args, kwargs, positional = [], {}, True
-        for n in order:
-            if n not in values:
-                positional = False
-                continue
+        args, kwargs = [], {}
+        for i, n in enumerate(order):
             v, kind = values[n], kinds[n]
             if kind == inspect.Parameter.VAR_POSITIONAL:
                 args.extend(v)
             elif kind == inspect.Parameter.VAR_KEYWORD:
                 kwargs.update(v)
-            elif kind == inspect.Parameter.POSITIONAL_ONLY and positional:
+            elif kind == inspect.Parameter.POSITIONAL_ONLY or i < star:  # before *args: positional
                 args.append(v)
             else:
                 kwargs[n] = v

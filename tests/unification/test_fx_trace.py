@@ -103,3 +103,34 @@ def test_cast_to_its_own_dtype_is_the_value_and_a_downcast_refuses():
     with pytest.raises(TorchImportError, match="a cast from torch.float64 to torch.float32") as info:
         rpn2c.from_torch(_Casts(down=True).double(), (rand(2, 4),))
     assert info.value.op == "Tensor.float"
+
+
+class _Kw(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, **kwargs):
+        return self.fc(x) + kwargs["bias"] if "bias" in kwargs else self.fc(x)
+
+
+class _Heads(nn.Module):
+    """Attention written out over [B, H, T, D] with F.scaled_dot_product_attention."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = (p(x).view(b, t, 2, 2).transpose(1, 2) for p in (self.q, self.k, self.v))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, 4)
+
+
+def test_tensor_through_kwargs_and_heads_split_refuse_with_what_is_missing():
+    with pytest.raises(TorchImportError, match=r"through \*\*kwargs would be baked") as info:
+        rpn2c.from_torch(_Kw().double(), (rand(2, 4),), {"bias": rand(2, 4)})
+    assert info.value.option == "**kwargs"
+    with pytest.raises(TorchImportError, match="splits the features into 2 heads of 2") as info:
+        rpn2c.from_torch(_Heads().double(), (rand(2, 3, 4),))
+    assert info.value.op == "Tensor.view"
