@@ -153,7 +153,8 @@ class ExampleTracer(fx.Tracer):
             with _untraced_modules():
                 for part in str(target).split("."):
                     obj = getattr(obj, part, _MISSING)
-            return obj
+            # a copy: an in-place op traced on it (a buffer update) must not change the model
+            return obj.detach().clone() if isinstance(obj, torch.Tensor) else obj
         a, k = fx.node.map_aggregate((args, kwargs), _example_of)
         if _has_missing((a, k)):
             return _MISSING
