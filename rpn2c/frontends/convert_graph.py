@@ -295,8 +295,41 @@ def gatv2_conv(m, ctx: Context) -> Value:
                    "shared W), so a GATv2 score form in graph_attention would make it convertible; GATConv converts")
 
 
+def pyg_batch_norm(m, ctx: Context) -> Value:
+    """torch_geometric.nn.norm.BatchNorm: its inner ``nn.BatchNorm1d`` over the node features (in eval mode the
+    single-node branch computes the same from the running statistics)."""
+    path = f"{ctx.path}.module" if ctx.path else "module"
+    return convert_module(ctx.builder, m.module, path, [ctx.arg(0)], {}, ctx.name("bn"))
+
+
+def pyg_layer_norm(m, ctx: Context) -> Value:
+    """torch_geometric.nn.norm.LayerNorm(mode='node') = ``F.layer_norm`` over each node's features (nn.LayerNorm);
+    mode='graph' (PyG's default) normalises by the mean and std of every feature of every node of the graph."""
+    if m.mode != "node":
+        ctx.fail(f"mode={m.mode!r}", "a graph-wide normalisation (one mean and std over all nodes and features of "
+                                     "a graph) has no spec form; mode='node' (a per-node layer norm) converts")
+    if ctx.get("batch") is not None:
+        ctx.fail("batch=...", "only LayerNorm(x)")
+    ln = torch.nn.LayerNorm(m.in_channels, m.eps, elementwise_affine=m.weight is not None, bias=m.bias is not None)
+    if m.weight is not None:
+        ln.weight = m.weight  # the same tensors: the links name them under this module's path
+    if m.bias is not None:
+        ln.bias = m.bias
+    from rpn2c.frontends.convert_layers import layer_norm
+
+    return layer_norm(ln, Context(ctx.builder, ln, ctx.path, [ctx.arg(0)], {}, ctx.call, ctx.name("ln")))
+
+
 def register_all() -> None:
     from torch_geometric.nn import GATConv, GATv2Conv, GCNConv, GINConv, GraphConv, SAGEConv
+    from torch_geometric.nn.dense.linear import Linear
+    from torch_geometric.nn.norm import BatchNorm, LayerNorm
+
+    from rpn2c.frontends.convert_layers import linear
+
+    register_converter(Linear, linear)  # the same F.linear(x, weight [out, in], bias) as nn.Linear
+    register_converter(BatchNorm, pyg_batch_norm)
+    register_converter(LayerNorm, pyg_layer_norm)
 
     register_converter(GATv2Conv, gatv2_conv)
     register_converter(GCNConv, gcn_conv)

@@ -20,16 +20,19 @@ def _bias_text(has_bias: bool) -> str:
 # ------------------------------------------------------------------------------------------------ linear
 def linear(m: nn.Linear, ctx: Context) -> Value:
     """nn.Linear = a perceptron head (RPN v1): ξ none, κ identity, ψ identity (W), tied bias, π zero; on a
-    sequence it acts on every item alone (no instance ξ)."""
+    sequence it acts on every item alone (no instance ξ). Also torch_geometric's ``Linear`` (in_channels ->
+    out_channels, the same ``F.linear``)."""
     x = ctx.features_input(ctx.arg(0))
-    if x.features != m.in_features:
-        ctx.fail(None, f"in_features={m.in_features} but the input has {x.features} features")
+    n_in = m.in_features if hasattr(m, "in_features") else m.in_channels
+    n_out = m.out_features if hasattr(m, "out_features") else m.out_channels
+    if x.features != n_in:
+        ctx.fail(None, f"in_features={n_in} but the input has {x.features} features")
     name = ctx.name("fc")
     on = "every item of a sequence alone (no instance ξ)" if x.kind == "items" else "a feature vector"
-    comment = [f"{ctx.where()}({m.in_features} -> {m.out_features}) on {on}: a perceptron head (RPN v1):",
-               f"  ξ none, κ identity, ψ identity = W [{m.out_features}, {m.in_features}],",
+    comment = [f"{ctx.where()}({n_in} -> {n_out}) on {on}: a perceptron head (RPN v1):",
+               f"  ξ none, κ identity, ψ identity = W [{n_out}, {n_in}],",
                f"  {_bias_text(m.bias is not None)}, π zero"]
-    y = ctx.head(x, [f"out = {m.out_features}", "" if m.bias is not None else "bias = false"], comment=comment,
+    y = ctx.head(x, [f"out = {n_out}", "" if m.bias is not None else "bias = false"], comment=comment,
                  name=name)
     ctx.param(f"{name}.psi.weight", "weight")
     if m.bias is not None:

@@ -7,11 +7,12 @@
 How it works (``torch_import.convert_module`` calls :func:`convert_traced` for a module with no converter whose class
 defines ``forward`` outside torch):
 
-1. ``torch.fx.symbolic_trace`` with a tracer whose leaf modules are the ones rpn2c converts as a whole (a registered
-   converter: Linear, Conv, BatchNorm, MultiheadAttention, TransformerEncoder(Layer), RNN/GRU/LSTM, GCNConv, ...,
-   and every other torch / torch_geometric module, so that a missing converter is reported for the module itself).
-   User modules, ``nn.Sequential`` and ``nn.ModuleList`` are traced through; non-tensor arguments are specialised
-   (``concrete_args``) to the example call's values. Tracing happens in eval mode, so ``self.training`` is False.
+1. ``fx_trace.trace``: torch.fx with proxies that carry the example's values (control flow on sizes, ranks and
+   dtypes follows the example; see that module). Its leaf modules are the ones rpn2c converts as a whole (a
+   registered converter: Linear, Conv, BatchNorm, MultiheadAttention, TransformerEncoder(Layer), RNN/GRU/LSTM,
+   GCNConv, ..., and every other torch / torch_geometric layer, so that a missing converter is reported for the
+   module itself). User modules, library model classes, ``nn.Sequential`` and ``nn.ModuleList`` are traced
+   through; non-tensor arguments are fixed to the example call's values. Tracing happens in eval mode.
 2. The traced graph runs once (eval, no grad) on the example arguments, recording every node's value (shapes).
 3. Nodes are converted in order: a ``call_module`` node by the module's converter (the weights linked exactly as in
    a Sequential); a ``call_function`` / ``call_method`` node by the table below; Python-only nodes (``x.size(0)``,
@@ -32,13 +33,12 @@ node per leaf, so the existing converters and their exact weight links apply unc
 TransformerEncoderLayer stays one statement), and its nodes are the user's own Python operations (``operator.add``,
 ``torch.cat``). torch.export lowers to ATen and would decompose every leaf into ``aten.addmm`` / ``aten.gru``
 pieces that would have to be pattern-matched back, runs on fake tensors, and cannot keep leaves opaque without
-re-tracing. fx's limit, data-dependent Python control flow on tensors, fails at trace time and is reported as an
-E0390 error for the module.
+re-tracing. Control flow on sizes, ranks and dtypes follows the example (``fx_trace``); control flow on a tensor's
+values is refused at trace time as an E0390 error at the line that branches.
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import operator
 from collections.abc import Callable, Sequence
@@ -52,9 +52,10 @@ from torch import nn
 
 from rpn2c.errors import Diagnostic, Span, SpecTypeError
 from rpn2c.frontends import fx_layout, fx_params
+from rpn2c.frontends.fx_trace import trace
 from rpn2c.frontends.torch_import import (
     ERROR_CODE, LENGTH_SYMBOLS, RESERVED, Context, RecordedCall, SpecBuilder, TorchImportError, Value, class_name, convert_module,
-    find_converter, library_of, lit,
+    find_converter, lit,
 )
 
 
@@ -68,93 +69,6 @@ class FxImportError(TorchImportError):
         message = f"module '{path or '<root>'}' ({cls}): fx node '{node}' ({op}) is not supported: {why}"
         span = Span(f"<torch:{path or 'root'}:{node}>", 0, 0, 0, 0)
         SpecTypeError.__init__(self, [Diagnostic(ERROR_CODE, message, span)])
-
-
-# ================================================================================================ tracing
-_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
-
-
-class _LeafTracer(fx.Tracer):
-    """Leaves: modules rpn2c converts as a whole, and every torch / torch_geometric module (a missing converter is
-    then reported for that module); user modules and plain containers are traced through."""
-
-    proxy_buffer_attributes = True  # a buffer read in forward is a node (fx_params: sliced masks, position tables)
-
-    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-        if isinstance(m, _CONTAINERS) and type(m).forward in (c.forward for c in _CONTAINERS):
-            return False
-        if isinstance(m, nn.Identity) or find_converter(m) is not None:
-            return True
-        return library_of(type(m)) is not None
-
-
-class _Recorder(fx.Interpreter):
-    """Runs the traced graph, keeping every node's value."""
-
-    def __init__(self, gm: fx.GraphModule):
-        super().__init__(gm, garbage_collect_values=False)
-        self.values: dict[fx.Node, Any] = {}
-
-    def run_node(self, n: fx.Node) -> Any:
-        out = super().run_node(n)
-        self.values[n] = out
-        return out
-
-
-@contextlib.contextmanager
-def _refusing_autograd_functions(path: str, module: nn.Module):
-    """While tracing, a custom ``torch.autograd.Function`` applied to a traced value raises a located error: fx
-    would trace through its ``forward`` and drop its own ``backward`` (a straight-through estimator, a clipped
-    gradient), converting it to a model with other gradients."""
-    original = torch.autograd.Function.__dict__["apply"]
-
-    def apply(cls, *args, **kwargs):
-        if any(isinstance(a, fx.Proxy) for a in _flat((args, kwargs))):
-            raise TorchImportError(path, class_name(module), f"{cls.__qualname__}.apply",
-                                   "a custom torch.autograd.Function: its own backward has no spec form (tracing "
-                                   "keeps only its forward); write it with torch operations or modules")
-        return original.__func__(cls, *args, **kwargs)
-
-    torch.autograd.Function.apply = classmethod(apply)
-    try:
-        yield
-    finally:
-        torch.autograd.Function.apply = original
-
-
-def _trace(module: nn.Module, path: str, call: RecordedCall) -> tuple[fx.GraphModule, dict[fx.Node, Any], list[str]]:
-    """The traced graph, its recorded node values and the forward parameters in placeholder order."""
-    sig = inspect.signature(module.forward)
-    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values()):
-        raise TorchImportError(path, class_name(module), "*args/**kwargs", "forward needs named parameters to be "
-                                                                           "traced")
-    bound = sig.bind(*call.args, **call.kwargs)
-    bound.apply_defaults()
-    concrete = {n: v for n, v in bound.arguments.items() if not isinstance(v, torch.Tensor)}
-    for n, v in concrete.items():
-        if isinstance(v, (tuple, list)) and any(isinstance(t, torch.Tensor) for t in v):
-            raise TorchImportError(path, class_name(module), f"{n}=tuple", "tensor tuples are not traced; pass the "
-                                                                            "tensors as separate arguments")
-    modes = [(m, m.training) for m in module.modules()]
-    module.eval()
-    try:
-        with _refusing_autograd_functions(path, module), fx_params.factory_sizes():
-            gm = fx.GraphModule(module, _LeafTracer().trace(module, concrete_args=concrete or None))
-        rec = _Recorder(gm)
-        with torch.no_grad():
-            rec.run(*bound.arguments.values())
-    except TorchImportError:
-        raise
-    except Exception as err:  # noqa: BLE001  (fx's TraceError and whatever the user's forward raises)
-        why = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise TorchImportError(path, class_name(module), None, f"torch.fx cannot trace its forward ({why}); only a "
-                                                                "forward without Python control flow on tensor values "
-                                                                "and without tensors built from traced sizes "
-                                                                "converts") from err
-    finally:
-        for m, mode in modes:
-            m.training = mode
-    return gm, rec.values, list(bound.arguments)
 
 
 # ================================================================================================ values
@@ -182,7 +96,7 @@ def _is_value(x: Any) -> bool:
 
 def _is_traced(x: Any) -> bool:
     """``x`` is computed from the model inputs (a Value, or a leaf's tuple output / RNN state awaiting an index)."""
-    return isinstance(x, (Value, _Tuple, _FinalState, _Lifted, _Parts))
+    return isinstance(x, (Value, _Tuple, _FinalState, _Lifted, _Parts, fx_params.Rows))
 
 
 def _flat(args: Any) -> list:
@@ -312,6 +226,7 @@ _ELEMENTWISE_METHODS = {"add": "add", "add_": "add", "mul": "mul", "mul_": "mul"
 _REDUCTIONS = {"mean": "mean", "sum": "sum", "amax": "max"}
 _CAT = (torch.cat, torch.concat, torch.concatenate)
 _IDENTITY_METHODS = ("contiguous", "clone")
+_CASTS = ("to", "type_as", "float", "double", "type")
 _NO_OPTION = ("input", "_stacklevel", "inplace")
 _RESHAPES = ("view", "reshape", "squeeze", "unsqueeze")
 
@@ -357,6 +272,9 @@ class _GraphConverter:
             self.fail(node, f"the {what} is the whole tuple output of '{x.node.name}'; index it (out, h = ...)")
         if isinstance(x, _Parts):
             self.fail(node, f"the {what} is the whole tuple of parts of '{x.node.name}'; index it (a, b = ...)")
+        if isinstance(x, fx_params.Rows):
+            self.fail(node, f"the {what} is a sequence {list(x.x.shape)} viewed as its rows: only addmm(b, rows, W) "
+                            "(a linear head on every item) reads it")
         if isinstance(x, _Lifted):
             self.fail(node, f"the {what} is a per-sample vector viewed as {list(x.shape)}: only add, mul and sub "
                             "broadcast it")
@@ -486,6 +404,8 @@ class _GraphConverter:
             return lambda n, a, k: self.reduce(n, _REDUCTIONS[t], a, k)
         if t in _IDENTITY_METHODS:
             return lambda n, a, k: self.value(n, a[0])
+        if t in _CASTS:
+            return self.cast
         if t in _RESHAPES:
             return self.reshape
         if t in ("size", "dim"):
@@ -740,6 +660,17 @@ class _GraphConverter:
         ctx = self.ctx(node, module, [x])
         return find_converter(module)(module, ctx)
 
+    def cast(self, node: fx.Node, args: tuple, kwargs: dict) -> Value:
+        """``x.to(dtype)`` / ``x.type_as(y)`` / ``x.float()`` that keeps x's dtype and device on the example (library
+        code casting to the input's own dtype) = x itself; a cast that changes them changes the values."""
+        x = self.value(node, args[0])
+        before, after = self.values.get(node.args[0]), self.values.get(node)
+        if not isinstance(after, torch.Tensor) or not isinstance(before, torch.Tensor) or \
+                (after.dtype, after.device) != (before.dtype, before.device):
+            self.fail(node, f"a cast from {getattr(before, 'dtype', '?')} to {getattr(after, 'dtype', '?')} changes "
+                            "the values (the spec computes in one dtype); only a cast to the value's own dtype converts")
+        return x
+
     def dropout(self, node: fx.Node, args: tuple, kwargs: dict) -> Value:
         x = self.value(node, args[0] if args else kwargs.get("input"))
         o = _opt(args, kwargs, ("p", "training", "inplace"), {"training": True})
@@ -778,16 +709,26 @@ class _GraphConverter:
 
     def reshape(self, node: fx.Node, args: tuple, kwargs: dict) -> Any:
         """``view`` / ``reshape`` / ``squeeze`` / ``unsqueeze`` to ``[B, N]`` of a grid or batch-first sequence =
-        flatten; of a vector ``[B, C]`` to ``[B, C, 1, ...]`` / ``[B, 1, C]`` = a lifted vector (for add/mul/sub)."""
+        flatten; of a vector ``[B, C]`` to ``[B, C, 1, ...]`` / ``[B, 1, C]`` = a lifted vector (for add/mul/sub); to
+        its own shape (``ids.view(-1, ids.shape[-1])`` on ``[B, T]`` ids) = the value itself."""
         x = args[0] if args else kwargs.get("input")
         x = x.vector if isinstance(x, _Lifted) else self.value(node, x)
         out = tuple(self.values.get(node).shape)
-        if x.kind == "vector" and out == x.shape:
+        if out == tuple(x.shape):
             return x
+        if len(x.shape) == 3 and out == (x.shape[0] * x.shape[1], x.shape[2]):
+            x = self.typed(self.ctx(node), x)
+            if x.kind == "items" and x.batched and not x.time_major:
+                return fx_params.Rows(x)  # read only by addmm (GPT-2's Conv1D)
         if x.kind == "vector" and x.batched and _is_lift_of(out, x.shape):
             return _Lifted(x, out)
         if len(out) == 2 and out[0] == x.shape[0] and len(x.shape) > 2:
             return self.leaf(node, nn.Flatten(), x)
+        if x.kind == "items" and len(out) == 4 and len(x.shape) == 3 and out[:2] == tuple(x.shape[:2]) and \
+                out[2] * out[3] == x.shape[2]:
+            self.fail(node, f"{list(x.shape)} -> {list(out)} splits the features into {out[2]} heads of {out[3]}: "
+                            "attention written out over heads (or F.scaled_dot_product_attention) has no recogniser "
+                            "onto the attention ξ yet; nn.MultiheadAttention converts")
         self.fail(node, f"{list(x.shape)} -> {list(out)}: only flattening every axis after the batch "
                         "([B, ...] -> [B, N]) and viewing a per-sample vector as [B, C, 1, ...] / [B, 1, C] have "
                         "a spec form")
@@ -918,7 +859,7 @@ def convert_traced(b: SpecBuilder, module: nn.Module, path: str, args: list, kwa
     """Convert ``module`` (a user module with its own forward) by tracing it; ``call`` is its recorded call."""
     if call is None:
         raise TorchImportError(path, class_name(module), None, "it was not called by the example run")
-    gm, values, params = _trace(module, path, call)
+    gm, values, params = trace(module, path, call)
     named = Context(b, module, path, args, kwargs, call, base).named  # Values (or options) by parameter name
     defaults = inspect.signature(module.forward).parameters
     placeholders = {p: named.get(p, defaults[p].default) for p in params}

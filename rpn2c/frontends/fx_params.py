@@ -59,6 +59,14 @@ class Positions:
     n: int
 
 
+@dataclass(eq=False)
+class Rows:
+    """A batch-first sequence ``[B, T, F]`` viewed as its rows ``[B·T, F]`` (``x.view(-1, x.size(-1))``): usable
+    only as the input of ``torch.addmm(b, rows, W)`` (GPT-2's ``Conv1D``), a linear head on every item."""
+
+    x: Value
+
+
 class CausalMask:
     """A causal attention mask made from sizes in forward: the attention converters read it as ``causal = true``."""
 
@@ -85,6 +93,8 @@ def convert(conv, node: fx.Node, args: tuple, kwargs: dict) -> Any:
     mine = [a for a in flat if isinstance(a, (Attr, Positions))]
     if node.op == "call_function" and node.target in (F.linear, F.layer_norm, F.embedding) and mine:
         return _as_module(conv, node, args, kwargs)
+    if node.op == "call_function" and node.target is torch.addmm and len(args) == 3 and isinstance(args[1], Rows):
+        return _addmm_rows(conv, node, args, kwargs)
     if not mine:
         if node.op == "call_module":
             return _module_call(conv, node, args, kwargs)
@@ -228,10 +238,24 @@ def _elementwise(conv, node: fx.Node, fn: str, args: tuple, kwargs: dict) -> Val
     return conv.dispatch(node, named, kwargs)
 
 
-def _as_module(conv, node: fx.Node, args: tuple, kwargs: dict) -> Value:
+def _addmm_rows(conv, node: fx.Node, args: tuple, kwargs: dict) -> Value:
+    """``torch.addmm(b, x.view(-1, F), W)`` (GPT-2's ``Conv1D``: W is [F, out]) = ``F.linear(x, Wᵀ, b)`` on every
+    item of the sequence x: a linear head whose ψ is linked to W transposed; the result keeps x's [B, T] axes (the
+    ``view`` back to them is then the value itself)."""
+    bias, rows, w = args
+    if kwargs or not isinstance(w, Attr) or not isinstance(bias, Attr) or w.transpose or len(w.shape) != 2 \
+            or bias.shape != (w.shape[1],):
+        conv.fail(node, "addmm of a sequence's rows converts as a linear head only as addmm(self.bias [out], rows, "
+                        "self.weight [in, out])")
+    y = _as_module(conv, node, (rows.x, replace(w, transpose=True, shape=w.shape[::-1]), bias), {}, F.linear)
+    y.shape = (*rows.x.shape[:-1], w.shape[1])
+    return y
+
+
+def _as_module(conv, node: fx.Node, args: tuple, kwargs: dict, target: Any = None) -> Value:
     """F.linear / F.layer_norm / F.embedding with tensors read in forward = the module holding those tensors,
     converted by its converter; a transposed read (``w.t()``) is linked to the torch tensor as transposed."""
-    t = node.target
+    t = target or node.target
     names = {F.linear: ("input", "weight", "bias"), F.layer_norm: ("input", "normalized_shape", "weight", "bias",
                                                                     "eps"),
              F.embedding: ("input", "weight", "padding_idx")}[t]

@@ -610,12 +610,17 @@ def _bind_names(module: nn.Module, args: list, kwargs: dict) -> dict[str, Any]:
 
 
 _LIBRARIES = ("torch", "torch_geometric")
+# library packages whose classes are whole models (a stack of layers with a forward), traced like a user's model
+_MODEL_PACKAGES = ("torch_geometric.nn.models",)
 
 
 def library_of(cls: type) -> str | None:
     """``torch`` / ``torch_geometric`` for a class defined in that library (its layers need converters: their
-    forward is not traced), else None."""
+    forward is not traced), else None; None too for the library's model classes (``torch_geometric.nn.models``:
+    GCN, GAT, GraphSAGE, GIN, MLP), which are traced through like a user's model."""
     mod = cls.__module__ or ""
+    if any(mod == p or mod.startswith(p + ".") for p in _MODEL_PACKAGES):
+        return None
     return next((lib for lib in _LIBRARIES if mod == lib or mod.startswith(lib + ".")), None)
 
 

@@ -373,9 +373,13 @@ def test_unsupported_nodes_raise_located_errors(module, args, path, op, why):
 
 
 def test_data_dependent_control_flow_is_a_located_error():
-    with pytest.raises(TorchImportError, match="torch.fx cannot trace") as info:
+    """A branch on a traced tensor's values is refused at the line that branches (the trace would bake the example's
+    data into the model); branches on sizes, ranks and dtypes follow the example."""
+    with pytest.raises(TorchImportError, match="a Python branch on the values") as info:
         rpn2c.from_torch(_Branchy().double(), (rand(2, 3),))
     assert info.value.codes == ["E0390"] and "_Branchy" in info.value.module_class
+    assert info.value.library_file == __file__
+    assert info.value.library_line == _Branchy.forward.__code__.co_firstlineno + 1
 
 
 # ------------------------------------------------------------------------------------------------ broadcasting

@@ -124,7 +124,7 @@ CORPUS = [
     ("expand", _Fn(lambda s, x: s.fc(x).unsqueeze(1).expand(2, 3, 4)), (rand(2, 4),), "expand"),
     ("reshape-beyond-flatten", _Fn(lambda s, x: s.fc(x).view(2, 2, 2)), (rand(2, 4),), "view"),
     ("custom-autograd-function", _Fn(lambda s, x: _Square.apply(s.fc(x))), (rand(2, 4),), "apply"),
-    ("data-dependent-control-flow", _Branch(), (rand(2, 4),), "torch.fx cannot trace"),
+    ("data-dependent-control-flow", _Branch(), (rand(2, 4),), "a Python branch on the values"),
     ("comparison-where", _Fn(lambda s, x: torch.where(s.fc(x) > 0, x, -x)), (rand(2, 4),), "gt"),
     ("dropout-training-true", _Fn(lambda s, x: F.dropout(s.fc(x), 0.5, True)), (rand(2, 4),), "training=True"),
     ("rrelu-training-true", _Fn(lambda s, x: F.rrelu(s.fc(x), training=True)), (rand(2, 4),), "training=True"),

@@ -60,6 +60,9 @@ def n_free(module) -> int:
 
 
 def primary(out):
+    """The output the spec returns: a tuple's first element, a dict's / ModelOutput's first entry."""
+    if isinstance(out, dict):
+        return next(iter(out.values()))
     return out[0] if isinstance(out, (tuple, list)) else out
 
 

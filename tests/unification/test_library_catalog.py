@@ -1,0 +1,131 @@
+"""The library catalog: small models built from the real classes of the libraries people use (torch_geometric's model
+classes, transformers' models) come back through ``rpn2c.from_torch`` as the same trainable model.
+
+Each model is built with a seed from a small random config (nothing downloaded), converted, compiled in both
+lowerings and compared in float64 by ``assert_same_model``: the output, the gradients with respect to the floating
+inputs, the parameter gradients mapped back to the library's names, and the number of free parameters. A model
+that does not convert stays listed with the located error it hits (a strict xfail), so what still refuses is
+explicit. docs/unification.md ("Library models") shows the same table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import pytest
+import torch
+from convert_checks import assert_same_model
+from torch import nn
+from unification_helpers import rand
+
+from rpn2c.frontends import TorchImportError
+
+
+@dataclass(frozen=True)
+class Case:
+    package: str
+    build: Callable[[], nn.Module]
+    inputs: Callable[[], tuple]
+    refuses: str | None = None  # the located error while the model does not convert
+    slow: bool = False
+
+
+def _graph(n=7, f=5):
+    """Node features [N, F] and a ring with two chords, both directions."""
+    src = list(range(n)) + [0, 2]
+    dst = [(i + 1) % n for i in range(n)] + [3, 5]
+    ei = torch.tensor([src + dst, dst + src])
+    return lambda: (rand(n, f, seed=1), ei)
+
+
+def _pyg(name: str, layers: int = 3, **kw) -> Callable[[], nn.Module]:
+    def build():
+        from torch_geometric.nn import models
+
+        torch.manual_seed(0)
+        return getattr(models, name)(5, 8, num_layers=layers, out_channels=3, **kw)
+    return build
+
+
+def _pyg_mlp():
+    from torch_geometric.nn import models
+
+    torch.manual_seed(0)
+    return models.MLP([5, 8, 8, 3], norm="batch_norm", dropout=0.1)
+
+
+def _hf(config: str, model: str, **kw) -> Callable[[], nn.Module]:
+    """A transformers model from a small random config (nothing downloaded)."""
+    def build():
+        import transformers
+
+        torch.manual_seed(0)
+        cls = getattr(transformers, model)
+        return cls(getattr(transformers, config)(**kw))
+    return build
+
+
+def _ids(vocab=50, t=6):
+    return lambda: (torch.randint(1, vocab, (2, t), generator=torch.Generator().manual_seed(3)),)
+
+
+def _gpt2_mlp():
+    """GPT-2's feed-forward block: two ``Conv1D`` (``addmm`` with a weight [in, out]) around GELU."""
+    from transformers import GPT2Config
+    from transformers.models.gpt2.modeling_gpt2 import GPT2MLP
+
+    torch.manual_seed(0)
+    return GPT2MLP(32, GPT2Config(n_embd=8, activation_function="gelu", resid_pdrop=0.1))
+
+
+_HEADS = "to heads: [B, T, E] -> [B, T, H, D] (the written-out attention's head split has no recogniser yet)"
+_TO = "the RMSNorm's .to(torch.float32) of a float64 value (no RMSNorm recogniser yet)"
+
+CASES: dict[str, Case] = {
+    "pyg_gcn": Case("torch_geometric", _pyg("GCN"), _graph()),
+    "pyg_gat": Case("torch_geometric", _pyg("GAT", heads=2), _graph()),
+    "pyg_graphsage": Case("torch_geometric", _pyg("GraphSAGE"), _graph()),
+    "pyg_gin": Case("torch_geometric", _pyg("GIN"), _graph()),
+    "pyg_gcn_jk_cat": Case("torch_geometric", _pyg("GCN", jk="cat"), _graph()),
+    "pyg_gin_batch_norm": Case("torch_geometric", _pyg("GIN", 2, norm="batch_norm"), _graph()),
+    "pyg_gcn_node_layer_norm": Case("torch_geometric", _pyg("GCN", 2, norm="layer_norm",
+                                                            norm_kwargs={"mode": "node"}), _graph()),
+    "pyg_mlp": Case("torch_geometric", _pyg_mlp, lambda: (rand(4, 5, seed=2),)),
+    "pyg_gat_v2": Case("torch_geometric", _pyg("GAT", 2, v2=True), _graph(),
+                       refuses="GATv2Conv: its score aᵀ LeakyReLU(W_s x_j + W_t x_i) is no graph_attention form"),
+    "pyg_graphsage_max": Case("torch_geometric", _pyg("GraphSAGE", 2, aggr="max"), _graph(),
+                              refuses="SAGEConv aggr='max': the graph ξ aggregates by a (normalised) sum"),
+    "pyg_gcn_graph_layer_norm": Case("torch_geometric", _pyg("GCN", 2, norm="layer_norm"), _graph(),
+                                     refuses="LayerNorm mode='graph': a graph-wide normalisation"),
+    "hf_gpt2_mlp": Case("transformers", _gpt2_mlp, lambda: (rand(2, 5, 8, seed=4),)),
+    "hf_bert": Case("transformers", _hf("BertConfig", "BertModel", vocab_size=50, hidden_size=16, num_hidden_layers=2,
+                                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=16),
+                    _ids(), refuses=_HEADS, slow=True),
+    "hf_vit": Case("transformers", _hf("ViTConfig", "ViTModel", image_size=8, patch_size=4, hidden_size=16,
+                                       num_hidden_layers=2, num_attention_heads=2, intermediate_size=32),
+                   lambda: (rand(2, 3, 8, 8, seed=1),), refuses=_HEADS, slow=True),
+    "hf_gpt2": Case("transformers", _hf("GPT2Config", "GPT2Model", vocab_size=50, n_embd=16, n_layer=2, n_head=2,
+                                        n_positions=16), _ids(),
+                    refuses=_HEADS, slow=True),
+    "hf_llama": Case("transformers", _hf("LlamaConfig", "LlamaModel", vocab_size=50, hidden_size=16,
+                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                         intermediate_size=32, max_position_embeddings=16), _ids(),
+                     refuses=_TO, slow=True),
+    "hf_t5_encoder": Case("transformers", _hf("T5Config", "T5EncoderModel", vocab_size=50, d_model=16, d_kv=8,
+                                              d_ff=32, num_layers=2, num_heads=2), _ids(), refuses=_TO, slow=True),
+}
+
+
+def _params():
+    for name, case in CASES.items():
+        marks = [pytest.mark.slow] if case.slow else []
+        if case.refuses:
+            marks.append(pytest.mark.xfail(raises=TorchImportError, strict=True, reason=case.refuses))
+        yield pytest.param(case, id=name, marks=marks)
+
+
+@pytest.mark.parametrize("case", list(_params()))
+def test_library_model_converts_equal(case: Case):
+    pytest.importorskip(case.package)
+    assert_same_model(case.build(), case.inputs())
