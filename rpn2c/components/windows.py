@@ -94,6 +94,9 @@ class WindowAttention(_BilinearBase):
         for key in _UNWINDOWED:
             if getattr(hp, key) not in (None, False):
                 raise ShapeRuleError(f"window_attention takes no {key}: its windows are its mask")
+        if not hp.softmax:
+            raise ShapeRuleError("window_attention is a softmax attention in each window: softmax = false is not "
+                                 "one of its forms")
         if ctx.query_items is None or str(ctx.query_items) != str(ctx.size):
             raise ShapeRuleError("window_attention relates the items of one grid with each other (no context input)")
         gh, gw = hp.grid

@@ -174,6 +174,7 @@ def test_default_lowering_runs_one_sdpa_call_over_the_windows(monkeypatch):
     (_spec(2, (4, 6), 2, 1, True).replace("window_bias(x, heads = 2, size = 2)",
                                           "window_bias(x, heads = 2, size = 3)"), "E0352", "windows of 9 items"),
     (_spec(2, (4, 6), 2, 1, False).replace("shift = 1", "shift = 1, causal = true"), "E0402", "takes no causal"),
+    (_spec(2, (4, 6), 2, 1, False).replace("shift = 1", "shift = 1, softmax = false"), "E0402", "softmax = false"),
     ("model m {\n  input x: sequence[B, 12, 3]\n  y = patch_merge(x, grid = [3, 4])\n  return y\n}", "E0350",
      r"grid \[3, 4\]"),
     ("model m {\n  input x: sequence[B, 12, 3]\n  y = patch_merge(x, grid = [4, 4])\n  return y\n}", "E0351",

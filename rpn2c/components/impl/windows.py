@@ -42,6 +42,10 @@ class WindowXi(_BilinearXi):
             logits = logits + bias[self.head][place[:, None], place[None, :]]
         return torch.softmax(logits.masked_fill(~keep, float("-inf")), dim=-1)
 
+    def entries(self, q, c, aux, dst, src):
+        """The entries A[dst, src] (a hybrid's edges), read off the matrix."""
+        return self.matrix(q, c, aux)[..., dst, src]
+
     def attend(self, qq, kk, values, aux, kernel: str | None = None):
         """softmax(QKᵀ · scale + b + shift mask) V in windows: ``[B, (H,) N, ·]`` rolled and cut into
         ``[B, nW, (H,) w², ·]``, one scaled_dot_product_attention over ``[B, nW·H, w², ·]``, and back."""
