@@ -28,12 +28,13 @@ def _library(**over):
     return randomise(transformers.SwinForImageClassification(config), ("norm",)).double().eval(), config
 
 
-def _spec(config, reference: bool = False):
+def _spec(config, reference: bool = False, model: str = "swin"):
     params = {"size": config.image_size, "patch": config.patch_size, "channels": config.num_channels,
               "d": config.embed_dim, "window": config.window_size, "pairs": config.depths[0] // 2,
-              "heads1": config.num_heads[0], "heads2": config.num_heads[1], "classes": config.num_labels,
-              "eps": config.layer_norm_eps}
-    return rpn2c.compile(SPEC.read_text(encoding="utf-8"), str(SPEC), model="swin", params=params,
+              "heads1": config.num_heads[0], "heads2": config.num_heads[1], "eps": config.layer_norm_eps}
+    if model == "swin":
+        params["classes"] = config.num_labels
+    return rpn2c.compile(SPEC.read_text(encoding="utf-8"), str(SPEC), model=model, params=params,
                          reference=reference).double().eval()
 
 
@@ -60,6 +61,22 @@ def test_spec_weights_into_the_library_give_the_spec():
     library.load_state_dict(weights.to_library("swin", spec.state_dict(), 2, library.state_dict()))
     x = torch.randn(2, 2, 32, 32, dtype=torch.float64)
     torch.testing.assert_close(library(x).logits, spec(x), rtol=0, atol=1e-12)
+
+
+def test_swin_model_gives_the_last_hidden_state_and_the_pooled_output_both_ways():
+    library, config = _library()
+    base = library.swin
+    spec = _spec(config, model="swin_model")
+    assert sum(p.numel() for p in spec.parameters()) == sum(p.numel() for p in base.parameters())
+    spec.load_state_dict(weights.to_spec("swin_model", base.state_dict(), 1, spec.state_dict()))
+    x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    out = base(x)
+    want = (out.last_hidden_state, out.pooler_output)
+    for got, expected in zip(spec(x), want):
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    randomise(spec, ("pre.0.weight", "n.weight", "e.weight"))
+    base.load_state_dict(weights.to_library("swin_model", spec.state_dict(), 1, base.state_dict()))
+    torch.testing.assert_close(base(x).pooler_output, spec(x)[1], rtol=0, atol=1e-12)
 
 
 def test_the_map_names_every_tensor_of_both_sides():

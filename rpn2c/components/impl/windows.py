@@ -18,6 +18,8 @@ class WindowXi(_BilinearXi):
     def __init__(self, hp, mq, mc, rank, aux_types, rotary_dims=None, head: int = 0):
         super().__init__(hp, mq, mc, rank, aux_types, rotary_dims, head)
         self.grid, self.size, self.shift = tuple(hp.grid), hp.size, hp.shift
+        mask = windows.shift_mask(self.grid, hp.size, hp.shift, torch.get_default_dtype())  # once: the grid is fixed
+        self.register_buffer("region_mask", mask, persistent=False)
 
     def _check_items(self, n: int) -> None:
         if n != self.grid[0] * self.grid[1] and not torch.compiler.is_compiling():
@@ -25,7 +27,7 @@ class WindowXi(_BilinearXi):
                              f"items, got {n}")
 
     def _bias(self, aux, dtype):
-        """The per-window bias ``[H, w², w²]`` (a per-head form: this head's ``[w², w²]``), or None."""
+        """The per-window bias ``[H, w², w²]`` in ``dtype``, or None."""
         if self.hp.attn_mask is None:
             return None
         return aux["attn_mask"].to(dtype)
@@ -57,7 +59,7 @@ class WindowXi(_BilinearXi):
             p = windows.partition(t, g, w, s)
             return p.transpose(1, 2).flatten(1, 2) if heads else p
 
-        mask = windows.shift_mask(g, w, s, qq.dtype, qq.device)  # [nW, w², w²] or None
+        mask = None if self.region_mask is None else self.region_mask.to(qq.dtype)  # [nW, w², w²] or None
         bias = self._bias(aux, qq.dtype)  # [H, w², w²] or None
         if heads:  # one mask per (window, head), in the order of cut's axis
             if mask is not None:
