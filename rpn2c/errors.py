@@ -149,6 +149,18 @@ CATALOG: dict[str, ErrorCode] = _codes(
       "heads = {h}, but the layer has heads = {n}",
       "make the bias for the layer's heads (`relative_bias(x, heads = H)`, `alibi(x, heads = H)`) or give the layer "
       "`heads = H`: head h adds slice h of the bias to its scores"),
+    E("E0350", "a grid not divisible by its window", "{op}: the grid [{gh}, {gw}] is not divisible into {w} x {w} "
+      "windows", "give a window size that divides both grid sides (window_attention(size = w)), or a grid of even "
+      "sides for patch_merge's 2 x 2 neighbourhoods; the library's models pad the grid, a spec states it"),
+    E("E0351", "a grid that does not hold the items", "{op} on grid = [{gh}, {gw}] reads {n} items (row-major "
+      "positions), got {m}", "give grid = [gh, gw] with gh·gw the sequence's items: the patch grid's sides, halved "
+      "after each patch_merge"),
+    E("E0352", "a window bias for another window size", "attn_mask {bias} is made for windows of {n} items, but "
+      "size = {w} windows hold {m}", "make the bias for the attention's windows: window_bias(x, heads = H, size = w) "
+      "with the w of window_attention(size = w)"),
+    E("E0353", "a window shift not smaller than the window", "window_attention(shift = {s}) must roll the grid by less "
+      "than a window: 0 <= shift < size = {w}", "shift the windows by less than their size (Swin: shift = size // 2 "
+      "every other block, 0 in the others)"),
     E("E0355", "position outside the axis it reads", "{call} reads position {index}, outside the {n} {unit} of "
       "{value}: the index must lie in [{low}, {high}]",
       "give an index within the axis (negative counts from the end: -1 is the last item or step), or lengthen the "

@@ -471,12 +471,11 @@ class Elaborator(Tying, Instances):
                     raise ShapeRuleError(err)
                 out, params = types[0], comp.count(types[0])
         except ShapeRuleError as exc:
-            arg = getattr(exc, "arg", None)
+            arg, code = getattr(exc, "arg", None), exc.code or "E0403"
             if arg is not None and 0 <= arg < len(call.args) and call.args[arg].span.line >= 1:
-                self.diags.error(exc.code or "E0403", str(exc), call.args[arg].span,
-                                 notes=[(call.span, f"in '{fname}(...)'")])
+                self.diags.error(code, str(exc), call.args[arg].span, notes=[(call.span, f"in '{fname}(...)'")])
             else:
-                self.diags.error(exc.code or "E0403", str(exc), call.span)
+                self.diags.error(code, str(exc), call.span)
             return None
         nid = self._fresh(scope.prefix + name)
         node = Node(nid, "op", call.span, out, op=use, params=params)

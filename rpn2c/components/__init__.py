@@ -15,6 +15,7 @@ MODULES = (
     "psi_tied",  # ψ from another node's weight
     "masks",  # masks computed from token ids
     "position_bias",  # per-head relative position biases (T5, ALiBi)
+    "windows",  # shifted-window attention, its bias, patch merging (Swin)
     "ops_batch",  # the opt-in batch interdependence
     "layout", "pi_more", "processing_more",  # layout ops, more π, processing
     "relation",  # relations as values

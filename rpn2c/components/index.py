@@ -135,6 +135,9 @@ BY_MODULE = {
         'xi_recurrence': (
             'recurrence_chain', 'linear_recurrence_chain',
         ),
+        'windows': (
+            'window_attention', 'shifted_window_attention',
+        ),
         'relation': (
             'given',
         ),
@@ -186,6 +189,9 @@ BY_MODULE = {
         ),
         'position_bias': (
             'relative_bias', 'bucketed_relative_bias', 'alibi',
+        ),
+        'windows': (
+            'window_bias', 'window_relative_bias', 'patch_merge', 'patch_merging',
         ),
         'ops_batch': (
             'batch_as_items', 'over_batch', 'batch_as_samples',

@@ -32,13 +32,15 @@ class WeightMapError(ValueError):
 class Link:
     """Spec tensor ``spec`` = the library tensors ``library`` stacked on axis 0 (one: itself; ``transpose``: its
     transpose; ``reshape``: it reshaped, row-major, to the target's shape). ``optional``: both sides may lack it (a
-    bias a configuration leaves out)."""
+    bias a configuration leaves out). ``layer = (k, o)``: repeat i of the spec's block is the library's layer
+    k·i + o (a spec block holding k library layers, as Swin's pair of a plain and a shifted block)."""
 
     spec: str
     library: tuple[str, ...]
     transpose: bool = False
     optional: bool = False
     reshape: bool = False
+    layer: tuple[int, int] = (1, 0)
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,9 @@ class WeightMap:
         out = []
         for link in self.links:
             if "{i}" in link.spec:
-                out += [replace(link, spec=link.spec.format(i=i), library=tuple(k.format(i=i) for k in link.library))
+                k, o = link.layer
+                out += [replace(link, spec=link.spec.format(i=i),
+                                library=tuple(key.format(i=k * i + o) for key in link.library))
                         for i in range(layers)]
             else:
                 out.append(link)
