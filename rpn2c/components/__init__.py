@@ -18,6 +18,7 @@ MODULES = (
     "ops_batch",  # the opt-in batch interdependence
     "layout", "pi_more", "processing_more",  # layout ops, more π, processing
     "relation",  # relations as values
+    "xi_spectral",  # spectral graph ξ (ChebNet)
 )
 
 from rpn2c.components.registry import REGISTRY, Entry, all_entries, load_all, lookup, names  # noqa: E402

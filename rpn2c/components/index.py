@@ -138,6 +138,9 @@ BY_MODULE = {
         'relation': (
             'given',
         ),
+        'xi_spectral': (
+            'chebyshev_graph', 'spectral_graph',
+        ),
     },
     'fusion': {
         'fusion': (
