@@ -19,6 +19,7 @@ MODULES = (
     "layout", "pi_more", "processing_more",  # layout ops, more π, processing
     "relation",  # relations as values
     "xi_spectral",  # spectral graph ξ (ChebNet)
+    "hopfield",  # the classical Hopfield network
 )
 
 from rpn2c.components.registry import REGISTRY, Entry, all_entries, load_all, lookup, names  # noqa: E402

@@ -199,6 +199,9 @@ BY_MODULE = {
         'relation': (
             'relation', 'apply', 'rows', 'as_matrix',
         ),
+        'hopfield': (
+            'hopfield', 'hopfield_update',
+        ),
     },
 }
 INDEX = {family: {name: module for module, names in modules.items() for name in names}
