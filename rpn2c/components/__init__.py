@@ -20,6 +20,7 @@ MODULES = (
     "relation",  # relations as values
     "xi_spectral",  # spectral graph ξ (ChebNet)
     "hopfield",  # the classical Hopfield network
+    "xi_preprocessed",  # ξ's input pre-processing (§5.1.1)
 )
 
 from rpn2c.components.registry import REGISTRY, Entry, all_entries, load_all, lookup, names  # noqa: E402

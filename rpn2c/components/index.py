@@ -141,6 +141,9 @@ BY_MODULE = {
         'xi_spectral': (
             'chebyshev_graph', 'spectral_graph',
         ),
+        'xi_preprocessed': (
+            'preprocessed', 'preprocessed_xi',
+        ),
     },
     'fusion': {
         'fusion': (
