@@ -21,6 +21,9 @@ MODULES = (
     "relation",  # relations as values
     "sequence_conv",  # the short causal depthwise convolution
     "readouts",  # one item of a sequence, one step of a signal
+    "xi_spectral",  # spectral graph ξ (ChebNet)
+    "hopfield",  # the classical Hopfield network
+    "xi_preprocessed",  # ξ's input pre-processing (§5.1.1)
 )
 
 from rpn2c.components.registry import REGISTRY, Entry, all_entries, load_all, lookup, names  # noqa: E402

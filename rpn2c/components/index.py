@@ -141,6 +141,12 @@ BY_MODULE = {
         'relation': (
             'given',
         ),
+        'xi_spectral': (
+            'chebyshev_graph', 'spectral_graph',
+        ),
+        'xi_preprocessed': (
+            'preprocessed', 'preprocessed_xi',
+        ),
     },
     'fusion': {
         'fusion': (
@@ -204,6 +210,9 @@ BY_MODULE = {
         ),
         'sequence_conv': (
             'causal_conv', 'short_conv',
+        ),
+        'hopfield': (
+            'hopfield', 'hopfield_update',
         ),
     },
 }

@@ -53,9 +53,9 @@ def stack_inputs(xs: Inputs) -> Tensor:
         return xs
     if len(xs) == 0:
         raise ValueError("fusion needs at least one input")
-    shapes = {tuple(x.shape) for x in xs}
-    if len(shapes) != 1:
-        raise ValueError(f"element-wise fusion needs identically shaped inputs, got {sorted(shapes)}")
+    shapes = [tuple(x.shape) for x in xs]  # compared, not hashed: a symbolic size (torch.export) has no hash
+    if any(s != shapes[0] for s in shapes[1:]):
+        raise ValueError(f"element-wise fusion needs identically shaped inputs, got {shapes}")
     return torch.stack(list(xs), dim=0)
 
 

@@ -36,7 +36,8 @@ def cmd_eval(args) -> int:
     seed = cfg["seed"] if args.seed is None else args.seed
     dataset = _dataset(name, seed, _data_options(args.data_option) or _same_options(name, cfg))
     with _named_dims(graph, args, _trained_params(args, ckpt), trained=True):
-        binding = bind(graph, dataset, args.spec)
+        binding = bind(graph, dataset, args.spec, cfg.get("objective", "task"), cfg.get("mask_rate", 0.15),
+                       cfg.get("mask_id"))
     device = _device(args.device)
     model.to(device)
     with _threads(cfg.get("threads", 1)):

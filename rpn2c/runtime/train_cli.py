@@ -29,7 +29,8 @@ def _given(args) -> dict:
              "strategy": args.strategy, "threads": args.threads, "val_fraction": args.val_fraction,
              "patience": args.patience, "eval_batch_size": args.eval_batch_size, "out": args.out,
              "metrics_out": args.metrics_out, "quiet": args.quiet,
-             "data_options": _data_options(args.data_option) or None, "params": parse_params(args.param) or None}
+             "data_options": _data_options(args.data_option) or None, "params": parse_params(args.param) or None,
+             "objective": args.objective, "mask_rate": args.mask_rate, "mask_id": args.mask_id}
     if args.embedding:
         given["data_options"] = {**(given["data_options"] or {}), "embedding": args.embedding}
     return {k: v for k, v in given.items() if v is not None}
@@ -78,7 +79,7 @@ def cmd_train(args) -> int:
     device = _device(cfg.device, env)
     dataset = _dataset(cfg.data, cfg.seed, cfg.data_options)
     with _named_dims(graph, spec_args, cfg.params):
-        binding = bind(graph, dataset, cfg.spec)
+        binding = bind(graph, dataset, cfg.spec, cfg.objective, cfg.mask_rate, cfg.mask_id)
     split = run.split_sizes(dataset, cfg.val_fraction, cfg.seed)
     if env.is_main:
         if not cfg.quiet:
@@ -208,7 +209,7 @@ def _write_run(out_dir: Path, cfg, common, graph, dataset, history, state, secon
         (out_dir / "metrics.json").write_text(json.dumps(_jsonable(summary), indent=2) + "\n", encoding="utf-8")
         _out(f"stopped after epoch {stopped['epoch']} of {cfg.epochs}; continue with: rpn2c train --resume {out_dir}")
         return
-    binding = bind(graph, dataset, cfg.spec)
+    binding = bind(graph, dataset, cfg.spec, cfg.objective, cfg.mask_rate, cfg.mask_id)
     test = _test_metrics(graph, state["model"], dataset, binding, cfg, device)
     checkpoint.save(_last(checkpoint, common, {**state, "stopped": stopped}, test), out_dir / "checkpoint.pt")
     summary["test"] = test
@@ -283,4 +284,9 @@ def register(sub) -> None:
     s.add_argument("--threads", type=int,
                    help=f"torch CPU threads per process (default {d['threads']}; 0 = torch's default)")
     s.add_argument("--quiet", action="store_true", default=None, help="no progress bar or per-epoch lines")
+    s.add_argument("--objective", choices=["task", "mlm"],
+                   help="the dataset's task (default), or mlm: the masked-LM objective on its token ids, for a spec "
+                        "returning logits sequence[B, T, V] (perplexity reported)")
+    s.add_argument("--mask-rate", type=float, help=f"mlm: share of the positions predicted (default {d['mask_rate']})")
+    s.add_argument("--mask-id", type=int, help="mlm: the [MASK] id (default: the last output id, V - 1)")
 

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -85,6 +85,7 @@ class Binding:
     dims: dict[str, int] = field(default_factory=dict, compare=False)  # the data's size of each symbolic dim
     embedding: torch.Tensor | None = field(default=None, compare=False, repr=False)  # frozen [V, d] id -> vector
     _tables: dict = field(default_factory=dict, compare=False, repr=False)  # the table on each device used
+    mlm: tuple[int, int, float] | None = None  # --objective mlm: (V logits per token, the [MASK] id, mask rate)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """``ids`` looked up in the frozen table (on their device; no gradient reaches the table)."""
@@ -112,16 +113,43 @@ class Binding:
         return y
 
 
-def bind(graph: Graph, dataset: Dataset, spec_name: str = "the spec") -> Binding:
-    """The binding of ``dataset`` to the inputs of ``graph``, or a BindError saying which input and dims differ."""
+def bind(graph: Graph, dataset: Dataset, spec_name: str = "the spec", objective: str = "task",
+         mask_rate: float = 0.15, mask_id: int | None = None) -> Binding:
+    """The binding of ``dataset`` to the inputs of ``graph``, or a BindError saying which input and dims differ.
+    ``objective = "mlm"`` binds token ids to a spec returning one row of logits per token (``rpn2c.train.mlm``)."""
     types = {name: graph.node(name).type for name in graph.inputs}
     out_type = _output_type(graph, spec_name)
     if dataset.task == "node_classification":
+        if objective == "mlm":
+            raise BindError(f"--objective mlm trains on token ids; dataset '{dataset.name}' is a graph")
         binding = _bind_graph(types, dataset, spec_name)
     else:
         binding = _bind_samples(types, dataset, spec_name)
+    if objective == "mlm":
+        binding = _bind_mlm(types[binding.feature_input], out_type, graph.outputs[0], dataset, binding, spec_name)
+        vocab = binding.mlm[0]
+        mask = vocab - 1 if mask_id is None else mask_id
+        ids = torch.cat([dataset.train[0].flatten(), dataset.test[0].flatten()])
+        if mask >= vocab or (ids.numel() and (int(ids.max()) >= vocab or bool((ids == mask).any()))):
+            raise BindError(f"--objective mlm: the spec predicts V = {vocab} ids and [MASK] is id {mask}; dataset "
+                            f"'{dataset.name}' holds ids up to {int(ids.max()) if ids.numel() else 0}: the ids must "
+                            f"lie in [0, {vocab}) without the [MASK] id (give the embedding and the output one more "
+                            f"id, or --mask-id)")
+        return replace(binding, mlm=(vocab, mask, mask_rate))
     _check_output(out_type, graph.outputs[0], dataset, binding, spec_name)
     return binding
+
+
+def _bind_mlm(t: TensorType, out_t: TensorType, out: str, ds: Dataset, b: Binding, spec: str) -> Binding:
+    """The masked-LM binding: token ids in, ``sequence[B, T, V]`` logits out (V known), as many items as ids."""
+    if t.kind != "tokens":
+        raise BindError(f"--objective mlm masks token ids; input '{b.feature_input}' of {spec} is {t}")
+    vocab = out_t.shape[-1] if out_t.kind == "items" else None
+    if not isinstance(vocab, int) or str(out_t.shape[1]) != str(t.shape[1]):
+        raise BindError(f"output '{out}' of {spec} is {out_t}; --objective mlm needs one row of logits per token, "
+                        f"sequence[{t.shape[0]}, {t.shape[1]}, V] with the vocabulary V (the [MASK] id included) "
+                        f"a number")
+    return replace(b, mlm=(vocab, vocab - 1, 0.15))
 
 
 def _describe(types: dict[str, TensorType]) -> str:

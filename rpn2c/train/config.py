@@ -58,6 +58,10 @@ class TrainConfig(BaseModel):
                                                           "validation metric (None: never)")
     params: dict[str, ParamValue] = Field(default_factory=dict, description="model parameters, as rpn2c.compile's "
                                                                             "params=")
+    objective: Literal["task", "mlm"] = Field(_D["objective"], description="the dataset's task, or the masked-LM objective "
+                                                                  "on its token ids (rpn2c.train.mlm)")
+    mask_rate: float = Field(_D["mask_rate"], gt=0, lt=1, description="mlm: share of the positions predicted")
+    mask_id: int | None = Field(_D["mask_id"], ge=0, description="mlm: the [MASK] id (None: the last output id, V − 1)")
 
     @model_validator(mode="after")
     def _patience_needs_validation(self) -> TrainConfig:

@@ -25,7 +25,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from rpn2c.data import Dataset, make_loader
 
-from . import distributed, holdout, metrics
+from . import distributed, holdout, metrics, mlm
 from .binding import Binding
 from .config import TrainConfig
 
@@ -64,6 +64,8 @@ def evaluate(model: nn.Module, dataset: Dataset, binding: Binding, split: str = 
              batch_size: int = 1024) -> tuple[dict[str, float], torch.Tensor, torch.Tensor]:
     """(metrics incl. ``loss``, outputs, targets) on ``split``; for graphs only the split's masked nodes count."""
     tensors = dataset.train if split == "train" else dataset.test
+    if binding.mlm is not None:
+        return _evaluate_mlm(model, binding, tensors[0], batch_size)
     if dataset.task == "node_classification":
         x, edges, y, mask = tensors
         out = predict(model, binding, x, edges)[mask]
@@ -75,6 +77,24 @@ def evaluate(model: nn.Module, dataset: Dataset, binding: Binding, split: str = 
     result.update(metrics.compute(dataset.task, out, target, dataset.num_classes))
     return result, out, target
 
+
+@torch.no_grad()
+def _evaluate_mlm(model: nn.Module, binding: Binding, ids: torch.Tensor, batch_size: int):
+    """Masked-LM metrics on fixed masks of ``ids`` (``rpn2c.train.mlm``): loss, perplexity, masked accuracy."""
+    vocab, mask_id, rate = binding.mlm
+    was_training = model.training
+    model.eval()
+    total, outs, labels = torch.zeros(3, dtype=torch.float64), [], []
+    try:
+        for inputs, target in mlm.evaluation_batches(ids, rate, mask_id, vocab, batch_size):
+            out = binding.output(model(**binding.inputs(inputs)))
+            total += mlm.sums(out, target).cpu()
+            outs.append(out)
+            labels.append(target)
+    finally:
+        model.train(was_training)
+    cat = (lambda xs: torch.cat(xs) if xs else ids.new_zeros(0))
+    return mlm.metrics(total), cat(outs), cat(labels)
 
 
 class History(list):
@@ -226,7 +246,20 @@ def fit(model: nn.Module, dataset: Dataset, binding: Binding, config: TrainConfi
                 y = y[mask]
             else:
                 x, y = (t.to(device, non_blocking=True) for t in batch)
+                if binding.mlm is not None:  # the masked-LM objective: corrupt x, predict the chosen ids
+                    x, y = mlm.mask_tokens(x, binding.mlm[2], binding.mlm[1], binding.mlm[0])
                 out = binding.output(train_module(**binding.inputs(x)))
+            if binding.mlm is not None:
+                loss = mlm.loss(out, y)
+                with torch.no_grad():
+                    stats += mlm.sums(out.detach(), y).to(stats.device)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                sched.step()
+                if bar is not None:
+                    bar.update(1)
+                continue
             loss = loss_fn(dataset.task, out, y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
