@@ -198,7 +198,6 @@ class Interdependence(Component):
     # (absent when ``full``), biases ``b_q``, ``b_k`` and ``attend(q, k, v, aux)``; identical heads of a layer
     # store these packed (``rpn2c/ir/layout.py``)
     attention: ClassVar[bool] = False
-    graph_operator: ClassVar[bool] = False  # propagates over an edge list: can run as SpMM (rule graph_spmm)
     shareable: ClassVar[bool] = False  # depends only on its named inputs: computed once per forward (shared_xi)
 
     @classmethod

@@ -14,6 +14,7 @@ from pydantic import Field
 
 from rpn2c.components.base import Interdependence, ShapeRuleError
 from rpn2c.components.registry import HP, ValueRef, register
+from rpn2c.ir.kernels import ATTEND_ARGS, Fallback, Kernel, Predicate
 from rpn2c.ir.types import dim_mul, is_head_bias
 
 
@@ -64,10 +65,35 @@ def _check_head_bias(ctx) -> None:
             raise ShapeRuleError(f"attn_mask {bias} is made for {have} {what}, but the attention has {want}")
 
 
+def _no_input_mask(hp) -> bool:
+    return hp.softmax and hp.attn_mask is None and hp.key_padding is None
+
+
+def _flex_falls_back(m, qq, kk, values, aux) -> bool:
+    """SDPA with the band as a mask instead of FlexAttention: see ``FLEX_ATTENTION.fallback``'s text."""
+    from rpn2c.functional import flex_op
+
+    return not (flex_op.supported(qq, kk, values) and flex_op.worthwhile(qq.shape[-2], kk.shape[-2], m.hp.window))
+
+
+# kernel op ``sdpa_causal`` (rule causal_sdpa): SDPA's is_causal, no materialised mask
+SDPA_CAUSAL = Kernel("sdpa_causal", ATTEND_ARGS, "attend_causal", Predicate(
+    lambda xi: _no_input_mask(xi.hp) and xi.hp.causal and xi.hp.window is None,
+    "softmax attention whose only mask is the causal one"))
+# kernel op ``flex_attention`` (rule flex_window): FlexAttention's band block mask, SDPA with the band elsewhere
+FLEX_ATTENTION = Kernel("flex_attention", ATTEND_ARGS, "attend_window", Predicate(
+    lambda xi: _no_input_mask(xi.hp) and xi.hp.window is not None,
+    "softmax attention whose only mask is a local window (optionally causal)"), Fallback("attend", Predicate(
+        _flex_falls_back, "gradients are needed, the dtype is not float32/float16/bfloat16 (float64), the device "
+                          "is neither CPU nor CUDA, FlexAttention cannot be compiled (no C++ toolchain), or the band "
+                          "skips fewer than half of the key blocks")))
+
+
 class _BilinearBase(Interdependence):
     axes = ("instance",)
     kind = "data"
     attention = True
+    kernels = (SDPA_CAUSAL, FLEX_ATTENTION)
 
     def rank(self, ctx) -> int:
         raise NotImplementedError

@@ -25,17 +25,9 @@ from rpn2c.ir.graph import Graph, HeadSpec, Node, slots_after, slots_before
 
 SEMANTIC_OPS = ("input", "xi", "patches", "expand", "reconcile", "bias", "fuse_channels", "fuse_heads",
                 "remainder", "process", "recur")
-KERNEL_OPS = ("conv", "box_sum", "unfold", "gather_patches", "pool", "linear", "xi_kernel", "spmm", "sdpa_causal",
-              "flex_attention", "fused_sdpa", "stacked_linear", "degree_linear", "rnn_fused", "parallel_scan",
-              "time_loop")
-
-# kernel ops whose kernel depends on facts known only at run time: (the form that runs instead, when). Their
-# emitters implement exactly this, and ``rpn2c explain`` prints it beside the op.
-FALLBACKS: dict[str, tuple[str, str]] = {
-    "spmm": ("gather_scatter", "the edge weights need gradients, or the dtype is not float32/float64"),
-    "flex_attention": ("sdpa_band", "gradients are needed, the dtype is float64, FlexAttention cannot be compiled "
-                                    "(no C++ toolchain), or the band skips fewer than half of the key blocks"),
-}
+# Kernel ops are what rules rewrite these into: each declared once, by the component that implements it (a ξ
+# kernel: ``rpn2c.ir.kernels.Kernel``, collected by ``rpn2c.components.registry.kernels``) or beside its emitter
+# (``rpn2c.lower.emitters.EMITTERS``); ``tests/passes/test_op_tables.py`` checks the tables against the rules.
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from rpn2c.components.impl.base import XiModule
 from rpn2c.components.xi_attention import default_scale, windowed_flex_attention
 from rpn2c.errors import InputError
 from rpn2c.ir.types import is_head_bias
-from rpn2c.functional import flex_op, rotary, structure
+from rpn2c.functional import rotary, structure
 
 
 class _BilinearXi(XiModule):
@@ -130,30 +130,32 @@ class _BilinearXi(XiModule):
         empty = torch.isneginf(logits).all(-1, keepdim=True)  # a query with no key left: a zero row (as SDPA)
         return torch.where(empty, 0.0, torch.softmax(torch.where(empty, 0.0, logits), dim=-1))
 
-    def apply(self, z, q, c, aux, kernel: str | None = None):
+    def apply(self, z, q, c, aux, attend=None):
+        """``A z``; with softmax by ``attend(qq, kk, z, aux)`` (the kernel op's bound method; default :meth:`attend`)."""
         if not self.hp.softmax:
             return self.matrix(q, c, aux) @ z
         qq, kk = self._qk(q, c, aux)
         if qq.shape[-1] != kk.shape[-1]:  # pragma: no cover - shapes are checked statically
             raise RuntimeError("query/key width mismatch")
-        return self.attend(qq, kk, z, aux, kernel)
+        return (attend or self.attend)(qq, kk, z, aux)
 
-    def attend(self, qq, kk, values, aux, kernel: str | None = None):
-        """softmax(qq kkᵀ · scale + masks) · values, ``[..., Nq, r]`` × ``[..., Nc, r]`` × ``[..., Nc, n]``, by the
-        kernel op the optimiser chose: ``sdpa_causal`` (SDPA's is_causal: the causal mask is the only one),
-        ``flex_attention`` (FlexAttention's band block mask; its declared fallback ``sdpa_band`` where gradients
-        are needed, for float64 or short sequences), else SDPA with every mask as one additive mask."""
-        if kernel == "sdpa_causal" and self.hp.window is None:  # top-left aligned = triu(1) blocked; a band isn't
-            return _sdpa(qq, kk, values, None, True, self.scale)
-        if (kernel == "flex_attention" and flex_op.supported(qq, kk, values)
-                and flex_op.worthwhile(qq.shape[-2], kk.shape[-2], self.hp.window)):
-            kk, values = _repeat_kv(qq, kk), _repeat_kv(qq, values)
-            return windowed_flex_attention(qq, kk, values, self.hp.window, self.hp.causal, self.scale)
+    def attend(self, qq, kk, values, aux):
+        """softmax(qq kkᵀ · scale + masks) · values, ``[..., Nq, r]`` × ``[..., Nc, r]`` × ``[..., Nc, n]``: SDPA with
+        every mask as one additive mask."""
         self._check_masks(aux, qq.shape[0] if qq.dim() >= 3 else 1, qq.shape[-2], kk.shape[-2])
         mask = self._additive_mask(aux, qq.shape[-2], kk.shape[-2], qq.dtype, qq.device, all_heads=qq.dim() == 4)
         if mask is not None and qq.dim() == 4 and mask.dim() == 3:
             mask = mask.unsqueeze(1)  # [B, 1, Nq|1, Nc]: broadcast over heads
         return _sdpa(qq, kk, values, mask, False, self.scale)
+
+    def attend_causal(self, qq, kk, values, aux):
+        """Kernel op ``sdpa_causal``: SDPA's is_causal (top-left aligned: triu(1) blocked), the only mask."""
+        return _sdpa(qq, kk, values, None, True, self.scale)
+
+    def attend_window(self, qq, kk, values, aux):
+        """Kernel op ``flex_attention``: FlexAttention's band block mask (key/value groups repeated per head)."""
+        kk, values = _repeat_kv(qq, kk), _repeat_kv(qq, values)
+        return windowed_flex_attention(qq, kk, values, self.hp.window, self.hp.causal, self.scale)
 
 
 def _grouped(qq, kk) -> bool:

@@ -3,32 +3,22 @@ mask; H identical softmax-bilinear heads as one batched scaled_dot_product_atten
 
 from __future__ import annotations
 
+from rpn2c.components.xi_attention import FLEX_ATTENTION, SDPA_CAUSAL
+from rpn2c.ir.kernels import offered
 from rpn2c.ir.layout import attention_heads
 from rpn2c.passes.cost import Cost, size
 from rpn2c.passes.rewrite import Match
-from rpn2c.passes.rule import P, Rule, Site, to
+from rpn2c.passes.rule import P, Rule, Site, makes, to
 
 
 def _fusable(s: Site) -> bool:
     return attention_heads(s.node.layer, s.node.trace["heads"])
 
 
-def _causal_only(s: Site) -> bool:
+def _only(s: Site, kernel) -> bool:
+    """The head's one ξ is an instance ξ implementing ``kernel``, which applies to it."""
     xi = s.head.xi.get("xi_instance")
-    if xi is None or xi.name not in ("low_rank_bilinear", "bilinear"):
-        return False
-    hp = xi.component.hp
-    return (hp.softmax and hp.causal and hp.attn_mask is None and hp.key_padding is None
-            and hp.window is None and len(s.head.xi) == 1)
-
-
-def _window_only(s: Site) -> bool:
-    xi = s.head.xi.get("xi_instance")
-    if xi is None or xi.name not in ("low_rank_bilinear", "bilinear"):
-        return False
-    hp = xi.component.hp
-    return (hp.softmax and hp.window is not None and hp.attn_mask is None and hp.key_padding is None
-            and len(s.head.xi) == 1)
+    return xi is not None and len(s.head.xi) == 1 and offered(xi.component, kernel)
 
 
 def _window_cost(s: Site) -> Cost:
@@ -46,6 +36,7 @@ def _instance(t) -> bool:
     return t.info.get("slot") == "xi_instance"
 
 
+@makes("fused_sdpa")
 def _horizontal(m: Match):
     """``fuse_heads(h…)`` → ``fused_sdpa(h…)``: one kernel over the heads, which stay as its arguments (their
     own rules — causal masks, ψ order — still apply inside)."""
@@ -53,19 +44,19 @@ def _horizontal(m: Match):
 
 
 ATTENTION_RULES: tuple[Rule, ...] = (
-    Rule("causal_sdpa", "head", "mask", _causal_only,
+    Rule("causal_sdpa", "head", "mask", lambda s: _only(s, SDPA_CAUSAL),
          "a causal mask and no other: scaled_dot_product_attention(is_causal=True), the kernel skips the blocked "
          "half instead of adding a materialised -inf mask",
          "RPN 2 §6.4; torch SDPA is_causal (top-left aligned: item t sees items <= t)", benefit=1,
-         pattern=P(("xi", "xi_kernel"), "k", where=_instance), rewrite=to("sdpa_causal")),
-    Rule("flex_window", "head", "mask", _window_only,
+         pattern=P(("xi", "xi_kernel"), "k", where=_instance), rewrite=to(SDPA_CAUSAL)),
+    Rule("flex_window", "head", "mask", lambda s: _only(s, FLEX_ATTENTION),
          "a local window |i − j| <= k (optionally causal) and no other mask: FlexAttention with a band block mask "
          "computes only the 128-item blocks that meet the band (the op rpn2c::window_attention, mask built once "
          "per size) where no gradient is needed and the band skips at least half the blocks; elsewhere (training: "
          "torch 2.13 has no CPU backward; float64; short sequences) SDPA with the band mask from item indices",
          "RPN 2 §6.4 attention as bilinear ξ with a structured mask; torch FlexAttention (block-sparse masks)",
          benefit=1, cost=_window_cost, pattern=P(("xi", "xi_kernel"), "k", where=_instance),
-         rewrite=to("flex_attention")),
+         rewrite=to(FLEX_ATTENTION)),
     Rule("fused_heads", "layer", "heads", _fusable,
          "H identical attention heads (packed parameters, as nn.MultiheadAttention): Q, K and V by one GEMM on "
          "the layer input (one per distinct input), rotary positions (where ξ has them) turning Q and K per head, "

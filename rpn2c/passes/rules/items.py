@@ -12,6 +12,8 @@ gather/scatter.
 
 from __future__ import annotations
 
+from rpn2c.components.xi_graph import SPMM
+from rpn2c.ir.kernels import offered
 from rpn2c.ir.terms import KEY_CHANNEL
 from rpn2c.passes.cost import HINTS, Cost, size
 from rpn2c.passes.rewrite import Match
@@ -41,7 +43,7 @@ def _share_cost(s: Site) -> Cost:
 
 
 def _graph_xi(s: Site) -> bool:
-    return _items(s) and any(u.component.graph_operator for u in s.head.xi.values())
+    return _items(s) and any(offered(u.component, SPMM) for u in s.head.xi.values())
 
 
 def _spmm_cost(s: Site) -> Cost:
@@ -66,7 +68,7 @@ def _structured(t) -> bool:
 
 
 def _graph_term(t) -> bool:
-    return t.info["use"].component.graph_operator
+    return offered(t.info["use"].component, SPMM)
 
 
 def _reorder(m: Match):
@@ -116,5 +118,5 @@ ITEMS_RULES: tuple[Rule, ...] = (
          "hop, its transpose in the backward: no [E, K] message tensors and no normalisation per call; "
          "gather/scatter_add remains for edge weights that need gradients",
          "RPN 2 eq (81)-(84); other_seeds §sparse-matrix view (ξ as a sparse matrix)", benefit=1, cost=_spmm_cost,
-         pattern=P(("xi", "xi_kernel"), "k", where=_graph_term), rewrite=to("spmm")),
+         pattern=P(("xi", "xi_kernel"), "k", where=_graph_term), rewrite=to(SPMM)),
 )
