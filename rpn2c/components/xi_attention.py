@@ -14,7 +14,7 @@ from pydantic import Field
 
 from rpn2c.components.base import Interdependence, ShapeRuleError
 from rpn2c.components.registry import HP, ValueRef, register
-from rpn2c.ir.kernels import ATTEND_ARGS, Fallback, Kernel, Predicate
+from rpn2c.ir.kernels import ATTEND_ARGS, XI_ARGS, Fallback, Kernel, Predicate
 from rpn2c.ir.types import dim_mul, is_head_bias
 
 
@@ -83,7 +83,7 @@ SDPA_CAUSAL = Kernel("sdpa_causal", ATTEND_ARGS, "attend_causal", Predicate(
 # kernel op ``flex_attention`` (rule flex_window): FlexAttention's band block mask, SDPA with the band elsewhere
 FLEX_ATTENTION = Kernel("flex_attention", ATTEND_ARGS, "attend_window", Predicate(
     lambda xi: _no_input_mask(xi.hp) and xi.hp.window is not None,
-    "softmax attention whose only mask is a local window (optionally causal)"), Fallback("attend", Predicate(
+    "softmax attention whose only mask is a local window (optionally causal)"), Fallback("sdpa_band", Predicate(
         _flex_falls_back, "gradients are needed, the dtype is not float32/float16/bfloat16 (float64), the device "
                           "is neither CPU nor CUDA, FlexAttention cannot be compiled (no C++ toolchain), or the band "
                           "skips fewer than half of the key blocks")))
@@ -174,6 +174,51 @@ class Bilinear(_BilinearBase):
 
         return _BilinearXi(self.hp, ctx.query_features, self.key_features(ctx), None, ctx.aux,
                            self.rotary_dims(ctx), ctx.head)
+
+
+class _LinearAttentionHP(HP):
+    rank: int = Field(..., ge=1, description="width r of the mapped queries and keys φ(X W_q), φ(C W_k)")
+    causal: bool = Field(False, description="item t attends only to items <= t")
+
+
+# kernel op ``linear_attention`` (rule linear_attention): A z by associativity, never the N x N matrix
+LINEAR_ATTENTION = Kernel("linear_attention", XI_ARGS, "associative", Predicate(
+    lambda xi: True, "every linear attention: φ(Q)(φ(K)ᵀ z) equals A z for any mask it takes"))
+
+
+@register
+class LinearAttention(Interdependence):
+    """Linear attention ξ: A = D⁻¹(φ(X W_q) φ(C W_k)ᵀ ⊙ M), φ = elu + 1, M all ones or causal, D the row sums (Katharopoulos et al. 2020).
+
+    The rows are positive weights summing to 1, as softmax attention's, with the kernel φ(q)·φ(k) in place of
+    exp(q·k). Default lowering: kernel op ``linear_attention``, ``φ(Q)(φ(K)ᵀ z)`` over ``φ(Q)(φ(K)ᵀ 1)`` (causal:
+    prefix sums over the items), O(N·r·n), never the N x N matrix; the reference lowering builds A.
+    """
+
+    name, family = "linear_attention", "interdependence"
+    axes = ("instance",)
+    kind = "data"
+    HP = _LinearAttentionHP
+    example_call = "linear_attention(rank = 2)"
+    kernels = (LINEAR_ATTENTION,)
+
+    def out_size(self, ctx):
+        if self.hp.causal and ctx.query_items is not None and str(ctx.query_items) != str(ctx.size):
+            raise ShapeRuleError(f"a causal linear attention reads its own items: {ctx.query_items} queries but "
+                                 f"{ctx.size} keys")
+        return ctx.size
+
+    def scratch(self, ctx):
+        """The mapped queries and keys, ``rank`` wide per item."""
+        return dim_mul(2 * self.hp.rank, ctx.size)
+
+    def count(self, ctx):
+        return (ctx.query_features + ctx.context_features) * self.hp.rank
+
+    def build(self, ctx):
+        from rpn2c.components.impl.xi_attention import _LinearAttentionXi
+
+        return _LinearAttentionXi(self.hp, ctx.query_features, ctx.context_features)
 
 
 def windowed_flex_attention(qq, kk, values, window: int, causal: bool, scale: float):

@@ -57,6 +57,7 @@ CHAIN = _use("chain", "interdependence")
 GRAPH = _use("graph", "interdependence", edges=ValueRef("edges"))
 CAUSAL = _use("bilinear", "interdependence", causal=True)
 WINDOW = _use("bilinear", "interdependence", window=2)
+LINEAR_ATTN = _use("linear_attention", "interdependence", rank=2, causal=True)
 PARAM_XI = _use("parameterized", "interdependence")
 PARAM_XI_AFFINE = _use("parameterized", "interdependence", bias=True)
 XI_ID = _use("identity", "interdependence")
@@ -146,6 +147,8 @@ CASES: tuple[Case, ...] = (
        "sdpa_causal[bilinear](expand[chebyshev](input(x)))", {XI}),
     _c("flex_window", lambda b: b.xi(b.expand(b.x()), WINDOW, op="xi_kernel", prov=("structured_xi",)),
        "flex_attention[bilinear](expand[chebyshev](input(x)))", {XI}, ("structured_xi", "flex_window")),
+    _c("linear_attention", lambda b: b.xi(b.expand(b.x()), LINEAR_ATTN),
+       "linear_attention[linear_attention](expand[chebyshev](input(x)))", {XI}),
     _c("fused_heads", lambda b: b.layer("fuse_heads", b.head(b.x(), head="a"), b.head(b.x(), head="b"),
                                         what="concat_linear"),
        f"fused_sdpa[concat_linear]({TWO_HEADS})", {LAYER}),
@@ -207,6 +210,7 @@ MISSES: tuple[Miss, ...] = (
     Miss("causal_sdpa", lambda b: b.xi(b.x(), CAUSAL, slot="xi_instance_prior"), "prior instance slot"),
     Miss("flex_window", lambda b: b.xi(b.x(), WINDOW, slot="xi_attribute_post"), "attribute post slot"),
     Miss("flex_window", lambda b: b.expand(b.x()), "not a ξ"),
+    Miss("linear_attention", lambda b: b.xi(b.x(), CAUSAL), "softmax attention, not linear"),
     Miss("fused_heads", lambda b: b.t("fuse_channels", b.head(b.x(), 0), b.head(b.x(), 1), use=CONCAT),
          "channels, not heads"),
     Miss("stacked_heads", lambda b: b.t("fuse_channels", b.head(b.x(), 0), b.head(b.x(), 1), use=CONCAT),

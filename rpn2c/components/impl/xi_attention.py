@@ -13,7 +13,7 @@ from rpn2c.components.impl.base import XiModule
 from rpn2c.components.xi_attention import default_scale, windowed_flex_attention
 from rpn2c.errors import InputError
 from rpn2c.ir.types import is_head_bias
-from rpn2c.functional import rotary, structure
+from rpn2c.functional import linear_attention, rotary, structure
 
 
 class _BilinearXi(XiModule):
@@ -148,6 +148,8 @@ class _BilinearXi(XiModule):
             mask = mask.unsqueeze(1)  # [B, 1, Nq|1, Nc]: broadcast over heads
         return _sdpa(qq, kk, values, mask, False, self.scale)
 
+    sdpa_band = attend  # ``flex_attention``'s declared fallback: the band as SDPA's additive mask
+
     def attend_causal(self, qq, kk, values, aux):
         """Kernel op ``sdpa_causal``: SDPA's is_causal (top-left aligned: triu(1) blocked), the only mask."""
         return _sdpa(qq, kk, values, None, True, self.scale)
@@ -156,6 +158,28 @@ class _BilinearXi(XiModule):
         """Kernel op ``flex_attention``: FlexAttention's band block mask (key/value groups repeated per head)."""
         kk, values = _repeat_kv(qq, kk), _repeat_kv(qq, values)
         return windowed_flex_attention(qq, kk, values, self.hp.window, self.hp.causal, self.scale)
+
+
+class _LinearAttentionXi(XiModule):
+    """``A = D⁻¹(φ(q W_q) φ(c W_k)ᵀ ⊙ M)`` (:mod:`rpn2c.functional.linear_attention`)."""
+
+    axis = "instance"
+
+    def __init__(self, hp, mq, mc):
+        super().__init__()
+        self.hp = hp
+        self.w_q = nn.Parameter(torch.empty(mq, hp.rank).uniform_(-1 / math.sqrt(mq), 1 / math.sqrt(mq)))
+        self.w_k = nn.Parameter(torch.empty(mc, hp.rank).uniform_(-1 / math.sqrt(mc), 1 / math.sqrt(mc)))
+
+    def _features(self, q, c):
+        return linear_attention.feature_map(q @ self.w_q), linear_attention.feature_map(c @ self.w_k)
+
+    def matrix(self, q, c, aux, size=None):
+        return linear_attention.linear_attention_matrix(*self._features(q, c), self.hp.causal)
+
+    def associative(self, z, q, c, aux):
+        """Kernel op ``linear_attention``: ``A z`` by associativity, without the matrix."""
+        return linear_attention.linear_attention(*self._features(q, c), z, self.hp.causal)
 
 
 def _grouped(qq, kk) -> bool:

@@ -3,7 +3,7 @@ mask; H identical softmax-bilinear heads as one batched scaled_dot_product_atten
 
 from __future__ import annotations
 
-from rpn2c.components.xi_attention import FLEX_ATTENTION, SDPA_CAUSAL
+from rpn2c.components.xi_attention import FLEX_ATTENTION, LINEAR_ATTENTION, SDPA_CAUSAL
 from rpn2c.ir.kernels import offered
 from rpn2c.ir.layout import attention_heads
 from rpn2c.passes.cost import Cost, size
@@ -36,6 +36,11 @@ def _instance(t) -> bool:
     return t.info.get("slot") == "xi_instance"
 
 
+def _implements(kernel):
+    """A pattern's test: an instance ξ term whose component implements ``kernel``, which applies to it."""
+    return lambda t: _instance(t) and offered(t.info["use"].component, kernel)
+
+
 @makes("fused_sdpa")
 def _horizontal(m: Match):
     """``fuse_heads(h…)`` → ``fused_sdpa(h…)``: one kernel over the heads, which stay as its arguments (their
@@ -57,6 +62,12 @@ ATTENTION_RULES: tuple[Rule, ...] = (
          "RPN 2 §6.4 attention as bilinear ξ with a structured mask; torch FlexAttention (block-sparse masks)",
          benefit=1, cost=_window_cost, pattern=P(("xi", "xi_kernel"), "k", where=_instance),
          rewrite=to(FLEX_ATTENTION)),
+    Rule("linear_attention", "head", "attention", lambda s: _only(s, LINEAR_ATTENTION),
+         "a linear attention ξ: φ(Q)(φ(K)ᵀ z) over φ(Q)(φ(K)ᵀ 1) by associativity (causal: prefix sums over the "
+         "items), O(N·r·n) work and memory instead of building the N x N matrix",
+         "Katharopoulos et al. 2020 (Transformers are RNNs) eq (4)-(6); RPN 2 §6.4 attention as a data ξ",
+         benefit=2, pattern=P(("xi", "xi_kernel"), "k", where=_implements(LINEAR_ATTENTION)),
+         rewrite=to(LINEAR_ATTENTION)),
     Rule("fused_heads", "layer", "heads", _fusable,
          "H identical attention heads (packed parameters, as nn.MultiheadAttention): Q, K and V by one GEMM on "
          "the layer input (one per distinct input), rotary positions (where ξ has them) turning Q and K per head, "
