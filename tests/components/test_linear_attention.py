@@ -9,12 +9,12 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 from torch.testing import assert_close
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import rpn2c
 from rpn2c.errors import SpecError
 from rpn2c.lower.build import CompiledModel
 from rpn2c.passes import optimize
+from tests.components.test_xi_structural import _Shapes
 
 
 def _spec(n: int, rank: int, causal: bool, context: bool = False) -> str:
@@ -40,18 +40,6 @@ def _by_hand(model, x, c, causal):
         w = torch.stack([(qf[:, t] * kf[:, s]).sum(-1) for s in keys], 1)  # [B, keys]
         rows.append((w[:, :, None] * c[:, keys]).sum(1) / w.sum(1, keepdim=True))
     return torch.stack(rows, 1) @ model.y.psi.weight.T + model.y.bias
-
-
-class _Shapes(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.shapes = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if isinstance(out, torch.Tensor):
-            self.shapes.append(tuple(out.shape))
-        return out
 
 
 @settings(deadline=None, max_examples=12)
