@@ -84,6 +84,7 @@ class Component:
     example_call: ClassVar[str] = ""  # how the example writes this entry, e.g. ``patch_max(size = 2)``
     compile_limitation: ClassVar[str | None] = None  # why fullgraph torch.compile fails (a torch limitation)
     reads_tokens: ClassVar[bool] = False  # an op that may read integer token ids (the checker refuses all others)
+    lowering_aware: ClassVar[bool] = False  # ``build`` takes ``reference=`` (the literal or the default form)
     kernels: ClassVar[tuple] = ()  # the kernel ops it implements (``rpn2c.ir.kernels.Kernel``), its module's methods
 
     def __init__(self, hp: HP):

@@ -94,7 +94,7 @@ class CompiledModel(nn.Module):
             return RecurrentModule(node.layer, x.features, node.trace["recurrent"], op)
         args = [g.node(preds[f"arg{i}"]).type for i in range(len(preds))]
         comp = node.op.component
-        if getattr(comp, "lowering_aware", False):  # a relation: the literal matrix or the default form
+        if comp.lowering_aware:  # a relation: the literal matrix or the default form
             return comp.build(args, reference=self.reference)
         return comp.build(args) if node.op.component.family == "op" else comp.build(args[0])
 

@@ -177,7 +177,7 @@ def _declared_kernel(t: Term, s: Site):
 
 def own_aux(m, aux: dict) -> dict:
     """The layer's extra inputs (keyed by value id) as ``m`` reads them: keyed by its hyper-parameter names."""
-    return {k: aux[v] for k, v in getattr(m, "aux_keys", {}).items() if v in aux}
+    return {k: aux[v] for k, v in m.aux_keys.items() if v in aux}
 
 
 # ------------------------------------------------------------------------------------------------ κ, ψ, bias
