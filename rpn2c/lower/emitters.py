@@ -72,14 +72,11 @@ def _process(t: Term, s: Site):
     if s.fn is not None:  # an activation: the function, no module call
         fn = s.fn
         return lambda layer, y: fn(y)
-    where = t.key[1:]
-    if where[0] == "pre":
-        i = where[1]
+    stage, i = t.key.stage, t.key.index
+    if stage == "pre":
         return lambda layer, y: layer.pre[i](y)
-    if t.info.get("head") is not None:  # a head's own processing, before the head fusion
-        i = where[-1]
+    if stage == "head":  # a head's own processing, before the head fusion
         return lambda layer, y: s.holder(layer).head_post[i](y)
-    i = where[0]
     return lambda layer, y: layer.post[i](y)
 
 

@@ -51,7 +51,7 @@ def layer_program(node, preds: dict, multi: bool, grid_out: bool, x_grid: bool,
         if t in index:
             return index[t]
         if t.op == "input":
-            index[t] = ("input", t.key[0])
+            index[t] = ("input", t.key.value)
             return index[t]
         s = site(t)
         roles = signature(EMITTERS[t.op]) if t.op in EMITTERS else _XI_SIGNATURE

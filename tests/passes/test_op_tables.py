@@ -82,7 +82,8 @@ def test_no_component_module_reads_a_kernel_name():
             if isinstance(node, ast.Compare):  # ``kernel == "spmm"``, ``t.op in ("conv", …)`` (not ``style == "conv"``)
                 parts = [n for side in (node.left, *node.comparators) for n in ast.walk(side)]
                 consts = {c.value for c in parts if isinstance(c, ast.Constant)}
-                subject = {getattr(n, "id", getattr(n, "attr", "")) for n in parts if isinstance(n, (ast.Name, ast.Attribute))}
+                subject = {getattr(n, "id", getattr(n, "attr", "")) for n in parts
+                           if isinstance(n, (ast.Name, ast.Attribute))}
                 if consts & names and any("kernel" in w or w == "op" for w in subject):
                     found.append(f"{path.name}:{node.lineno}")
             if isinstance(node, ast.arg) and node.arg == "kernel":

@@ -21,7 +21,7 @@ import rpn2c.components  # noqa: F401  (registration)
 from rpn2c.components.registry import lookup
 from rpn2c.errors import Span
 from rpn2c.ir.graph import Use
-from rpn2c.ir.terms import KEY_CHANNEL, Term, TermTable, render
+from rpn2c.ir.terms import HeadKey, InputKey, Term, TermTable, render
 from rpn2c.ir.types import ValueRef
 from rpn2c.passes.rewrite import rewrite
 from rpn2c.passes.rule import P, Rule
@@ -75,11 +75,11 @@ class Build:
         self.tab = TermTable()
 
     def x(self, name: str = "x") -> Term:
-        return self.tab.make("input", (), (name,), {"name": name})
+        return self.tab.make("input", (), InputKey(name), {"name": name})
 
     def t(self, op, *args, use=None, what=None, channel=None, head="h", line=0, prov=(), **extra) -> Term:
         name = use.name if use is not None else what
-        key = ("y", head, op, extra.get("slot"), channel, name)
+        key = HeadKey("y", head, op, extra.get("slot"), channel, name)
         info = {"node": "y", "head": head, "what": name, "use": use, "channel": channel, **extra}
         return self.tab.make(op, args, key, info, (_span(line),) if line else (), prov)
 
@@ -333,7 +333,7 @@ def test_channels_share_one_interned_kappa_after_shared_kappa():
     assert len(expands(root)) == 3
     after, fired = _run(root, [RULE["shared_kappa"], RULE["linear"]])
     (kappa,) = expands(after)
-    assert kappa.key[KEY_CHANNEL] is None and kappa.prov == ("shared_kappa",)
+    assert kappa.key.channel is None and kappa.prov == ("shared_kappa",)
     assert all(ch.args[0] is kappa for ch in after.args)  # one object, read by every channel
     assert render(after) == ("%1 = expand[chebyshev](input(x)); "
                              "fuse_channels[concat](linear[tied](%1), linear[tied](%1), linear[tied](%1))")

@@ -131,7 +131,7 @@ class _BilinearXi(XiModule):
         return torch.where(empty, 0.0, torch.softmax(torch.where(empty, 0.0, logits), dim=-1))
 
     def apply(self, z, q, c, aux, attend=None):
-        """``A z``; with softmax by ``attend(qq, kk, z, aux)`` (the kernel op's bound method; default :meth:`attend`)."""
+        """``A z``; with softmax by ``attend(qq, kk, z, aux)`` (a kernel's bound method; default :meth:`attend`)."""
         if not self.hp.softmax:
             return self.matrix(q, c, aux) @ z
         qq, kk = self._qk(q, c, aux)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from rpn2c.components.xi_graph import SPMM
 from rpn2c.ir.kernels import offered
-from rpn2c.ir.terms import KEY_CHANNEL
 from rpn2c.passes.cost import HINTS, Cost, size
 from rpn2c.passes.rewrite import Match
 from rpn2c.passes.rule import P, Rule, Site, to
@@ -80,8 +79,7 @@ def _reorder(m: Match):
 def _one_kappa(m: Match):
     """The channel index leaves the ``expand`` term: every channel's term is then the same (interned) one."""
     t = m.root
-    key = tuple(None if i == KEY_CHANNEL else v for i, v in enumerate(t.key))
-    return m.rebuild(t, key=key, prov=(m.rule,))
+    return m.rebuild(t, key=t.key._replace(channel=None), prov=(m.rule,))
 
 
 ITEMS_RULES: tuple[Rule, ...] = (
@@ -96,7 +94,7 @@ ITEMS_RULES: tuple[Rule, ...] = (
          lambda s: _items(s) and s.head.channels > 1 and _xi_paramless(s) and "xi_instance" not in s.head.xi,
          "parameter-free ξ before κ: κ_ξ(X) is the same for every channel, computed once",
          "RPN 2 eq (30) multi-channel heads", benefit=1, cost=_share_cost,
-         pattern=P("expand", "z", where=lambda t: t.key[KEY_CHANNEL] is not None), rewrite=_one_kappa),
+         pattern=P("expand", "z", where=lambda t: t.key.channel is not None), rewrite=_one_kappa),
     Rule("linear", "head", "psi",
          lambda s: ((_items(s) or (s.trace.view == "grid" and not s.trace.grid_kappa))
                     and s.head.psi.name == "identity" and s.head.groups == 1
