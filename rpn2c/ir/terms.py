@@ -108,6 +108,8 @@ def _detailed_label(t: Term) -> str:
     """The label with the κ and ψ a kernel op absorbed (``conv[tied; κ=chebyshev]``), when not the identity."""
     parts = [f"{_ABSORBED[op]}={what}" for op, what in t.info.get("absorbed", ())
              if op in _ABSORBED and what not in _NO_OP]
+    if t.info.get("arg") is not None:  # a kernel op's typed argument, fixed by its rule
+        parts.append(str(t.info["arg"]))
     if not parts:
         return t.label
     what = t.info.get("what")

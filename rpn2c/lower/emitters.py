@@ -99,14 +99,9 @@ def _head_posts(layer, outs):
 
 @reads("query", "context", "aux")
 def _fused_sdpa(t: Term, s: Site):
-    """H packed attention heads (``lower/attention.py``): args (query, data, aux). The mask kernel the heads'
-    terms name (``sdpa_causal``, ``flex_attention``, plain ``xi_kernel``) is the one that runs."""
-    kernel = next((k for u in t.walk() if u.info.get("use") is not None
-                   for k in [declared(u.info["use"].component, u.op)] if k is not None), None)
-    # the fusion's GEMM reads the heads' outputs directly unless a head has its own processing (the layer's
-    # pre-processing of the query, also a process term under the heads, does not count)
-    head_post = any(u.op == "process" and u.info.get("head") is not None for u in t.walk())
-    fuse_out = t.info["what"] == "concat_linear" and not head_post
+    """H packed attention heads (``lower/attention.py``): args (query, data, aux); the attention kernel and the
+    fusion's form are the rule's typed argument (``rules/attention.FusedHeads``)."""
+    kernel, fuse_out = t.info["arg"].kernel, t.info["arg"].fuse_out
 
     def run(layer, q, data, aux):
         out = packed_attention(layer, q, data, own_aux(layer.first_attention, aux), layer._fold_v_bias, fuse_out,

