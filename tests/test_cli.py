@@ -164,10 +164,15 @@ def test_explain_shows_identical_heads_once_and_the_kappa_a_kernel_absorbed(caps
     code, out, _ = run(capsys, "explain", str(spec))
     assert code == 0 and "  rewritten  conv[tied; κ=chebyshev](input(g))" in out
     code, out, _ = run(capsys, "explain", str(ROOT / "specs" / "transformer.rpn"))
-    assert "fuse_heads[concat_linear](4 × bias[tied](" in out and "fused_sdpa[concat_linear](4 × bias[tied](" in out
+    # packed attention heads run as one kernel on the layer input: the heads' terms, which do not run, are not shown
+    assert "fuse_heads[concat_linear](4 × bias[tied](" in out and "fused_sdpa[concat_linear; 4 heads](input(x))" in out
+    heads = tmp_path / "h.rpn"
+    heads.write_text("model h {\n  input x: sequence[B, 5, 4]\n  y = head(x) {\n    heads = 4\n    kappa = chebyshev(d = 3)"
+                     "\n    xi_instance = chain(hops = 2)\n    out = 2\n    fusion = concat\n  }\n  return y\n}\n")
+    code, out, _ = run(capsys, "explain", str(heads))
     assert "  order      project_first × 4 heads [h0, h1, h2, h3]   defined at" in out
     assert "[head h1]" not in out
-    code, out, _ = run(capsys, "explain", str(ROOT / "specs" / "transformer.rpn"), "--format", "json")
+    code, out, _ = run(capsys, "explain", str(heads), "--format", "json")
     node = json.loads(out)["nodes"][0]  # the record for tools keeps every head
-    assert node["rewritten"].count("xi_kernel[low_rank_bilinear]") == 4
+    assert node["rewritten"].count("xi_kernel[chain]") == 4
     assert [d["head"] for d in node["decisions"] if d["rule"] == "project_first"] == ["h0", "h1", "h2", "h3"]

@@ -485,7 +485,7 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span, label: 
                 raise LayerShapeError(
                     f"a head over {data} needs xi_attribute = grid_patch(...) (a convolution), a patch compression "
                     "κ with psi = eye (pooling), or flatten() first", span)
-            if not (kappa.elementwise or getattr(kappa, "any_grid_size", False)) and \
+            if not (kappa.elementwise or kappa.any_grid_size) and \
                     not all(is_known(s) for s in data.spatial):
                 raise LayerShapeError(f"'{h.kappa.name}' pools fixed patches: it needs known grid sizes, got {data}",
                                       h.kappa.span if h.kappa.span.line >= 1 else span)

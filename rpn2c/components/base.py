@@ -66,8 +66,22 @@ GRID_IMAGE, GRID_VOLUME = "image[B, 2, 6, 6]", "volume[B, 2, 4, 4, 4]"
 class Kappa(Component):
     """Data transformation κ: expansion (D >= m) or compression (D <= m), on the last (feature) axis."""
 
-    elementwise: ClassVar[bool] = False  # κ acts on each attribute alone, giving `degree` outputs each
     grid_only: ClassVar[bool] = False  # needs grid features (patch pooling)
+    any_grid_size: ClassVar[bool] = False  # a grid κ whose output grid is fixed: the input's may be symbolic
+
+    @property
+    def elementwise(self) -> bool:
+        """κ acts on each attribute alone, giving ``degree`` outputs each (its hyper-parameters may decide)."""
+        return False
+
+    def native_pooling(self, rank: int) -> bool:
+        """A patch compression torch's pooling computes natively on a ``rank``-D grid (rule ``pool``)."""
+        return False
+
+    def stacked_basis(self, x: torch.Tensor, axis: int) -> torch.Tensor | None:
+        """Elementwise κ: the degrees computed straight into a new axis ``axis`` of ``x``, or None (then
+        ``basis`` and a copy)."""
+        return None
 
     @classmethod
     def example_template(cls) -> str:
@@ -198,7 +212,6 @@ class Interdependence(Component):
     # (absent when ``full``), biases ``b_q``, ``b_k`` and ``attend(q, k, v, aux)``; identical heads of a layer
     # store these packed (``rpn2c/ir/layout.py``)
     attention: ClassVar[bool] = False
-    graph_operator: ClassVar[bool] = False  # propagates over an edge list: can run as SpMM (rule graph_spmm)
     shareable: ClassVar[bool] = False  # depends only on its named inputs: computed once per forward (shared_xi)
 
     @classmethod

@@ -104,7 +104,7 @@ BY_MODULE = {
             'graph',
         ),
         'xi_attention': (
-            'low_rank_bilinear', 'attention', 'bilinear',
+            'low_rank_bilinear', 'attention', 'bilinear', 'linear_attention',
         ),
         'xi_kernels': (
             'kl_divergence', 'pearson_correlation', 'pearson', 'rv_coefficient', 'mutual_information',

@@ -63,7 +63,7 @@ class FunctionalKappa(Kappa):
         return self.table[self.name]
 
     @property
-    def elementwise(self) -> bool:  # type: ignore[override]
+    def elementwise(self) -> bool:
         return self.spec.is_elementwise(**self.kw)
 
     def degree(self) -> int:
@@ -371,7 +371,7 @@ class Composite(Kappa):
         return [p.component for p in self.parts]
 
     @property
-    def elementwise(self) -> bool:  # type: ignore[override]
+    def elementwise(self) -> bool:
         return all(k.elementwise for k in self.components)
 
     def degree(self) -> int:

@@ -84,6 +84,8 @@ class Component:
     example_call: ClassVar[str] = ""  # how the example writes this entry, e.g. ``patch_max(size = 2)``
     compile_limitation: ClassVar[str | None] = None  # why fullgraph torch.compile fails (a torch limitation)
     reads_tokens: ClassVar[bool] = False  # an op that may read integer token ids (the checker refuses all others)
+    lowering_aware: ClassVar[bool] = False  # ``build`` takes ``reference=`` (the literal or the default form)
+    kernels: ClassVar[tuple] = ()  # the kernel ops it implements (``rpn2c.ir.kernels.Kernel``), its module's methods
 
     def __init__(self, hp: HP):
         self.hp = hp
@@ -295,6 +297,18 @@ def unknown_hint(name: str, families: tuple[str, ...] | None = None, extra: Iter
     """The help for an unknown component ``name``: :func:`synonym_hint`, else the closest names among the entries
     of ``families`` and ``extra`` (blocks)."""
     return synonym_hint(name, families) or did_you_mean(name, [*names(families), *extra])
+
+
+def kernels() -> dict[str, Any]:
+    """Every kernel op a component declares, by name (``rpn2c.ir.kernels.Kernel``): the op table's ξ kernels.
+    Loads every family."""
+    load_all()
+    out: dict[str, Any] = {}
+    for e in all_entries():
+        for k in e.cls.kernels:
+            if out.setdefault(k.name, k) is not k:
+                raise ValueError(f"kernel op {k.name!r} is declared twice ({e.name})")
+    return out
 
 
 def all_entries() -> list[Entry]:

@@ -14,6 +14,7 @@ from pydantic import Field
 
 from rpn2c.components.base import Interdependence, ShapeRuleError
 from rpn2c.components.registry import HP, ValueRef, register
+from rpn2c.ir.kernels import ATTEND_ARGS, XI_ARGS, Fallback, Kernel, Predicate
 from rpn2c.ir.types import dim_mul, is_head_bias
 
 
@@ -67,10 +68,35 @@ def _check_head_bias(ctx) -> None:
             raise ShapeRuleError(f"attn_mask {bias} is made for {have} {what}, but the attention has {want}")
 
 
+def _no_input_mask(hp) -> bool:
+    return hp.softmax and hp.attn_mask is None and hp.key_padding is None
+
+
+def _flex_falls_back(m, qq, kk, values, aux) -> bool:
+    """SDPA with the band as a mask instead of FlexAttention: see ``FLEX_ATTENTION.fallback``'s text."""
+    from rpn2c.functional import flex_op
+
+    return not (flex_op.supported(qq, kk, values) and flex_op.worthwhile(qq.shape[-2], kk.shape[-2], m.hp.window))
+
+
+# kernel op ``sdpa_causal`` (rule causal_sdpa): SDPA's is_causal, no materialised mask
+SDPA_CAUSAL = Kernel("sdpa_causal", ATTEND_ARGS, "attend_causal", Predicate(
+    lambda xi: _no_input_mask(xi.hp) and xi.hp.causal and xi.hp.window is None,
+    "softmax attention whose only mask is the causal one"))
+# kernel op ``flex_attention`` (rule flex_window): FlexAttention's band block mask, SDPA with the band elsewhere
+FLEX_ATTENTION = Kernel("flex_attention", ATTEND_ARGS, "attend_window", Predicate(
+    lambda xi: _no_input_mask(xi.hp) and xi.hp.window is not None and xi.hp.window_scores == "block",
+    "softmax attention whose only mask is a local window of blocked scores (optionally causal)"), Fallback("sdpa_band", Predicate(
+        _flex_falls_back, "gradients are needed, the dtype is not float32/float16/bfloat16 (float64), the device "
+                          "is neither CPU nor CUDA, FlexAttention cannot be compiled (no C++ toolchain), or the band "
+                          "skips fewer than half of the key blocks")))
+
+
 class _BilinearBase(Interdependence):
     axes = ("instance",)
     kind = "data"
     attention = True
+    kernels = (SDPA_CAUSAL, FLEX_ATTENTION)
 
     def rank(self, ctx) -> int:
         raise NotImplementedError
@@ -151,6 +177,51 @@ class Bilinear(_BilinearBase):
 
         return _BilinearXi(self.hp, ctx.query_features, self.key_features(ctx), None, ctx.aux,
                            self.rotary_dims(ctx), ctx.head)
+
+
+class _LinearAttentionHP(HP):
+    rank: int = Field(..., ge=1, description="width r of the mapped queries and keys φ(X W_q), φ(C W_k)")
+    causal: bool = Field(False, description="item t attends only to items <= t")
+
+
+# kernel op ``linear_attention`` (rule linear_attention): A z by associativity, never the N x N matrix
+LINEAR_ATTENTION = Kernel("linear_attention", XI_ARGS, "associative", Predicate(
+    lambda xi: True, "every linear attention: φ(Q)(φ(K)ᵀ z) equals A z for any mask it takes"))
+
+
+@register
+class LinearAttention(Interdependence):
+    """Linear attention ξ: A = D⁻¹(φ(X W_q) φ(C W_k)ᵀ ⊙ M), φ = elu + 1, M all ones or causal, D the row sums (Katharopoulos et al. 2020).
+
+    The rows are positive weights summing to 1, as softmax attention's, with the kernel φ(q)·φ(k) in place of
+    exp(q·k). Default lowering: kernel op ``linear_attention``, ``φ(Q)(φ(K)ᵀ z)`` over ``φ(Q)(φ(K)ᵀ 1)`` (causal:
+    prefix sums over the items), O(N·r·n), never the N x N matrix; the reference lowering builds A.
+    """
+
+    name, family = "linear_attention", "interdependence"
+    axes = ("instance",)
+    kind = "data"
+    HP = _LinearAttentionHP
+    example_call = "linear_attention(rank = 2)"
+    kernels = (LINEAR_ATTENTION,)
+
+    def out_size(self, ctx):
+        if self.hp.causal and ctx.query_items is not None and str(ctx.query_items) != str(ctx.size):
+            raise ShapeRuleError(f"a causal linear attention reads its own items: {ctx.query_items} queries but "
+                                 f"{ctx.size} keys")
+        return ctx.size
+
+    def scratch(self, ctx):
+        """The mapped queries and keys, ``rank`` wide per item."""
+        return dim_mul(2 * self.hp.rank, ctx.size)
+
+    def count(self, ctx):
+        return (ctx.query_features + ctx.context_features) * self.hp.rank
+
+    def build(self, ctx):
+        from rpn2c.components.impl.xi_attention import _LinearAttentionXi
+
+        return _LinearAttentionXi(self.hp, ctx.query_features, ctx.context_features)
 
 
 def windowed_flex_attention(qq, kk, values, window: int, causal: bool, scale: float):

@@ -12,6 +12,30 @@ from pydantic import Field
 
 from rpn2c.components.base import Interdependence, edge_messages, graph_example
 from rpn2c.components.registry import HP, ValueRef, register
+from rpn2c.ir.kernels import XI_ARGS, Fallback, Kernel, Predicate
+
+
+def _spmm_falls_back(m, z, q, c, aux) -> bool:
+    """Gather/scatter instead of the SpMM operator: see ``SPMM.fallback``'s text."""
+    import torch
+
+    from rpn2c.functional import structure
+
+    weight = aux.get("weight")
+    if z.dtype not in (torch.float32, torch.float64) or (weight is not None and weight.requires_grad):
+        return True
+    n = z.shape[-2] if m.axis == "instance" else z.shape[-1]
+    return not torch.compiler.is_compiling() and structure.squaring_pays(
+        n, aux["edges"].shape[-1] + n, getattr(m.hp, "hops", 1), z.numel() // max(n, 1))
+
+
+# kernel op ``spmm`` (rule graph_spmm): propagation by the graph's cached SpMM operator, one product per hop
+SPMM = Kernel("spmm", XI_ARGS, "spmm",
+              Predicate(lambda xi: xi.propagates(), "the ξ propagates over its edge list hop by hop"),
+              Fallback("gather_scatter", Predicate(
+                  _spmm_falls_back, "the edge weights need gradients, the dtype is not float32/float64, or (eager) "
+                                    "the graph is small and the hops many enough that repeated squaring of the "
+                                    "dense adjacency costs less")))
 
 
 class _GraphHP(HP):
@@ -42,7 +66,11 @@ class Graph(Interdependence):
     HP = _GraphHP
     example, example_call = graph_example(), "{name}(edges = edges)"
     shareable = True  # the normalised edge list depends only on the named inputs: computed once per forward
-    graph_operator = True  # propagation can run as one SpMM on the built adjacency (rule graph_spmm)
+    kernels = (SPMM,)
+
+    def propagates(self) -> bool:
+        """Propagation runs hop by hop on the edge list (so also as SpMMs on the built adjacency)."""
+        return True
 
     def scratch(self, ctx):
         return edge_messages(ctx)

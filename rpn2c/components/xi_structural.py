@@ -18,7 +18,7 @@ from rpn2c.components.base import (GRID_VOLUME, Interdependence, ShapeRuleError,
 from rpn2c.components.grid import Geometry, IntOrList, PatchHP, _per_axis
 from rpn2c.components.registry import HP, ValueRef, register
 from rpn2c.components.xi import Chain, GridXi, _ChainHP
-from rpn2c.components.xi_graph import Graph, _GraphHP
+from rpn2c.components.xi_graph import SPMM, Graph, _GraphHP
 from rpn2c.functional import structure
 from rpn2c.ir.types import is_known
 
@@ -450,8 +450,9 @@ class PageRank(Interdependence):
     aliases = ("pagerank_graph",)
     HP = _PageRankHP
 
-    @property
-    def graph_operator(self) -> bool:
+    kernels = (SPMM,)
+
+    def propagates(self) -> bool:
         """The power steps run as SpMMs on the built adjacency (rule graph_spmm); ``method = "solve"`` inverts the
         dense matrix built from the edges, so no SpMM runs and the rule must not claim one."""
         return self.hp.method != "solve"

@@ -18,31 +18,48 @@ provenance ``prov`` (the rules that produced it) do not take part in it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from rpn2c.errors import UNKNOWN_SPAN, Span
 from rpn2c.ir.graph import Graph, HeadSpec, Node, slots_after, slots_before
 
 SEMANTIC_OPS = ("input", "xi", "patches", "expand", "reconcile", "bias", "fuse_channels", "fuse_heads",
                 "remainder", "process", "recur")
-KERNEL_OPS = ("conv", "box_sum", "unfold", "gather_patches", "pool", "linear", "xi_kernel", "spmm", "sdpa_causal",
-              "flex_attention", "fused_sdpa", "stacked_linear", "degree_linear", "rnn_fused", "parallel_scan",
-              "time_loop")
+# Kernel ops are what rules rewrite these into: each declared once, by the component that implements it (a ξ
+# kernel: ``rpn2c.ir.kernels.Kernel``, collected by ``rpn2c.components.registry.kernels``) or beside its emitter
+# (``rpn2c.lower.emitters.EMITTERS``); ``tests/passes/test_op_tables.py`` checks the tables against the rules.
 
-# kernel ops whose kernel depends on facts known only at run time: (the form that runs instead, when). Their
-# emitters implement exactly this, and ``rpn2c explain`` prints it beside the op.
-FALLBACKS: dict[str, tuple[str, str]] = {
-    "spmm": ("gather_scatter", "the edge weights need gradients, or the dtype is not float32/float64"),
-    "flex_attention": ("sdpa_band", "gradients are needed, the dtype is float64, FlexAttention cannot be compiled "
-                                    "(no C++ toolchain), or the band skips fewer than half of the key blocks"),
-}
+
+class HeadKey(NamedTuple):
+    """A head term's key: the attributes that make two of its terms different."""
+
+    node: str
+    head: str
+    op: str
+    slot: str | None
+    channel: int | None  # None: one term for every channel (a grid head's κ, or after the rule shared_kappa)
+    component: str | None
+
+
+class ProcessKey(NamedTuple):
+    """A processing term's key: ``stage`` ``pre`` (the layer's input), ``head`` (a head's own processing, before
+    the head fusion) or ``post`` (the layer's output); ``index`` in that list."""
+
+    node: str
+    head: str | None
+    stage: str
+    index: int
+
+
+class InputKey(NamedTuple):
+    value: str  # the value id the layer reads
 
 
 @dataclass(frozen=True)
 class Term:
     op: str
     args: tuple[Term, ...] = ()
-    key: tuple = ()  # the attributes that make two terms different (head, slot, channel, component)
+    key: tuple = ()  # the attributes that make two terms different: a HeadKey, ProcessKey, InputKey or (node,)
     info: dict = field(default_factory=dict, compare=False, hash=False)
     spans: frozenset[Span] = field(default=frozenset(), compare=False, hash=False)
     prov: tuple[str, ...] = field(default=(), compare=False, hash=False)
@@ -77,7 +94,8 @@ class TermTable:
                 self._terms.setdefault(t, t)
 
     def make(self, op: str, args=(), key=(), info=None, spans=(), prov=()) -> Term:
-        t = Term(op, tuple(args), tuple(key), dict(info or {}), frozenset(s for s in spans if s != UNKNOWN_SPAN),
+        key = key if isinstance(key, tuple) else tuple(key)  # a named key (HeadKey, ProcessKey, InputKey) stays named
+        t = Term(op, tuple(args), key, dict(info or {}), frozenset(s for s in spans if s != UNKNOWN_SPAN),
                  tuple(prov))
         return self._terms.setdefault(t, t)
 
@@ -90,6 +108,8 @@ def _detailed_label(t: Term) -> str:
     """The label with the κ and ψ a kernel op absorbed (``conv[tied; κ=chebyshev]``), when not the identity."""
     parts = [f"{_ABSORBED[op]}={what}" for op, what in t.info.get("absorbed", ())
              if op in _ABSORBED and what not in _NO_OP]
+    if t.info.get("arg") is not None:  # a kernel op's typed argument, fixed by its rule
+        parts.append(str(t.info["arg"]))
     if not parts:
         return t.label
     what = t.info.get("what")
@@ -154,7 +174,7 @@ def _info(node: Node, head: str | None, **extra) -> dict[str, Any]:
 
 
 def _input(tab: TermTable, value: str) -> Term:
-    return tab.make("input", (), (value,), {"name": value})
+    return tab.make("input", (), InputKey(value), {"name": value})
 
 
 def layer_inputs(tab: TermTable, node: Node, preds: dict) -> tuple[Term, Term, Term]:
@@ -162,7 +182,7 @@ def layer_inputs(tab: TermTable, node: Node, preds: dict) -> tuple[Term, Term, T
     (or the query). The lowering finds them by equality in the rewritten term."""
     raw = x = _input(tab, preds["x"])
     for i, p in enumerate(node.layer.pre):
-        x = tab.make("process", (x,), (node.id, "pre", i), _info(node, None, what=p.name), (p.span,))
+        x = tab.make("process", (x,), ProcessKey(node.id, None, "pre", i), _info(node, None, what=p.name), (p.span,))
     return raw, x, _input(tab, preds["context"]) if "context" in preds else x
 
 
@@ -176,16 +196,14 @@ def _layer(tab: TermTable, graph: Graph, node: Node) -> Term:
     if spec.pi.name != "zero":
         y = tab.make("remainder", (y, raw), (node.id,), _info(node, None, what=spec.pi.name), (spec.pi.span,))
     for i, p in enumerate(spec.post):
-        y = tab.make("process", (y,), (node.id, i), _info(node, None, what=p.name), (p.span,))
+        y = tab.make("process", (y,), ProcessKey(node.id, None, "post", i), _info(node, None, what=p.name),
+                     (p.span,))
     return y
-
-
-KEY_CHANNEL = 4  # a head term's key is (node, head, op, slot, channel, component): where the channel sits
 
 
 def _head(tab: TermTable, node: Node, h: HeadSpec, t, data: Term) -> Term:
     def make(op, args, use=None, channel=None, what=None, **extra):
-        key = (node.id, h.name, op, extra.get("slot"), channel, use.name if use is not None else what)
+        key = HeadKey(node.id, h.name, op, extra.get("slot"), channel, use.name if use is not None else what)
         info = _info(node, h.name, what=use.name if use is not None else what, use=use, channel=channel, **extra)
         return tab.make(op, args, key, info, (use.span,) if use is not None else (node.span,))
 
@@ -211,5 +229,6 @@ def _head(tab: TermTable, node: Node, h: HeadSpec, t, data: Term) -> Term:
         ys.append(make("bias", (y,), None, c, what=h.bias))
     y = ys[0] if len(ys) == 1 else make("fuse_channels", ys, h.channel_fusion)
     for i, p in enumerate(getattr(h, "post", ())):  # the head's own processing, before the head fusion
-        y = tab.make("process", (y,), (node.id, h.name, "post", i), _info(node, h.name, what=p.name), (p.span,))
+        y = tab.make("process", (y,), ProcessKey(node.id, h.name, "head", i), _info(node, h.name, what=p.name),
+                     (p.span,))
     return y

@@ -137,13 +137,14 @@ def _split_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
     return t.unflatten(-1, (heads, -1)).transpose(-3, -2)
 
 
-def packed_attention(layer, x, data, aux: dict, fold_v_bias: bool, fuse_out: bool, kernel: str | None = None):
+def packed_attention(layer, x, data, aux: dict, fold_v_bias: bool, fuse_out: bool, kernel=None):
     """Kernel op ``fused_sdpa``: the H packed heads of ``layer`` on queries ``x`` and context ``data``; ``aux``:
     the extra inputs (masks, keys) by the ξ's hyper-parameter names.
 
     Returns the concat_linear fusion's output ``[B, Nq, n_out]`` when ``fuse_out``, else the heads' outputs
     (a list of ``[B, Nq, n]``). ``fold_v_bias``: V's bias joins the projection GEMM (no mask can empty a row).
-    ``kernel``: the heads' attention kernel (``sdpa_causal``, ``flex_attention``; None: SDPA with the masks).
+    ``kernel``: the heads' attention kernel (an ``rpn2c.ir.kernels.Kernel`` their ξ declares: ``sdpa_causal``,
+    ``flex_attention``; None: SDPA with the masks).
     """
     pk: PackedHeads = layer.packed
     lay, heads = pk.layout, pk.layout.heads
@@ -183,7 +184,7 @@ def packed_attention(layer, x, data, aux: dict, fold_v_bias: bool, fuse_out: boo
     kk = _split_heads(out["k"], lay.groups) if "k" in out else keys.unsqueeze(1).expand(-1, heads, -1, -1)
     vv = _split_heads(out["v"], lay.groups)  # [B, G, Nc, n]: one per group of query heads
     qq, kk = first.rotate(qq, kk)  # rotary positions, per head (per group for k), before the one SDPA call
-    y = first.attend(qq, kk, vv, aux, kernel)  # [B, H, Nq, n]
+    y = (first.attend if kernel is None else kernel.bind(first))(qq, kk, vv, aux)  # [B, H, Nq, n]
     if "v" in late and not fold_v_bias:
         c, d = lay.bias_rows("v")
         b = bias[c:d].view(lay.groups, 1, -1)

@@ -91,11 +91,10 @@ class CompiledModel(nn.Module):
             # the rewritten term's op: the fused kernel, a parallel scan, a time loop; ``recur`` (no rule) and the
             # reference lowering run the paper's form
             op = node.terms[1].op if node.terms and not self.reference else "recur"
-            return RecurrentModule(node.layer, x.features, node.trace["recurrent"], op == "recur",
-                                   fused=op == "rnn_fused", scan=op == "parallel_scan")
+            return RecurrentModule(node.layer, x.features, node.trace["recurrent"], op)
         args = [g.node(preds[f"arg{i}"]).type for i in range(len(preds))]
         comp = node.op.component
-        if getattr(comp, "lowering_aware", False):  # a relation: the literal matrix or the default form
+        if comp.lowering_aware:  # a relation: the literal matrix or the default form
             return comp.build(args, reference=self.reference)
         return comp.build(args) if node.op.component.family == "op" else comp.build(args[0])
 

@@ -5,7 +5,8 @@ of its head (``Site``); it returns ``run(layer, *args)``, the op's torch computa
 parameters at call time (so moving, converting or loading the model needs nothing else). Semantic ops that no rule
 rewrote run as the paper writes them (``xi`` by its matrix, ``patches`` by the padding matrix, ``recur`` by the
 reference recurrence); kernel ops run their kernel. ``lower/program.py`` orders the calls. A kernel whose choice
-depends on run-time facts states its fallback in ``rpn2c.ir.terms.FALLBACKS``; the emitter implements exactly that.
+depends on run-time facts declares its fallback as a predicate on its record (``rpn2c.ir.kernels``), which the
+emitter calls.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import torch
 import torch.nn.functional as F
 
 from rpn2c.components.kappa import pad_pairs
+from rpn2c.components.registry import kernels
 from rpn2c.functional.expansion import taylor_reconcile
-from rpn2c.ir.terms import Term
+from rpn2c.ir.kernels import ATTEND_ARGS, XI_ARGS, Kernel, declared
+from rpn2c.ir.terms import SEMANTIC_OPS, Term
 from rpn2c.lower import reference as literal
 from rpn2c.lower.attention import packed_attention
 
@@ -48,19 +51,32 @@ def _named(fn: Callable, op: str) -> Callable:
     return fn
 
 
+def reads(*roles: str):
+    """An emitter's argument signature (``lower/program.py`` wires it): ``args`` the term's own arguments, ``z`` its
+    first, ``query`` / ``context`` the layer's processed input and context, ``aux`` the extra inputs, ``grid`` the
+    grid input on a grid head (absent elsewhere)."""
+
+    def mark(fn):
+        fn.reads = roles
+        return fn
+
+    return mark
+
+
+def signature(op_emitter) -> tuple[str, ...]:
+    return getattr(op_emitter, "reads", ("args",))
+
+
 # ------------------------------------------------------------------------------------------------ layer ops
 def _process(t: Term, s: Site):
     if s.fn is not None:  # an activation: the function, no module call
         fn = s.fn
         return lambda layer, y: fn(y)
-    where = t.key[1:]
-    if where[0] == "pre":
-        i = where[1]
+    stage, i = t.key.stage, t.key.index
+    if stage == "pre":
         return lambda layer, y: layer.pre[i](y)
-    if t.info.get("head") is not None:  # a head's own processing, before the head fusion
-        i = where[-1]
+    if stage == "head":  # a head's own processing, before the head fusion
         return lambda layer, y: s.holder(layer).head_post[i](y)
-    i = where[0]
     return lambda layer, y: layer.post[i](y)
 
 
@@ -81,15 +97,11 @@ def _head_posts(layer, outs):
     return outs
 
 
+@reads("query", "context", "aux")
 def _fused_sdpa(t: Term, s: Site):
-    """H packed attention heads (``lower/attention.py``): args (query, data, aux). The mask kernel the heads'
-    terms name (``sdpa_causal``, ``flex_attention``, plain ``xi_kernel``) is the one that runs."""
-    ops = {u.op for u in t.walk()}
-    kernel = next((k for k in ("sdpa_causal", "flex_attention") if k in ops), None)
-    # the fusion's GEMM reads the heads' outputs directly unless a head has its own processing (the layer's
-    # pre-processing of the query, also a process term under the heads, does not count)
-    head_post = any(u.op == "process" and u.info.get("head") is not None for u in t.walk())
-    fuse_out = t.info["what"] == "concat_linear" and not head_post
+    """H packed attention heads (``lower/attention.py``): args (query, data, aux); the attention kernel and the
+    fusion's form are the rule's typed argument (``rules/attention.FusedHeads``)."""
+    kernel, fuse_out = t.info["arg"].kernel, t.info["arg"].fuse_out
 
     def run(layer, q, data, aux):
         out = packed_attention(layer, q, data, own_aux(layer.first_attention, aux), layer._fold_v_bias, fuse_out,
@@ -101,6 +113,7 @@ def _fused_sdpa(t: Term, s: Site):
     return run
 
 
+@reads("context")
 def _stacked_linear(t: Term, s: Site):
     """Identical perceptron heads: κ once, one F.linear with the heads' ψ rows (and biases) stacked."""
 
@@ -116,10 +129,12 @@ def _stacked_linear(t: Term, s: Site):
 
 
 # ------------------------------------------------------------------------------------------------ ξ ops
-def _xi_with(kernel: str | None, literal_form: bool = False):
-    """ξ on ``z`` (query ``q``, context ``c``): by its matrix (``literal_form``) or its module's ``apply`` with the
-    named kernel. A vector head's ξ sees its one item as ``[B, 1, M]``."""
+def _xi_with(kernel: Kernel | None, literal_form: bool = False):
+    """ξ on ``z`` (query ``q``, context ``c``): by its matrix (``literal_form``), its module's ``apply``, or the
+    declared ``kernel`` bound to its module (``Kernel.bind``: the method, or its fallback where the fallback's
+    predicate holds). A vector head's ξ sees its one item as ``[B, 1, M]``."""
 
+    @reads(*XI_ARGS)
     def build(t: Term, s: Site):
         slot, channel = t.info["slot"], t.info["channel"]
         vec = s.trace.view == "vector"
@@ -133,10 +148,12 @@ def _xi_with(kernel: str | None, literal_form: bool = False):
                 own["_share"] = (aux["_memo"], s.share)
             if literal_form and m.offset() is None:
                 y = literal.interdependence(m, z, q, c, own)
-            elif literal_form:  # an affine ξ: A z + b by its GEMM and bias, not [A | b] on z with ones appended
+            elif kernel is None:  # (an affine ξ by its GEMM and bias, not [A | b] on z with ones appended)
                 y = m.apply(z, q, c, own)
+            elif kernel.args == ATTEND_ARGS:  # an attention kernel: on the projected queries and keys
+                y = m.apply(z, q, c, own, attend=kernel.bind(m))
             else:
-                y = m.apply(z, q, c, own) if kernel is None else m.apply(z, q, c, own, kernel=kernel)
+                y = kernel.bind(m)(z, q, c, own)
             return y.squeeze(1) if vec else y
 
         return run
@@ -144,9 +161,15 @@ def _xi_with(kernel: str | None, literal_form: bool = False):
     return build
 
 
+def _declared_kernel(t: Term, s: Site):
+    """A kernel op its ξ component declares (``rpn2c.ir.kernels.Kernel``): the record found from the term's
+    component, run by :func:`_xi_with`."""
+    return _xi_with(declared(t.info["use"].component, t.op))(t, s)
+
+
 def own_aux(m, aux: dict) -> dict:
     """The layer's extra inputs (keyed by value id) as ``m`` reads them: keyed by its hyper-parameter names."""
-    return {k: aux[v] for k, v in getattr(m, "aux_keys", {}).items() if v in aux}
+    return {k: aux[v] for k, v in m.aux_keys.items() if v in aux}
 
 
 # ------------------------------------------------------------------------------------------------ κ, ψ, bias
@@ -187,10 +210,12 @@ def _on_grid(s: Site, fn):
     return run
 
 
+@reads("args", "grid")
 def _bias(t: Term, s: Site):
     return _on_grid(s, lambda layer, y: y if s.holder(layer).bias is None else y + s.holder(layer).bias)
 
 
+@reads("args", "grid")
 def _linear(t: Term, s: Site):
     c = t.info["channel"] or 0
 
@@ -201,6 +226,7 @@ def _linear(t: Term, s: Site):
     return _on_grid(s, run)
 
 
+@reads("args", "grid")
 def _degree_linear(t: Term, s: Site):
     c, d = t.info["channel"] or 0, s.spec.kappa.component.hp.d
 
@@ -338,9 +364,6 @@ EMITTERS: dict[str, Callable[[Term, Site], Callable]] = {
     "process": _process,
     # kernel ops
     "xi_kernel": _xi_with(None),
-    "spmm": _xi_with("spmm"),
-    "sdpa_causal": _xi_with("sdpa_causal"),
-    "flex_attention": _xi_with("flex_attention"),
     "conv": _conv,
     "box_sum": _box_sum,
     "unfold": _unfold,
@@ -353,6 +376,21 @@ EMITTERS: dict[str, Callable[[Term, Site], Callable]] = {
 }
 
 
+# a recurrent node's term op -> the form its ``RecurrentModule`` runs (``lower/recurrent.py``; the rules decided it)
+RECURRENT_FORMS = {"recur": "reference", "rnn_fused": "fused", "parallel_scan": "scan", "time_loop": "loop"}
+
+
+def op_table() -> dict[str, Callable[[Term, Site], Callable]]:
+    """Every op's emitter: the layer ops above and each ξ kernel op the components declare (all families loaded)."""
+    return {**EMITTERS, **dict.fromkeys(kernels(), _declared_kernel)}
+
+
+def kernel_ops() -> tuple[str, ...]:
+    """Every kernel op: the layer table's, the ξ kernels the components declare and the recurrent forms."""
+    return tuple(op for op in (*op_table(), *RECURRENT_FORMS) if op not in SEMANTIC_OPS)
+
+
 def emitter(t: Term, s: Site) -> Callable:
     """The bound computation of term ``t`` (named after its op in the generated program)."""
-    return _named(EMITTERS[t.op](t, s), t.op)
+    build = EMITTERS.get(t.op, _declared_kernel)
+    return _named(build(t, s), t.op)

@@ -115,14 +115,14 @@ class LayerModule(nn.Module):
 
     def _activation(self, t):
         """The plain function of the processing step ``t`` stands for, or None (a module with state or mode)."""
-        where = t.key[1:]
-        if where[0] == "pre":
-            mod = self.pre[where[1]]
-        elif t.info.get("head") is not None:
-            hd = self.heads[t.info["head"]] if hasattr(self, "heads") else self
-            mod = hd.head_post[where[-1]]
+        stage, i = t.key.stage, t.key.index
+        if stage == "pre":
+            mod = self.pre[i]
+        elif stage == "head":
+            hd = self.heads[t.key.head] if hasattr(self, "heads") else self
+            mod = hd.head_post[i]
         else:
-            mod = self.post[where[0]]
+            mod = self.post[i]
         return mod.fn if isinstance(mod, Apply) else None
 
     def _holders(self):

@@ -4,10 +4,10 @@ rewrites produce is exactly what runs: the layer module interprets the steps, an
 same steps into the model's generated program. Interned subterms (a κ shared by channels, a processed input read
 by several heads) are one step.
 
-Arguments the term leaves implicit are made explicit here: every ξ also reads the query (the processed layer input)
-and the context, and the layer's extra inputs (masks, edges, keys: ``aux``); a grid head's last step reads the grid
-input, whose size fixes the output grid; a multi-head kernel (``fused_sdpa``, ``stacked_linear``) reads the query
-and the context, not its heads' terms, which only describe it.
+Each op's emitter declares what it reads (``emitters.reads``), and the arguments are wired from that signature: a
+ξ op reads its term, the query (the processed layer input), the context and the layer's extra inputs (masks, edges,
+keys: ``aux``); a grid head's last step also reads the grid input, whose size fixes the output grid; a multi-head
+kernel (``fused_sdpa``, ``stacked_linear``) reads the query and the context, not its heads' terms.
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from typing import Callable, Union
 
 from rpn2c.ir.terms import Term, TermTable, layer_inputs
-from rpn2c.lower.emitters import Site, emitter
+from rpn2c.lower.emitters import EMITTERS, Site, emitter, signature
 
 Arg = Union[int, tuple[str, str], str]  # an earlier step, ("input", value id), or "aux" (the extra inputs)
 AUX = "aux"
-_XI_OPS = ("xi", "xi_kernel", "spmm", "sdpa_causal", "flex_attention")
-_ON_GRID = ("bias", "linear", "degree_linear")
+_XI_SIGNATURE = signature(EMITTERS["xi"])  # a kernel op a ξ component declares reads what ``xi`` reads
 
 
 @dataclass(frozen=True)
@@ -52,19 +51,15 @@ def layer_program(node, preds: dict, multi: bool, grid_out: bool, x_grid: bool,
         if t in index:
             return index[t]
         if t.op == "input":
-            index[t] = ("input", t.key[0])
+            index[t] = ("input", t.key.value)
             return index[t]
         s = site(t)
-        if t.op in ("fused_sdpa",):
-            args = (visit(query), visit(data), AUX)
-        elif t.op == "stacked_linear":
-            args = (visit(data),)
-        elif t.op in _XI_OPS:
-            args = (visit(t.args[0]), visit(query), visit(data), AUX)
-        elif t.op in _ON_GRID and s.trace is not None and s.trace.view == "grid":
-            args = (visit(t.args[0]), visit(data))
-        else:
-            args = tuple(visit(a) for a in t.args)
+        roles = signature(EMITTERS[t.op]) if t.op in EMITTERS else _XI_SIGNATURE
+        wired = {"z": lambda: (visit(t.args[0]),), "query": lambda: (visit(query),),
+                 "context": lambda: (visit(data),), "aux": lambda: (AUX,),
+                 "args": lambda: tuple(visit(a) for a in t.args),
+                 "grid": lambda: (visit(data),) if s.trace is not None and s.trace.view == "grid" else ()}
+        args = tuple(a for role in roles for a in wired[role]())
         steps.append(Step(t.op, emitter(t, s), args))
         index[t] = len(steps) - 1
         return index[t]

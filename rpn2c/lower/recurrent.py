@@ -40,18 +40,20 @@ from rpn2c.functional.scan import linear_scan, recurrence_matrix, transition_pow
 from rpn2c.functional.scan import symbolic as scan_symbolic
 from rpn2c.ir.trace import RecurrentTrace
 from rpn2c.ir.graph import RecurrentSpec
+from rpn2c.lower.emitters import RECURRENT_FORMS
 
 
 class RecurrentModule(nn.Module):
     """``h_t = cell(κ(x_t) W_ihᵀ + b_ih, κ_s(h_{t−1}) W_hhᵀ + b_hh, state_{t−1})`` over layers and directions."""
 
-    def __init__(self, spec: RecurrentSpec, features: int, trace: RecurrentTrace, reference: bool,
-                 fused: bool = False, scan: bool = False):
-        """The node's rewritten term is the form that runs: ``fused`` for kernel op ``rnn_fused`` (identity κ_state, a
-        cell with a torch kernel), ``scan`` for ``parallel_scan`` (a linear cell, identity κ_state), else
-        ``time_loop``; ``reference`` (also for a bare ``recur`` term, no rule fired) the paper's form."""
+    def __init__(self, spec: RecurrentSpec, features: int, trace: RecurrentTrace, op: str = "recur"):
+        """``op``, the node's rewritten term op, is the form that runs (``FORMS``): ``rnn_fused`` the fused kernel
+        (rule fused_recurrent: identity κ_state, a cell with a torch kernel), ``parallel_scan`` the scan (a linear
+        cell, identity κ_state), ``time_loop`` the step loop, ``recur`` (no rule fired; the reference lowering)
+        the paper's form (``RECURRENT_FORMS``). The rules' guards are not tested again here."""
         super().__init__()
-        self.spec, self.reference = spec, reference
+        form = RECURRENT_FORMS[op]
+        self.spec, self.reference = spec, form == "reference"
         self.cell = spec.cell.component
         h = spec.hidden
         self.kappa = nn.ModuleList(
@@ -59,8 +61,7 @@ class RecurrentModule(nn.Module):
         self.kappa_state = nn.ModuleList([spec.kappa_state.component.build((h,)) for _ in range(spec.layers)])
         self.identity_kappa = spec.kappa.name == "identity"
         identity_state = spec.kappa_state.name == "identity"
-        self.fused = fused and identity_state and self.cell.kernel() is not None
-        self.scan = scan and identity_state and self.cell.linear
+        self.fused, self.scan = form == "fused", form == "scan"
         self.literal_matrix = identity_state and self.cell.linear  # the reference builds seed 004's W_RNN
         self._names: list[dict[str, str]] = []
         bound = 1 / math.sqrt(h)

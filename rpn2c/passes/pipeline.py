@@ -6,7 +6,7 @@ rules of ``rpn2c/passes/rules`` (``passes/rewrite.py``). Each rule that fired be
 node (``node.decisions``, in firing order, with the spans it replaced and the term before and after); the term
 itself is kept as ``node.terms = (before, after)``. The rewritten term is the program the default lowering runs
 (``rpn2c/lower/program.py``: one emitter per op), so the kernels ``rpn2c check`` and ``rpn2c explain`` show are what
-runs, with the run-time fallbacks each kernel op declares (``rpn2c.ir.terms.FALLBACKS``). ``disable`` switches
+runs, with the run-time fallbacks each kernel op declares (``rpn2c.ir.kernels.Fallback``). ``disable`` switches
 rules off (the term then keeps the next rule's op or the literal form) — the differential tests use it.
 """
 

@@ -51,6 +51,11 @@ class Rule:
     rewrite: Callable[[Match], Term] | None = None  # the replacement of a match
     location: str = field(default="", compare=False)
 
+    @property
+    def produces(self) -> str | None:
+        """The kernel op this rule's rewrite makes (None for a reordering or sharing rule)."""
+        return getattr(self.rewrite, "produces", None)
+
     def __post_init__(self):
         if self.pattern is None or self.rewrite is None:
             raise ValueError(f"rule {self.name!r} needs a pattern and a rewrite")
@@ -69,14 +74,26 @@ def P(op: str | tuple[str, ...], *args, where: Callable[[Term], bool] | None = N
     return Pat(op, args, where)
 
 
-def to(op: str) -> Callable[[Match], Term]:
-    """The rewrite "replace the match by kernel op ``op`` on the captured arguments"."""
+def to(kernel) -> Callable[[Match], Term]:
+    """The rewrite "replace the match by kernel op ``kernel`` on the captured arguments" (an op name, or a
+    component's declared ``rpn2c.ir.kernels.Kernel``)."""
+    op = getattr(kernel, "name", kernel)
 
     def rewrite(m: Match) -> Term:
         return m.make(op, tuple(m.binds.values()))
 
     rewrite.__name__ = f"to_{op}"
-    return rewrite
+    return makes(op)(rewrite)
+
+
+def makes(op: str):
+    """Marks a rewrite with the kernel op it produces (``Rule.produces``: the op tables are checked against it)."""
+
+    def mark(fn):
+        fn.produces = op
+        return fn
+
+    return mark
 
 
 @dataclass(frozen=True)

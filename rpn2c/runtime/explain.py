@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 
 from rpn2c.ir.graph import Graph
-from rpn2c.ir.terms import FALLBACKS, render
+from rpn2c.ir.kernels import declared
+from rpn2c.ir.terms import render
 from rpn2c.runtime.report import describe
 
 
@@ -27,9 +28,15 @@ def explain_json(graph: Graph) -> dict:
 
 
 def _fallbacks(n) -> list[tuple[str, tuple[str, str]]]:
-    """The run-time fallbacks of the kernel ops in ``n``'s rewritten term."""
-    ops = sorted({t.op for t in n.terms[1].walk()} & set(FALLBACKS)) if n.terms else []
-    return [(op, FALLBACKS[op]) for op in ops]
+    """The run-time fallbacks of the kernel ops in ``n``'s rewritten term: each the text of the predicate its
+    component's kernel record declares, which the lowering calls on every call (``rpn2c.ir.kernels``)."""
+    found = {}
+    for t in n.terms[1].walk() if n.terms else ():
+        use = t.info.get("use")
+        k = declared(use.component, t.op) if use is not None else None
+        if k is not None and k.fallback is not None:
+            found[t.op] = (k.fallback.runs, k.fallback.when.text)
+    return sorted(found.items())
 
 
 def _ties(n) -> list[str]:

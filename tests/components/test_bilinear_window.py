@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 
 import rpn2c
+from rpn2c.components.xi_attention import SDPA_CAUSAL
+from rpn2c.ir.kernels import offered
 from rpn2c.lower.build import CompiledModel
 from rpn2c.components.impl import xi_attention as xi_mod
 from rpn2c.functional import structure as S
@@ -109,15 +111,15 @@ def test_query_without_a_key_in_its_window_gets_a_zero_row():
 
 def test_a_causal_window_is_not_labelled_or_run_as_the_causal_kernel():
     """SDPA's is_causal cannot express a band: the optimiser's causal_sdpa rule declines a windowed causal mask,
-    and the module would not take the causal kernel alone even if asked."""
+    and the causal kernel does not apply to it."""
     text = _spec(6, None, 1, True, False)
     graph = rpn2c.check(text)
     fast = rpn2c.compile(text).double()
     assert "causal_sdpa" not in fast.graph.node("y").plan
     assert "sdpa_causal" not in {t.op for t in fast.graph.node("y").terms[1].walk()}
     x = _rand(2, 6, 4)
-    m = fast.y.xi_instance
-    assert_close(m.apply(x, x, x, {}, kernel="sdpa_causal"), m.apply(x, x, x, {}))  # never the causal kernel alone
+    xi = fast.graph.node("y").layer.heads[0].xi["xi_instance"].component
+    assert not offered(xi, SDPA_CAUSAL)  # the causal kernel's declared applicability excludes a window
     assert_close(fast(x), _torch(fast, x, None, None, 1, True))
     assert graph.param_count == 4 * 2 + 4 * 2 + 4 * 3 + 3
 

@@ -109,6 +109,7 @@ TARGETS = {
     "structured_xi": SEQ + '  y = head(x) { xi_instance = chain(direction = "bidirectional")  out = 4 }',
     "causal_sdpa": SEQ + "  y = head(x) { xi_instance = low_rank_bilinear(rank = 2, causal = true)  out = 4 }",
     "flex_window": SEQ + "  y = head(x) { xi_instance = low_rank_bilinear(rank = 2, window = 1)  out = 4 }",
+    "linear_attention": SEQ + "  y = head(x) { xi_instance = linear_attention(rank = 2, causal = true)  out = 4 }",
     "fused_heads": SEQ + "  y = head(x) { heads = 3  xi_instance = low_rank_bilinear(rank = 2, causal = true)"
                          "  out = 4  fusion = concat_linear(out = 4) }",
     "degree_blocks": SEQ + "  y = head(x) { xi_attribute = chain()  kappa = taylor(d = 2)  out = 3 }",

@@ -21,7 +21,7 @@ import rpn2c.components  # noqa: F401  (registration)
 from rpn2c.components.registry import lookup
 from rpn2c.errors import Span
 from rpn2c.ir.graph import Use
-from rpn2c.ir.terms import KEY_CHANNEL, Term, TermTable, render
+from rpn2c.ir.terms import HeadKey, InputKey, Term, TermTable, render
 from rpn2c.ir.types import ValueRef
 from rpn2c.passes.rewrite import rewrite
 from rpn2c.passes.rule import P, Rule
@@ -57,6 +57,7 @@ CHAIN = _use("chain", "interdependence")
 GRAPH = _use("graph", "interdependence", edges=ValueRef("edges"))
 CAUSAL = _use("bilinear", "interdependence", causal=True)
 WINDOW = _use("bilinear", "interdependence", window=2)
+LINEAR_ATTN = _use("linear_attention", "interdependence", rank=2, causal=True)
 PARAM_XI = _use("parameterized", "interdependence")
 PARAM_XI_AFFINE = _use("parameterized", "interdependence", bias=True)
 XI_ID = _use("identity", "interdependence")
@@ -74,11 +75,11 @@ class Build:
         self.tab = TermTable()
 
     def x(self, name: str = "x") -> Term:
-        return self.tab.make("input", (), (name,), {"name": name})
+        return self.tab.make("input", (), InputKey(name), {"name": name})
 
     def t(self, op, *args, use=None, what=None, channel=None, head="h", line=0, prov=(), **extra) -> Term:
         name = use.name if use is not None else what
-        key = ("y", head, op, extra.get("slot"), channel, name)
+        key = HeadKey("y", head, op, extra.get("slot"), channel, name)
         info = {"node": "y", "head": head, "what": name, "use": use, "channel": channel, **extra}
         return self.tab.make(op, args, key, info, (_span(line),) if line else (), prov)
 
@@ -146,9 +147,11 @@ CASES: tuple[Case, ...] = (
        "sdpa_causal[bilinear](expand[chebyshev](input(x)))", {XI}),
     _c("flex_window", lambda b: b.xi(b.expand(b.x()), WINDOW, op="xi_kernel", prov=("structured_xi",)),
        "flex_attention[bilinear](expand[chebyshev](input(x)))", {XI}, ("structured_xi", "flex_window")),
+    _c("linear_attention", lambda b: b.xi(b.expand(b.x()), LINEAR_ATTN),
+       "linear_attention[linear_attention](expand[chebyshev](input(x)))", {XI}),
     _c("fused_heads", lambda b: b.layer("fuse_heads", b.head(b.x(), head="a"), b.head(b.x(), head="b"),
                                         what="concat_linear"),
-       f"fused_sdpa[concat_linear]({TWO_HEADS})", {LAYER}),
+       "fused_sdpa[concat_linear](input(x))", {LAYER}),  # the heads' terms do not run: what it reads
     _c("stacked_heads", lambda b: b.layer("fuse_heads", b.head(b.x(), head="a"), b.head(b.x(), head="b"),
                                           what="concat_linear"),
        f"stacked_linear[concat_linear]({TWO_HEADS})", {LAYER}),
@@ -207,6 +210,7 @@ MISSES: tuple[Miss, ...] = (
     Miss("causal_sdpa", lambda b: b.xi(b.x(), CAUSAL, slot="xi_instance_prior"), "prior instance slot"),
     Miss("flex_window", lambda b: b.xi(b.x(), WINDOW, slot="xi_attribute_post"), "attribute post slot"),
     Miss("flex_window", lambda b: b.expand(b.x()), "not a ξ"),
+    Miss("linear_attention", lambda b: b.xi(b.x(), CAUSAL), "softmax attention, not linear"),
     Miss("fused_heads", lambda b: b.t("fuse_channels", b.head(b.x(), 0), b.head(b.x(), 1), use=CONCAT),
          "channels, not heads"),
     Miss("stacked_heads", lambda b: b.t("fuse_channels", b.head(b.x(), 0), b.head(b.x(), 1), use=CONCAT),
@@ -329,7 +333,7 @@ def test_channels_share_one_interned_kappa_after_shared_kappa():
     assert len(expands(root)) == 3
     after, fired = _run(root, [RULE["shared_kappa"], RULE["linear"]])
     (kappa,) = expands(after)
-    assert kappa.key[KEY_CHANNEL] is None and kappa.prov == ("shared_kappa",)
+    assert kappa.key.channel is None and kappa.prov == ("shared_kappa",)
     assert all(ch.args[0] is kappa for ch in after.args)  # one object, read by every channel
     assert render(after) == ("%1 = expand[chebyshev](input(x)); "
                              "fuse_channels[concat](linear[tied](%1), linear[tied](%1), linear[tied](%1))")

@@ -20,8 +20,7 @@ class _Elementwise(nn.Module):
         if self.identity:
             return x
         if grid:  # [B, C, d, *S] -> [B, C·d, *S], contiguous (a convolution's layout)
-            stacked = getattr(self.kappa, "stacked_basis", None)
-            y = stacked(x, 2) if stacked is not None else None
+            y = self.kappa.stacked_basis(x, 2)
             if y is not None:  # the degrees computed straight into that layout
                 return y.flatten(1, 2)
             return self.kappa.basis(x).movedim(-1, 2).flatten(1, 2).contiguous()  # C = 1 flattens to a view
@@ -51,9 +50,19 @@ class XiModule(nn.Module):
     """
 
     axis: str = "instance"
+    aux_keys: dict[str, str] = {}  # hyper-parameter -> the value id of the extra input it names (set when built)
 
     def matrix(self, q, c, aux, size=None) -> torch.Tensor:
         raise NotImplementedError
+
+    def support(self, aux, n, dtype, device):
+        """The edge list ``(src, dst, w)`` of the literal matrix where it is a sparse 1-hop adjacency, else None
+        (a hybrid ξ's sparse path)."""
+        return None
+
+    def entries(self, q, c, aux, dst, src) -> torch.Tensor | None:
+        """The matrix's entries ``A[dst, src]`` without building it, or None where only the matrix gives them."""
+        return None
 
     def offset(self) -> torch.Tensor | None:
         """An affine ξ's learned bias ``b`` (``A z + b 1ᵀ``, one entry per output item or feature), else None."""

@@ -13,7 +13,7 @@ from rpn2c.components.impl.base import XiModule
 from rpn2c.components.xi_attention import default_scale, windowed_flex_attention
 from rpn2c.errors import InputError
 from rpn2c.ir.types import is_head_bias
-from rpn2c.functional import flex_op, rotary, structure
+from rpn2c.functional import linear_attention, rotary, structure
 
 
 class _BilinearXi(XiModule):
@@ -147,37 +147,64 @@ class _BilinearXi(XiModule):
     def matrix(self, q, c, aux, size=None):
         return self.dense_map(q, c, aux, literal=True)
 
-    def apply(self, z, q, c, aux, kernel: str | None = None):
+    def apply(self, z, q, c, aux, attend=None):
+        """``A z``; with softmax by ``attend(qq, kk, z, aux)`` (a kernel's bound method; default :meth:`attend`)."""
         if not self.hp.softmax:
             return self.matrix(q, c, aux) @ z
         qq, kk = self._qk(q, c, aux)
         if qq.shape[-1] != kk.shape[-1]:  # pragma: no cover - shapes are checked statically
             raise RuntimeError("query/key width mismatch")
-        return self.attend(qq, kk, z, aux, kernel)
+        return (attend or self.attend)(qq, kk, z, aux)
 
-    def attend(self, qq, kk, values, aux, kernel: str | None = None):
-        """softmax(qq kkᵀ · scale + masks) · values, ``[..., Nq, r]`` × ``[..., Nc, r]`` × ``[..., Nc, n]``, by the
-        kernel op the optimiser chose: ``sdpa_causal`` (SDPA's is_causal: the causal mask is the only one),
-        ``flex_attention`` (FlexAttention's band block mask; its declared fallback ``sdpa_band`` where gradients
-        are needed, for float64 or short sequences), else SDPA with every mask as one additive mask."""
-        if self.multiplied:  # R ⊙ Ψ: the scores themselves change, no kernel's mask expresses it
+    def attend(self, qq, kk, values, aux):
+        """softmax(qq kkᵀ · scale + masks) · values, ``[..., Nq, r]`` × ``[..., Nc, r]`` × ``[..., Nc, n]``: SDPA with
+        every mask as one additive mask; a multiplied window (R ⊙ Ψ) changes the scores themselves, which no
+        kernel's mask expresses, so its weights are formed here."""
+        if self.multiplied:
             self._check_masks(aux, qq.shape[0] if qq.dim() >= 3 else 1, qq.shape[-2], kk.shape[-2])
             mask = self._additive_mask(aux, qq.shape[-2], kk.shape[-2], qq.dtype, qq.device, all_heads=qq.dim() == 4)
             if mask is not None and qq.dim() == 4 and mask.dim() == 3:
                 mask = mask.unsqueeze(1)
             weights = _masked_softmax(self.logits(qq, _repeat_kv(qq, kk)), mask, True)
             return weights @ _repeat_kv(qq, values)
-        if kernel == "sdpa_causal" and self.hp.window is None:  # top-left aligned = triu(1) blocked; a band isn't
-            return _sdpa(qq, kk, values, None, True, self.scale)
-        if (kernel == "flex_attention" and flex_op.supported(qq, kk, values)
-                and flex_op.worthwhile(qq.shape[-2], kk.shape[-2], self.hp.window)):
-            kk, values = _repeat_kv(qq, kk), _repeat_kv(qq, values)
-            return windowed_flex_attention(qq, kk, values, self.hp.window, self.hp.causal, self.scale)
         self._check_masks(aux, qq.shape[0] if qq.dim() >= 3 else 1, qq.shape[-2], kk.shape[-2])
         mask = self._additive_mask(aux, qq.shape[-2], kk.shape[-2], qq.dtype, qq.device, all_heads=qq.dim() == 4)
         if mask is not None and qq.dim() == 4 and mask.dim() == 3:
             mask = mask.unsqueeze(1)  # [B, 1, Nq|1, Nc]: broadcast over heads
         return _sdpa(qq, kk, values, mask, False, self.scale)
+
+    sdpa_band = attend  # ``flex_attention``'s declared fallback: the band as SDPA's additive mask
+
+    def attend_causal(self, qq, kk, values, aux):
+        """Kernel op ``sdpa_causal``: SDPA's is_causal (top-left aligned: triu(1) blocked), the only mask."""
+        return _sdpa(qq, kk, values, None, True, self.scale)
+
+    def attend_window(self, qq, kk, values, aux):
+        """Kernel op ``flex_attention``: FlexAttention's band block mask (key/value groups repeated per head)."""
+        kk, values = _repeat_kv(qq, kk), _repeat_kv(qq, values)
+        return windowed_flex_attention(qq, kk, values, self.hp.window, self.hp.causal, self.scale)
+
+
+class _LinearAttentionXi(XiModule):
+    """``A = D⁻¹(φ(q W_q) φ(c W_k)ᵀ ⊙ M)`` (:mod:`rpn2c.functional.linear_attention`)."""
+
+    axis = "instance"
+
+    def __init__(self, hp, mq, mc):
+        super().__init__()
+        self.hp = hp
+        self.w_q = nn.Parameter(torch.empty(mq, hp.rank).uniform_(-1 / math.sqrt(mq), 1 / math.sqrt(mq)))
+        self.w_k = nn.Parameter(torch.empty(mc, hp.rank).uniform_(-1 / math.sqrt(mc), 1 / math.sqrt(mc)))
+
+    def _features(self, q, c):
+        return linear_attention.feature_map(q @ self.w_q), linear_attention.feature_map(c @ self.w_k)
+
+    def matrix(self, q, c, aux, size=None):
+        return linear_attention.linear_attention_matrix(*self._features(q, c), self.hp.causal)
+
+    def associative(self, z, q, c, aux):
+        """Kernel op ``linear_attention``: ``A z`` by associativity, without the matrix."""
+        return linear_attention.linear_attention(*self._features(q, c), z, self.hp.causal)
 
 
 def _masked_softmax(logits, mask, softmax: bool):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import functools
 
-import torch
-
 from rpn2c.components.impl.base import XiModule
 from rpn2c.functional import structure
 
@@ -67,26 +65,29 @@ class _GraphXi(XiModule):
         m = self._from_adjacency(self._adjacency(aux, n, q.dtype, q.device))
         return m if self.axis == "instance" else m.T
 
-    def operator(self, aux, n, dtype):
-        """``x ↦ A @ x`` on the graph's cached operator (kernel op ``spmm``: one SpMM or GEMM per hop, built once
-        per edge tensor, also under ``torch.compile``); ``None`` where its declared fallback ``gather_scatter``
-        runs: edge weights that need gradients, or dtypes without a sparse kernel."""
-        weight = aux.get("weight")
-        if dtype not in (torch.float32, torch.float64) or (weight is not None and weight.requires_grad):
-            return None
+    def operator(self, aux, n):
+        """``x ↦ A @ x`` on the graph's cached operator (one SpMM or GEMM per hop, built once per edge tensor, also
+        under ``torch.compile``)."""
         hp = self.hp
-        return functools.partial(structure.graph_mm, aux["edges"], weight, n=n, self_loops=hp.self_loops,
+        return functools.partial(structure.graph_mm, aux["edges"], aux.get("weight"), n=n, self_loops=hp.self_loops,
                                  norm=hp.norm, directed=hp.directed)
 
-    def apply(self, z, q, c, aux, kernel: str | None = None):
+    def _on_items(self, z, aux, propagate):
         zz = z if self.axis == "instance" else z.transpose(-1, -2)
         n = zz.shape[-2]
         structure.check_edge_ids(aux["edges"], n, self.hp.edges.name, self.axis)
-        squares = not torch.compiler.is_compiling() and structure.squaring_pays(
-            n, aux["edges"].shape[-1] + n, getattr(self.hp, "hops", 1), zz.numel() // max(n, 1))  # small graph, many hops
-        op = self.operator(aux, n, zz.dtype) if kernel == "spmm" and not squares else None
-        if op is not None:
-            y = self._propagate(zz, None, None, None, n, operator=op)
-        else:
-            y = self._propagate(zz, *self.edge_list(aux, n, zz.dtype, zz.device), n)
+        y = propagate(zz, n)
         return y if self.axis == "instance" else y.transpose(-1, -2)
+
+    def spmm(self, z, q, c, aux):
+        """Kernel op ``spmm`` (``rpn2c.components.xi_graph.SPMM``): every hop one product with the cached operator."""
+        return self._on_items(z, aux, lambda zz, n: self._propagate(zz, None, None, None, n,
+                                                                      operator=self.operator(aux, n)))
+
+    def gather_scatter(self, z, q, c, aux):
+        """Propagation on the normalised edge list (gather, ``index_add``): ``spmm``'s declared fallback."""
+        return self._on_items(z, aux, lambda zz, n: self._propagate(zz, *self.edge_list(aux, n, zz.dtype, zz.device),
+                                                                      n))
+
+    def apply(self, z, q, c, aux):
+        return self.gather_scatter(z, q, c, aux)

@@ -91,11 +91,10 @@ class _HybridXi(XiModule):
         n = zz.shape[-2]
         sup = None
         for i, p in enumerate(self.parts):
-            if hasattr(p, "support"):
-                sup = p.support(self._aux(i, aux), n, zz.dtype, zz.device)
-                if sup is not None:
-                    first = i
-                    break
+            sup = p.support(self._aux(i, aux), n, zz.dtype, zz.device)
+            if sup is not None:
+                first = i
+                break
         if sup is None:
             return None
         dst, src, vals = self._merged(*sup, n)  # duplicate entries merged: A[dst, src] is their sum
@@ -145,8 +144,9 @@ class _HybridXi(XiModule):
     def _entries(self, p, q, c, aux, dst, src, n):
         """Entries R[dst, src] (row = output) of part ``p``: by its ``entries`` method where it has one (factored:
         O(E·r) for the bilinear forms), else gathered from its matrix (dense parts: kernels)."""
-        if hasattr(p, "entries"):
-            return p.entries(q, c, aux, dst, src)
+        e = p.entries(q, c, aux, dst, src)
+        if e is not None:
+            return e
         a = p.matrix(q, c, aux, n)
         r = a if self.axis == "instance" else a.transpose(-1, -2)
         return r[..., dst, src]

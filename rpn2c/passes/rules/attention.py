@@ -3,32 +3,24 @@ mask; H identical softmax-bilinear heads as one batched scaled_dot_product_atten
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from rpn2c.components.xi_attention import FLEX_ATTENTION, LINEAR_ATTENTION, SDPA_CAUSAL
+from rpn2c.ir.kernels import ATTEND_ARGS, Kernel, offered
 from rpn2c.ir.layout import attention_heads
 from rpn2c.passes.cost import Cost, size
 from rpn2c.passes.rewrite import Match
-from rpn2c.passes.rule import P, Rule, Site, to
+from rpn2c.passes.rule import P, Rule, Site, makes, to
 
 
 def _fusable(s: Site) -> bool:
     return attention_heads(s.node.layer, s.node.trace["heads"])
 
 
-def _causal_only(s: Site) -> bool:
+def _only(s: Site, kernel) -> bool:
+    """The head's one ξ is an instance ξ implementing ``kernel``, which applies to it."""
     xi = s.head.xi.get("xi_instance")
-    if xi is None or xi.name not in ("low_rank_bilinear", "bilinear"):
-        return False
-    hp = xi.component.hp
-    return (hp.softmax and hp.causal and hp.attn_mask is None and hp.key_padding is None
-            and hp.window is None and len(s.head.xi) == 1)
-
-
-def _window_only(s: Site) -> bool:
-    xi = s.head.xi.get("xi_instance")
-    if xi is None or xi.name not in ("low_rank_bilinear", "bilinear"):
-        return False
-    hp = xi.component.hp
-    return (hp.softmax and hp.window is not None and hp.window_scores == "block" and hp.attn_mask is None
-            and hp.key_padding is None and len(s.head.xi) == 1)
+    return xi is not None and len(s.head.xi) == 1 and offered(xi.component, kernel)
 
 
 def _window_cost(s: Site) -> Cost:
@@ -46,26 +38,61 @@ def _instance(t) -> bool:
     return t.info.get("slot") == "xi_instance"
 
 
+def _implements(kernel):
+    """A pattern's test: an instance ξ term whose component implements ``kernel``, which applies to it."""
+    return lambda t: _instance(t) and offered(t.info["use"].component, kernel)
+
+
+@dataclass(frozen=True)
+class FusedHeads:
+    """``fused_sdpa``'s argument, fixed once by the rule: the heads' attention kernel (the record their ξ declares
+    that applies to it; None: SDPA with every mask), the number of heads, and whether the concat_linear fusion's
+    GEMM reads the heads' outputs directly (no head has processing of its own)."""
+
+    kernel: Kernel | None
+    heads: int
+    fuse_out: bool
+
+    def __str__(self) -> str:
+        return f"{self.heads} heads" + (f"; {self.kernel.name}" if self.kernel is not None else "")
+
+
+@makes("fused_sdpa")
 def _horizontal(m: Match):
-    """``fuse_heads(h…)`` → ``fused_sdpa(h…)``: one kernel over the heads, which stay as its arguments (their
-    own rules — causal masks, ψ order — still apply inside)."""
-    return m.make("fused_sdpa", m.root.args)
+    """``fuse_heads(h…)`` → ``fused_sdpa(x…)``: one kernel over the heads, on the terms it reads (the query and the
+    context: the heads' terms do not run, Q, K and V come from one packed GEMM)."""
+    heads = m.root.args
+    xi = next((u.info["use"].component for u in heads[0].walk() if _instance(u) and u.info.get("use") is not None),
+              None)
+    kernel = next((k for k in type(xi).kernels if k.args == ATTEND_ARGS and k.applies(xi)), None) if xi else None
+    own = any(u.op == "process" and u.info.get("head") is not None for h in heads for u in h.walk())
+    arg = FusedHeads(kernel, len(heads), m.root.info.get("what") == "concat_linear" and not own)
+    reads = tuple(dict.fromkeys(u for h in heads for u in h.walk()
+                                if u.info.get("head") is None and u.op in ("input", "process")))
+    outer = tuple(u for u in reads if not any(u in v.args for v in reads))  # the query, the context
+    return m.make("fused_sdpa", outer, info={**m.root.info, "arg": arg})
 
 
 ATTENTION_RULES: tuple[Rule, ...] = (
-    Rule("causal_sdpa", "head", "mask", _causal_only,
+    Rule("causal_sdpa", "head", "mask", lambda s: _only(s, SDPA_CAUSAL),
          "a causal mask and no other: scaled_dot_product_attention(is_causal=True), the kernel skips the blocked "
          "half instead of adding a materialised -inf mask",
          "RPN 2 §6.4; torch SDPA is_causal (top-left aligned: item t sees items <= t)", benefit=1,
-         pattern=P(("xi", "xi_kernel"), "k", where=_instance), rewrite=to("sdpa_causal")),
-    Rule("flex_window", "head", "mask", _window_only,
+         pattern=P(("xi", "xi_kernel"), "k", where=_instance), rewrite=to(SDPA_CAUSAL)),
+    Rule("flex_window", "head", "mask", lambda s: _only(s, FLEX_ATTENTION),
          "a local window |i − j| <= k (optionally causal) and no other mask: FlexAttention with a band block mask "
          "computes only the 128-item blocks that meet the band (the op rpn2c::window_attention, mask built once "
          "per size) where no gradient is needed and the band skips at least half the blocks; elsewhere (training: "
          "torch 2.13 has no CPU backward; float64; short sequences) SDPA with the band mask from item indices",
          "RPN 2 §6.4 attention as bilinear ξ with a structured mask; torch FlexAttention (block-sparse masks)",
          benefit=1, cost=_window_cost, pattern=P(("xi", "xi_kernel"), "k", where=_instance),
-         rewrite=to("flex_attention")),
+         rewrite=to(FLEX_ATTENTION)),
+    Rule("linear_attention", "head", "attention", lambda s: _only(s, LINEAR_ATTENTION),
+         "a linear attention ξ: φ(Q)(φ(K)ᵀ z) over φ(Q)(φ(K)ᵀ 1) by associativity (causal: prefix sums over the "
+         "items), O(N·r·n) work and memory instead of building the N x N matrix",
+         "Katharopoulos et al. 2020 (Transformers are RNNs) eq (4)-(6); RPN 2 §6.4 attention as a data ξ",
+         benefit=2, pattern=P(("xi", "xi_kernel"), "k", where=_implements(LINEAR_ATTENTION)),
+         rewrite=to(LINEAR_ATTENTION)),
     Rule("fused_heads", "layer", "heads", _fusable,
          "H identical attention heads (packed parameters, as nn.MultiheadAttention): Q, K and V by one GEMM on "
          "the layer input (one per distinct input), rotary positions (where ξ has them) turning Q and K per head, "

@@ -71,7 +71,7 @@ def _pool_cost(s: Site) -> Cost:
 def _native_pool(s: Site) -> bool:
     k = s.head.kappa.component
     return (s.trace.grid_kappa and k.grid_only and k.family == "compression"
-            and hasattr(k, "native_pooling") and k.native_pooling(len(s.data.spatial)))
+            and k.native_pooling(len(s.data.spatial)))
 
 
 GRID_RULES: tuple[Rule, ...] = (

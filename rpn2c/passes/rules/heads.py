@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rpn2c.passes.cost import Cost, size
 from rpn2c.passes.rewrite import Match
-from rpn2c.passes.rule import P, Rule, Site
+from rpn2c.passes.rule import P, Rule, Site, makes
 
 
 def _plain(h, t) -> bool:
@@ -36,6 +36,7 @@ def _stack_cost(s: Site) -> Cost:
     return Cost(len(heads) * k + mm, k + mm, 8 * len(heads) * k, 8 * k)
 
 
+@makes("stacked_linear")
 def _stack(m: Match):
     """``fuse_heads(h…)`` → ``stacked_linear(h…)``: one kernel over the heads, which stay as its arguments."""
     return m.make("stacked_linear", m.root.args)

@@ -12,7 +12,8 @@ gather/scatter.
 
 from __future__ import annotations
 
-from rpn2c.ir.terms import KEY_CHANNEL
+from rpn2c.components.xi_graph import SPMM
+from rpn2c.ir.kernels import offered
 from rpn2c.passes.cost import HINTS, Cost, size
 from rpn2c.passes.rewrite import Match
 from rpn2c.passes.rule import P, Rule, Site, to
@@ -41,7 +42,7 @@ def _share_cost(s: Site) -> Cost:
 
 
 def _graph_xi(s: Site) -> bool:
-    return _items(s) and any(u.component.graph_operator for u in s.head.xi.values())
+    return _items(s) and any(offered(u.component, SPMM) for u in s.head.xi.values())
 
 
 def _spmm_cost(s: Site) -> Cost:
@@ -66,7 +67,7 @@ def _structured(t) -> bool:
 
 
 def _graph_term(t) -> bool:
-    return t.info["use"].component.graph_operator
+    return offered(t.info["use"].component, SPMM)
 
 
 def _reorder(m: Match):
@@ -78,8 +79,7 @@ def _reorder(m: Match):
 def _one_kappa(m: Match):
     """The channel index leaves the ``expand`` term: every channel's term is then the same (interned) one."""
     t = m.root
-    key = tuple(None if i == KEY_CHANNEL else v for i, v in enumerate(t.key))
-    return m.rebuild(t, key=key, prov=(m.rule,))
+    return m.rebuild(t, key=t.key._replace(channel=None), prov=(m.rule,))
 
 
 ITEMS_RULES: tuple[Rule, ...] = (
@@ -94,7 +94,7 @@ ITEMS_RULES: tuple[Rule, ...] = (
          lambda s: _items(s) and s.head.channels > 1 and _xi_paramless(s) and "xi_instance" not in s.head.xi,
          "parameter-free ξ before κ: κ_ξ(X) is the same for every channel, computed once",
          "RPN 2 eq (30) multi-channel heads", benefit=1, cost=_share_cost,
-         pattern=P("expand", "z", where=lambda t: t.key[KEY_CHANNEL] is not None), rewrite=_one_kappa),
+         pattern=P("expand", "z", where=lambda t: t.key.channel is not None), rewrite=_one_kappa),
     Rule("linear", "head", "psi",
          lambda s: ((_items(s) or (s.trace.view == "grid" and not s.trace.grid_kappa))
                     and s.head.psi.name == "identity" and s.head.groups == 1
@@ -116,5 +116,5 @@ ITEMS_RULES: tuple[Rule, ...] = (
          "hop, its transpose in the backward: no [E, K] message tensors and no normalisation per call; "
          "gather/scatter_add remains for edge weights that need gradients",
          "RPN 2 eq (81)-(84); other_seeds §sparse-matrix view (ξ as a sparse matrix)", benefit=1, cost=_spmm_cost,
-         pattern=P(("xi", "xi_kernel"), "k", where=_graph_term), rewrite=to("spmm")),
+         pattern=P(("xi", "xi_kernel"), "k", where=_graph_term), rewrite=to(SPMM)),
 )
