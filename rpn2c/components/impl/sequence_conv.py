@@ -14,11 +14,11 @@ class CausalConvModule(nn.Module):
     """``weight [C, 1, k]`` and ``bias [C]`` as ``nn.Conv1d(C, C, k, groups = C)`` holds and draws them
     (U(±1/√k)); ``reference``: the per-channel Toeplitz matrices, else the grouped convolution."""
 
-    def __init__(self, channels: int, kernel: int, bias: bool, reference: bool):
+    def __init__(self, channels: int, taps: int, bias: bool, reference: bool):
         super().__init__()
         self.reference = reference
-        bound = 1 / math.sqrt(kernel)
-        self.weight = nn.Parameter(torch.empty(channels, 1, kernel).uniform_(-bound, bound))
+        bound = 1 / math.sqrt(taps)
+        self.weight = nn.Parameter(torch.empty(channels, 1, taps).uniform_(-bound, bound))
         self.bias = nn.Parameter(torch.empty(channels).uniform_(-bound, bound)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -48,7 +48,7 @@ class WindowXi(_BilinearXi):
         """The entries A[dst, src] (a hybrid's edges), read off the matrix."""
         return self.matrix(q, c, aux)[..., dst, src]
 
-    def attend(self, qq, kk, values, aux, kernel: str | None = None):
+    def attend(self, qq, kk, values, aux):
         """softmax(QKᵀ · scale + b + shift mask) V in windows: ``[B, (H,) N, ·]`` rolled and cut into
         ``[B, nW, (H,) w², ·]``, one scaled_dot_product_attention over ``[B, nW·H, w², ·]``, and back."""
         self._check_items(qq.shape[-2])
@@ -70,6 +70,8 @@ class WindowXi(_BilinearXi):
         elif bias is not None:
             mask = bias[self.head] if mask is None else mask + bias[self.head]
         kk, values = _repeat_groups(qq, kk), _repeat_groups(qq, values)
+        if mask is not None:  # [1, nW(·H), w², w²]: a 4-D mask, which torch's fused CPU kernel takes (not a 3-D one)
+            mask = mask.unsqueeze(0)
         y = F.scaled_dot_product_attention(cut(qq), cut(kk), cut(values), attn_mask=mask, scale=self.scale)
         if heads:
             y = y.unflatten(1, (-1, heads)).transpose(1, 2)  # [B, H, nW, w², n]

@@ -31,5 +31,5 @@ class _PreprocessedXi(XiModule):
     def matrix(self, q, c, aux, size=None):
         return self.inner.matrix(*self._data(q, c), aux, size)
 
-    def apply(self, z, q, c, aux, kernel: str | None = None):
+    def apply(self, z, q, c, aux):
         return self.inner.apply(z, *self._data(q, c), aux)

@@ -25,6 +25,6 @@ class _ChebyshevXi(XiModule):
         m = self._laplacian(aux, n, q.dtype, q.device, literal=True)
         return chebyshev.polynomial_matrix(m, self.hp.order, self.hp.basis)
 
-    def apply(self, z, q, c, aux, kernel: str | None = None):
+    def apply(self, z, q, c, aux):
         src, dst, w, diag = self._laplacian(aux, z.shape[-2], z.dtype, z.device, literal=False)
         return chebyshev.polynomial_apply(z, src, dst, w, diag, self.hp.order, self.hp.basis)
