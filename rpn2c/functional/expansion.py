@@ -164,12 +164,9 @@ def _three_term(x: Tensor, d: int, p0: Tensor | float, p1: Tensor,
 
 
 @functools.lru_cache(maxsize=128)
-def _combination_index_cached(m: int, r: int, with_replacement: bool, device: torch.device) -> Tensor:
+def _combination_tuples(m: int, r: int, with_replacement: bool) -> list[tuple[int, ...]]:
     # itertools, not torch.combinations: a constant under torch.compile (torch's has a data-dependent length)
-    import torch
-
-    tuples = (itertools.combinations_with_replacement if with_replacement else itertools.combinations)(range(m), r)
-    return torch.tensor(list(tuples), dtype=torch.long, device=device).reshape(-1, r)
+    return list((itertools.combinations_with_replacement if with_replacement else itertools.combinations)(range(m), r))
 
 
 def combination_index(m: int, r: int, *, with_replacement: bool = False,
@@ -179,7 +176,10 @@ def combination_index(m: int, r: int, *, with_replacement: bool = False,
 
     if r < 1 or (not with_replacement and r > m):
         raise ValueError(f"cannot take {r}-combinations of {m} attributes")
-    return _combination_index_cached(int(m), int(r), bool(with_replacement), torch.device(device or "cpu"))
+    # the tuples are cached, not the tensor: one made while torch.export traces is a fake tensor, which a later
+    # eager call would receive
+    tuples = _combination_tuples(int(m), int(r), bool(with_replacement))
+    return torch.tensor(tuples, dtype=torch.long, device=torch.device(device or "cpu")).reshape(-1, r)
 
 
 def _n_comb(m: int, r: int, with_replacement: bool = False) -> int:

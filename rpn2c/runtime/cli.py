@@ -214,15 +214,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extend(sub) -> None:
     """Commands contributed by later stages (train, eval, predict, show, lsp) register here."""
-    from rpn2c.runtime import lsp, predict_cli, show, train_cli
+    from rpn2c.runtime import export_cli, predict_cli, show, train_cli
 
     train_cli.register(sub)
     predict_cli.register(sub)
     show.register(sub)
-    lsp.register(sub)
-    from rpn2c.runtime import export_cli
-
+    s = sub.add_parser("lsp", help="run the language server for editors (stdin/stdout)",
+                       description="run the language server for .rpn files on stdin/stdout")
+    s.add_argument("--stdio", action="store_true", help="accepted for editors that pass it; stdio is the default")
+    s.set_defaults(fn=cmd_lsp)
     export_cli.register(sub)
+
+
+def cmd_lsp(args) -> int:
+    """The language server on stdin/stdout (its modules imported only by this command)."""
+    from rpn2c.runtime.lsp import cmd_lsp as serve
+
+    return serve(args)
 
 
 def _version() -> str:

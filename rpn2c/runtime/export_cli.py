@@ -18,11 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from rpn2c.runtime.common import EXIT_OK, EXIT_SPEC, _err, _out, _Usage, parse_dims
-from rpn2c.runtime.export_onnx import INSTALL, MissingPackage, require_onnx
-from rpn2c.runtime.export_write import TOLERANCE, ExportError
 from rpn2c.runtime.workflow import _guard
 
 FORMATS = {"pt2": ".pt2", "onnx": ".onnx"}
+INSTALL = "pip install 'rpn2c[export]'"  # what --format onnx needs (here: building the parser imports no export module)
 EXAMPLE_BATCH, OTHER = 4, 8  # example sizes of the batch and of other symbolic dims (the check adds 1 to dynamic ones)
 # optimiser rules whose kernels ONNX has no operator for; the exported model takes the next form of their slot
 ONNX_DISABLED_RULES = ("graph_spmm",)  # the rpn2c::graph_mm custom op -> gather / scatter_add
@@ -75,6 +74,7 @@ def example_inputs(graph, dims: dict[str, int] | None = None, *, dtype=None, see
 # ------------------------------------------------------------------------------------------------ export
 def _unexportable(graph) -> None:
     """Refuse, with the node's location, a spec using a component that cannot be traced into a graph."""
+    from rpn2c.runtime.export_write import ExportError
     from rpn2c.runtime.report import compile_limitations
 
     found = compile_limitations(graph)
@@ -88,7 +88,7 @@ def export_program(model, graph, inputs, axis_names, *, dynamic: bool = True):
     """``torch.export.export`` of ``model`` on ``inputs``: every named axis ``Dim.AUTO`` (dynamic where the model
     allows), falling back to static shapes when the dynamic trace fails. Returns (program, dynamic dim names,
     why the dims are static or None). ``rpn2c export`` goes further (:func:`export_write.write_checked`)."""
-    from rpn2c.runtime.export_write import dynamic_dims, reason, trace
+    from rpn2c.runtime.export_write import ExportError, dynamic_dims, reason, trace
 
     _unexportable(graph)
     names = {d for axes in axis_names for d in axes if d} if dynamic else set()
@@ -165,6 +165,8 @@ def cmd_export(args) -> int:
     import torch
 
     from rpn2c.runtime import export_write
+    from rpn2c.runtime.export_onnx import MissingPackage, require_onnx
+    from rpn2c.runtime.export_write import TOLERANCE, ExportError
 
     if (args.checkpoint is None) == (not args.random_init):
         raise _Usage("give a CHECKPOINT written by `rpn2c train`, or --random-init for untrained weights"

@@ -1,15 +1,14 @@
 """ONNX for ``rpn2c export``: the exported program converted by ``torch.onnx.export(dynamo=True)`` after the
 rewrites ONNX needs (attention on 4-d operands, the stable sort as ``TopK``, a remainder by a symbolic size as a
-tensor, ``cdist`` as differences, the activations onnxruntime runs in float32 only as arithmetic in float64), and the file run in onnxruntime for
-the check."""
+tensor, ``cdist`` as differences; a float64 program float64 throughout, :mod:`rpn2c.runtime.export_float64`), and
+the file run in onnxruntime for the check."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from rpn2c.runtime.export_float64 import activations, exact_scalars
 from rpn2c.runtime.export_write import ExportError, quiet
-
-INSTALL = "pip install 'rpn2c[export]'"
 
 
 class MissingPackage(ExportError):
@@ -18,6 +17,8 @@ class MissingPackage(ExportError):
 
 def require_onnx() -> None:
     """Raise :class:`MissingPackage` unless the ONNX converter's packages are installed."""
+    from rpn2c.runtime.export_cli import INSTALL
+
     try:
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401
@@ -36,7 +37,8 @@ def save_onnx(program, path: Path, graph) -> None:
                                               torch.ops.aten.remainder.Scalar: _remainder_by_tensor,
                                               torch.ops.aten.cdist.default: _cdist_by_differences,
                                               torch.ops.aten._cdist_forward.default: _cdist_by_differences,
-                                              **_float64_activations()})
+                                              **activations()})
+        program = exact_scalars(program)
         onnx_program = torch.onnx.export(program, (), dynamo=True, input_names=list(graph.inputs),
                                          output_names=list(graph.outputs), verbose=False)
         onnx_program.save(str(path))
@@ -114,30 +116,6 @@ def _cdist_by_differences(x1, x2, p=2.0, compute_mode=None):
     if p == 2:
         return d.square().sum(-1).sqrt()
     return d.pow(p).sum(-1).pow(1.0 / p)
-
-
-# activations onnxruntime runs in float32 only (its CPU kernels: Softplus, Selu, Elu, Celu, HardSigmoid, HardSwish,
-# Mish, Gelu, LeakyRelu): in a float64 program they go out as torch's own decompositions into plain arithmetic
-_FLOAT32_ONLY = ("softplus", "selu", "elu", "celu", "hardsigmoid", "hardswish", "mish", "gelu", "leaky_relu")
-
-
-def _float64_activations() -> dict:
-    """For each activation onnxruntime lacks in float64, torch's decomposition applied to float64 inputs only (the
-    float32 translation is kept: one ONNX node)."""
-    import torch
-    from torch._decomp import get_decompositions
-
-    ops = [getattr(torch.ops.aten, name).default for name in _FLOAT32_ONLY]
-    table = get_decompositions(ops)
-
-    def in_float64(op, decomposition):
-        def run(x, *args, **kwargs):
-            if x.dtype != torch.float64:
-                return NotImplemented
-            return decomposition(x, *args, **kwargs)
-        return run
-
-    return {op: in_float64(op, fn) for op, fn in table.items()}
 
 
 def onnx_runner(path: Path):

@@ -30,7 +30,8 @@ _FX_NODE = re.compile(r"node %(\w+)")
 _INPUT_AXIS = (re.compile(r"args_(\d+)\.size\(\)\[(\d+)\]"), re.compile(r"\['args'\]\[0\]\[(\d+)\]\.size\(\)\[(\d+)\]"))
 
 
-_RUNTIME_LACKS = re.compile(r"NOT_IMPLEMENTED : Could not find an implementation for (\w+)\(")
+_RUNTIME_LACKS = re.compile(r"NOT_IMPLEMENTED : Could not find an implementation for (\w+)\((?:.*?node with name "
+                            r"'(?:node_)?(\w+)')?")
 
 
 class ExportError(Exception):
@@ -301,8 +302,10 @@ def _attempt(model, graph, fmt, out, sizes, inputs_at, inputs, axis_names, want:
         except Exception as exc:  # noqa: BLE001 - onnxruntime refuses the file (an operator it lacks)
             lacking = _RUNTIME_LACKS.search(str(exc))
             if lacking:  # the ONNX file is valid; onnxruntime has no kernel for one of its operators in this dtype
+                named = RuntimeError(f"node %{lacking[2]}")  # the traced node it translates: where to blame
+                named.__cause__ = exc
                 raise fail(f"onnxruntime cannot run it: it has no kernel for {lacking[1]} in this dtype (export "
-                           "with --dtype float32, or as pt2)", exc) from exc
+                           "with --dtype float32, or as pt2)", named, retry=False) from exc  # no dim helps
             raise fail("the written file does not load", exc) from exc
         checks = None if run is None else _check(model, graph, run, sizes, inputs_at, dynamic, bounds, tolerance,
                                                  fail)

@@ -54,14 +54,6 @@ ERROR, LOG_ERROR = 1, 1  # DiagnosticSeverity.Error, MessageType.Error
 _SUGGESTED = re.compile(r"did you mean '([A-Za-z_][A-Za-z0-9_.]*)'\?")
 
 
-def register(sub) -> None:
-    """Add the ``lsp`` sub-command."""
-    s = sub.add_parser("lsp", help="run the language server for editors (stdin/stdout)",
-                       description="run the language server for .rpn files on stdin/stdout")
-    s.add_argument("--stdio", action="store_true", help="accepted for editors that pass it; stdio is the default")
-    s.set_defaults(fn=cmd_lsp)
-
-
 def cmd_lsp(args) -> int:
     return Server(sys.stdin.buffer, sys.stdout.buffer).serve()
 

@@ -25,7 +25,7 @@ def _random_inputs(graph, dims: dict[str, int]):
     import torch
 
     from rpn2c.runtime.export_cli import example_inputs
-    from rpn2c.train.config import TrainError
+    from rpn2c.train.errors import TrainError
 
     for name in graph.inputs:
         t = graph.node(name).type
@@ -81,7 +81,7 @@ def _inputs(args, graph, trained: dict[str, int]):
 @_guard
 def cmd_show(args) -> int:
     from rpn2c.runtime.layer_matrix import ViewError
-    from rpn2c.train.config import TrainError
+    from rpn2c.train.errors import TrainError
 
     try:
         return _show(args)

@@ -25,7 +25,7 @@ def _guard(fn):
     @functools.wraps(fn)
     def run(args) -> int:
         from rpn2c.errors import InputError
-        from rpn2c.train.config import TrainError
+        from rpn2c.train.errors import TrainError
         from rpn2c.train.run import ConfigError
 
         try:
@@ -78,7 +78,7 @@ def _graph(args, params: dict | None = None):
     from rpn2c.api import check_file
     from rpn2c.errors import SpecError
     from rpn2c.passes import optimize
-    from rpn2c.train.config import TrainError
+    from rpn2c.train.errors import TrainError
 
     params = {**(params or {}), **parse_params(getattr(args, "param", None))}
     text = _read(args.spec)
@@ -99,12 +99,13 @@ def _graph(args, params: dict | None = None):
 def _named_dims(graph, spec_args, params: dict | None, *, trained: bool = False):
     """Say a data/spec size mismatch (:class:`rpn2c.train.binding.DimMismatch`) with the model parameter that sets
     the dimension and the ``--param`` that fixes it (``trained``: the model's parameters come from a checkpoint)."""
-    from rpn2c.runtime.dimension_fit import fit_dimension
     from rpn2c.train.binding import DimMismatch
 
     try:
         yield
     except DimMismatch as exc:
+        from rpn2c.runtime.dimension_fit import fit_dimension
+
         if exc.value is None:
             def dim(g):
                 return g.node(g.outputs[0]).type.shape[exc.axis]

@@ -19,7 +19,7 @@ from rpn2c.data import Dataset
 from rpn2c.ir.graph import Graph
 from rpn2c.ir.types import TensorType
 
-from .config import BindError
+from .errors import BindError
 
 
 class DimMismatch(BindError):

@@ -25,7 +25,7 @@ from torch import nn
 from rpn2c.data import Dataset
 from rpn2c.ir.graph import Graph
 
-from .config import CheckpointMismatch, TrainError
+from .errors import CheckpointMismatch, TrainError
 
 FORMAT, FORMAT_VERSION = "rpn2c-checkpoint", 1
 _MAX_LINES = 12

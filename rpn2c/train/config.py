@@ -1,4 +1,5 @@
-"""Training settings (a pydantic model, stored in checkpoints as a plain dict) and the training error types."""
+"""Training settings (a pydantic model, stored in checkpoints as a plain dict); the error types are in
+:mod:`rpn2c.train.errors`."""
 
 from __future__ import annotations
 
@@ -7,21 +8,10 @@ from typing import Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .defaults import DEFAULTS as _D
+from .errors import BindError, CheckpointMismatch, TrainError  # noqa: F401  (their old home)
 
 Scalar = Union[bool, int, float, str]  # bool first: pydantic's smart union keeps true/false booleans
 ParamValue = Union[Scalar, list[Scalar]]
-
-
-class TrainError(Exception):
-    """A problem the user can fix (data that does not fit the spec, a checkpoint for another spec): exit 1."""
-
-
-class BindError(TrainError):
-    """The dataset's tensors do not fit the spec's inputs or output."""
-
-
-class CheckpointMismatch(TrainError):
-    """A checkpoint was trained on a different spec than the one it is loaded into."""
 
 
 class TrainConfig(BaseModel):

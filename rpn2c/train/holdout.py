@@ -18,7 +18,7 @@ import torch
 from rpn2c.data import Dataset
 from rpn2c.data.dataset import stratified_split
 
-from .config import TrainError
+from .errors import TrainError
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from rpn2c.errors import did_you_mean
 from rpn2c.ir.graph import Graph, head_slots
 from rpn2c.lower.emitters import own_aux
 
-from .config import TrainError
+from .errors import TrainError
 
 
 @dataclass

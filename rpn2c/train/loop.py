@@ -15,6 +15,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -27,7 +28,9 @@ from rpn2c.data import Dataset, make_loader
 
 from . import distributed, holdout, metrics, mlm
 from .binding import Binding
-from .config import TrainConfig
+
+if TYPE_CHECKING:  # the settings' pydantic model: evaluating a checkpoint never builds it
+    from .config import TrainConfig
 
 
 def seed_everything(seed: int) -> None:

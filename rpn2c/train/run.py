@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rpn2c.errors import did_you_mean
 
-from .config import TrainError
+from .errors import TrainError
 
 RUN_YAML = "run.yaml"
 # options that decide what a resumed run computes: changing them cannot continue the same run

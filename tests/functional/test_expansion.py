@@ -581,3 +581,18 @@ def test_degrees_stacked_at_an_axis_equal_the_flat_basis_moved_there(name, d, c,
 def test_the_three_term_families_all_stack_their_degrees():
     assert set(_STACKING) == {"chebyshev", "jacobi", "hermite", "laguerre", "legendre", "gegenbauer", "bessel",
                               "reverse_bessel", "fibonacci", "lucas"}
+
+
+def test_combination_index_made_while_torch_export_traces_is_not_reused_eagerly():
+    """The index is cached as tuples, not as a tensor: one made under the trace is fake, and an eager call after an
+    export (``rpn2c export`` runs the module to check the program) received it and raised."""
+    from rpn2c.functional.expansion import combination_index
+
+    class Pairs(torch.nn.Module):
+        def forward(self, x):
+            return x[..., combination_index(7, 2)].prod(-1)
+
+    x = torch.randn(3, 7, dtype=torch.float64)
+    torch.export.export(Pairs(), (x,))
+    want = torch.stack([x[:, i] * x[:, j] for i in range(7) for j in range(i + 1, 7)], -1)
+    assert torch.equal(Pairs()(x), want)

@@ -1,0 +1,244 @@
+"""A float64 program's ONNX stays float64 throughout: the rewrites :func:`rpn2c.runtime.export_onnx.save_onnx`
+applies to a program computing in float64 before the conversion.
+
+- The converter writes a Python number as a float32 constant cast to the tensor's dtype (``2π/P·x`` runs with
+  ``2π/P`` rounded to float32, an error of ~1e-8): every number float32 cannot hold exactly becomes a float64 0-d
+  tensor (:func:`exact_scalars`), through the overload taking it as a tensor (``pow.Tensor_Scalar`` →
+  ``pow.Tensor_Tensor``) or, for an op without one (``softshrink``, ``threshold``), torch's decomposition of it.
+- onnxruntime has CPU kernels in float32 only for some activations (Softplus, Selu, Elu, Celu, HardSigmoid,
+  HardSwish, Mish, Gelu, LeakyRelu, PRelu) and functions (Sinh, Cosh, Tan, Asinh, Acosh, Atanh), its float64
+  LayerNormalization is off by ~1e-9 and the converter's sinc multiplies by a float32 π: in float64 they go out as
+  arithmetic (:func:`activations`). Atan, Asin, Acos and Erf have no float64 kernel and no exact form in
+  arithmetic: such a program is refused, naming the operator, when onnxruntime loads it.
+"""
+
+from __future__ import annotations
+
+import struct
+
+# activations written out as torch's own decompositions in float64
+_DECOMPOSED = ("softplus", "selu", "elu", "celu", "hardsigmoid", "hardswish", "mish", "gelu", "leaky_relu",
+               "_prelu_kernel", "native_layer_norm")
+
+
+def _in_float64(fn):
+    """``fn`` applied to a float64 first argument only (the float32 translation is kept: one ONNX node)."""
+    import torch
+
+    def run(x, *args, **kwargs):
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.float64:
+            return NotImplemented
+        return fn(x, *args, **kwargs)
+    return run
+
+
+def _sinh(x):
+    """sinh x = (eˣ − e⁻ˣ)/2."""
+    return (x.exp() - (-x).exp()) / 2
+
+
+def _cosh(x):
+    """cosh x = (eˣ + e⁻ˣ)/2."""
+    return (x.exp() + (-x).exp()) / 2
+
+
+def _tan(x):
+    """tan x = sin x / cos x."""
+    return x.sin() / x.cos()
+
+
+def _asinh(x):
+    """asinh x = sign(x)·log(|x| + √(x² + 1)) (odd: no cancellation for x < 0)."""
+    a = x.abs()
+    return x.sign() * (a + (a * a + 1).sqrt()).log()
+
+
+def _acosh(x):
+    """acosh x = log(x + √(x² − 1)), x ≥ 1."""
+    return (x + (x * x - 1).sqrt()).log()
+
+
+def _atanh(x):
+    """atanh x = ½·log((1 + x)/(1 − x))."""
+    return ((1 + x) / (1 - x)).log() / 2
+
+
+def _sinc(x):
+    """sinc x = sin(πx)/(πx), 1 at 0 (the converter's Sinc multiplies by a float32 π)."""
+    import math
+
+    import torch
+
+    px = x * math.pi
+    return torch.where(x == 0, torch.ones_like(x), px.sin() / px)
+
+
+def _prelu(x, weight):
+    """PReLU as torch lays the slopes out (one per channel: axis 1, axis 0 of a vector), then
+    ``where(x > 0, x, w·x)`` (torch's own decomposition goes through a prim the converter refuses)."""
+    import torch
+
+    if weight.numel() != 1:
+        shape = [1] * x.dim()
+        shape[1 if x.dim() > 1 else 0] = weight.numel()
+        weight = weight.reshape(shape)
+    return torch.ops.aten._prelu_kernel.default(x, weight)
+
+
+def _layer_norm(x, shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
+    """``layer_norm`` through ``native_layer_norm`` (then its decomposition: onnxruntime's float64
+    LayerNormalization differs from torch by ~1e-9)."""
+    import torch
+
+    return torch.ops.aten.native_layer_norm.default(x, shape, weight, bias, eps)[0]
+
+
+def activations() -> dict:
+    """Decompositions, for float64 inputs only, of each op onnxruntime runs in float32 only."""
+    import torch
+    from torch._decomp import get_decompositions
+
+    aten = torch.ops.aten
+    table = get_decompositions([getattr(aten, name).default for name in _DECOMPOSED])
+    table.update({aten.prelu.default: _prelu, aten.layer_norm.default: _layer_norm, aten.sinh.default: _sinh, aten.cosh.default: _cosh, aten.tan.default: _tan,
+                  aten.asinh.default: _asinh, aten.acosh.default: _acosh, aten.atanh.default: _atanh,
+                  aten.sinc.default: _sinc})
+    return {op: _in_float64(fn) for op, fn in table.items()}
+
+
+# ------------------------------------------------------------------------------------------------ numbers
+def _inexact(v) -> bool:
+    """A Python float that float32 rounds."""
+    if not isinstance(v, float) or v != v or v in (float("inf"), float("-inf")):
+        return False
+    try:
+        return struct.unpack("f", struct.pack("f", v))[0] != v
+    except OverflowError:
+        return True
+
+
+def _computes_in_float64(args, kwargs) -> bool:
+    import torch
+
+    if kwargs.get("dtype") == torch.float64:
+        return True
+    flat = [a for v in (*args, *kwargs.values()) for a in (v if isinstance(v, (list, tuple)) else (v,))]
+    return any(isinstance(a, torch.Tensor) and a.dtype == torch.float64 for a in flat)
+
+
+def _node_is_float64(node) -> bool:
+    import torch
+
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (list, tuple)) else (val,)
+    return any(isinstance(v, torch.Tensor) and v.dtype == torch.float64 for v in vals) or any(
+        isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.Tensor)
+        and a.meta["val"].dtype == torch.float64 for a in node.all_input_nodes)
+
+
+_TENSOR_TYPES = ("Tensor", "Optional[Tensor]")
+_NUMBER_TYPES = (*_TENSOR_TYPES, "number", "Optional[number]")  # a Scalar argument's type is spelt "number"
+
+
+def _with_tensor(op, name: str):
+    """The overload of ``op``'s packet taking argument ``name`` as a tensor, the other arguments alike (or None)."""
+    want = {a.name: str(a.type) for a in op._schema.arguments if a.name != name}
+    for overload in op._overloadpacket.overloads():
+        other = getattr(op._overloadpacket, overload)
+        args = {a.name: a for a in other._schema.arguments}
+        if other is not op and name in args and str(args[name].type) in _TENSOR_TYPES and \
+                {k: str(a.type) for k, a in args.items() if k != name} == want and not other._schema.is_mutable:
+            return other
+    return None
+
+
+def _bound(op, args, kwargs) -> dict:
+    """``op``'s arguments by name."""
+    return {a.name: (args[i] if i < len(args) else kwargs[a.name])
+            for i, a in enumerate(op._schema.arguments) if i < len(args) or a.name in kwargs}
+
+
+def _numbers(op, args, kwargs) -> dict:
+    """The arguments of ``op`` typed Tensor or Scalar that are Python numbers: the ones the converter turns into
+    constants (a ``float`` argument such as an epsilon is an attribute of the ONNX operator, not a constant)."""
+    types = {a.name: str(a.type) for a in op._schema.arguments}
+    return {k: v for k, v in _bound(op, args, kwargs).items()
+            if isinstance(v, (int, float)) and types[k] in _NUMBER_TYPES}
+
+
+def _float32_parts(v: float) -> list[float]:
+    """Numbers float32 holds exactly whose float64 sum is ``v`` (three 24-bit pieces cover 53 bits)."""
+    parts = []
+    for _ in range(3):
+        part = struct.unpack("f", struct.pack("f", v))[0]
+        parts.append(part)
+        v -= part
+    return parts
+
+
+def _tensor(v: float):
+    """``v`` as a float64 0-d tensor the converter keeps exact: the sum of float32-exact parts, each a
+    ``scalar_tensor`` (the converter writes a lone number as a float32 constant, so only such parts survive)."""
+    import torch
+
+    first, *rest = (torch.ops.aten.scalar_tensor.default(p, dtype=torch.float64) for p in _float32_parts(v) if p)
+    for part in rest:
+        first = first + part
+    return first
+
+
+def _exact(op):
+    """``op`` computing in float64 with each inexact number as a float64 0-d tensor: a tensor argument takes the
+    tensor, a Scalar one moves to the overload taking a tensor, else torch's decomposition spells ``op`` out."""
+    from torch._decomp import get_decompositions
+
+    schema = op._schema.arguments
+    fallback = get_decompositions([op]).get(op)
+
+    def run(*args, **kwargs):
+        if not _computes_in_float64(args, kwargs):
+            return NotImplemented
+        bound = _bound(op, args, kwargs)
+        numbers = _numbers(op, args, kwargs)
+        target, changed = op, {}
+        for a in schema:
+            if not _inexact(numbers.get(a.name)):
+                continue
+            if str(a.type) not in _TENSOR_TYPES:
+                other = _with_tensor(target, a.name)
+                if other is None:
+                    return fallback(*args, **kwargs) if fallback is not None else NotImplemented
+                target = other
+            changed[a.name] = _tensor(numbers[a.name])
+        if not changed:
+            return NotImplemented
+        bound.update(changed)
+        order = target._schema.arguments
+        return target(*(bound[a.name] for a in order if not a.kwarg_only and a.name in bound),
+                      **{a.name: bound[a.name] for a in order if a.kwarg_only and a.name in bound})
+    return run
+
+
+def _rounded_ops(program) -> set:
+    """The ops of ``program`` computing in float64 with a number float32 cannot hold."""
+    import torch
+
+    found = set()
+    for node in program.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if any(_inexact(v) for v in _numbers(node.target, node.args, node.kwargs).values()) and \
+                _node_is_float64(node):
+            found.add(node.target)
+    return found
+
+
+def exact_scalars(program, rounds: int = 4):
+    """``program`` with every number of a float64 op that float32 would round made a float64 tensor (a
+    decomposition may bring new numbers: repeated while some remain, at most ``rounds`` times)."""
+    for _ in range(rounds):
+        ops = _rounded_ops(program)
+        if not ops:
+            break
+        program = program.run_decompositions({op: _exact(op) for op in ops})
+    return program

@@ -1,0 +1,117 @@
+"""A float64 ONNX export is float64 throughout: every processing entry (the elementwise activations among them) and
+every expansion κ of the registry (found by ``all_entries``: a new entry is covered with no change here), exported
+to ONNX in float64 and run in onnxruntime, equals the module at the export's float64 tolerance. The converter
+writes a Python number as a float32 constant and onnxruntime runs some activations in float32 only
+(``rpn2c.runtime.export_float64``): before the rewrites, ``2π/P`` in a Fourier κ, selu's and leaky_relu's
+constants, softshrink's λ and gelu's √(2/π) differed by 1e-9 to 1e-7.
+
+The examples sharing their inputs' types run as one module (one export per group of the family, each output
+compared with its own entry's module; the CI suite exports a subset covering each rewrite, ``-m slow`` all); an entry needing an operator onnxruntime has no
+float64 kernel for is refused naming it, at the node that uses it (``REFUSED``, which may only shrink).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import rpn2c
+from rpn2c.components.registry import all_entries
+from rpn2c.runtime.cli import main
+from rpn2c.runtime.export_cli import example_inputs
+from rpn2c.runtime.export_write import TOLERANCE, difference
+
+HAS_ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnxruntime"))
+pytestmark = pytest.mark.skipif(not HAS_ONNX, reason="onnx, onnxscript and onnxruntime not installed "
+                                                     "(pip install 'rpn2c[export]')")
+
+FAMILIES = ("processing", "expansion")
+ENTRIES = {f"{e.family}:{e.name}": e for e in all_entries() if e.family in FAMILIES and not e.compile_limitation}
+# entries needing an operator onnxruntime has no float64 kernel for, with no exact form in arithmetic: the export
+# names it (may only shrink)
+REFUSED = {"expansion:arc_trigonometric": "Asin"}
+
+
+class _Together(torch.nn.Module):
+    """Several models on the same inputs, their outputs in one tuple."""
+
+    def __init__(self, models):
+        super().__init__()
+        self.models = torch.nn.ModuleList(models)
+
+    def forward(self, *xs):
+        outs = []
+        for m in self.models:
+            y = m(*xs)
+            outs.extend(y if isinstance(y, tuple) else (y,))
+        return tuple(outs)
+
+
+# the CI suite's subset: an entry for each rewrite (a number as a float64 tensor through each route, the arithmetic
+# forms of the activations and functions onnxruntime runs in float32 only); `-m slow` exports every entry
+IN_CI = {"processing:" + n for n in ("selu", "leaky_relu", "gelu", "prelu", "softshrink", "layer_norm")} | {
+    "expansion:" + n for n in ("fourier", "hyperbolic", "arc_hyperbolic", "shannon_wavelet", "probabilistic_normal")}
+
+
+def _groups(family: str, every: bool) -> dict[tuple, list[str]]:
+    """The family's exportable entries (``every``: else those in ``IN_CI``) by the types of their example's inputs."""
+    out: dict[tuple, list[str]] = {}
+    for key, e in ENTRIES.items():
+        if e.family == family and key not in REFUSED and (every or key in IN_CI):
+            graph = rpn2c.check(e.example)
+            out.setdefault(tuple(str(graph.node(n).type) for n in graph.inputs), []).append(key)
+    return out
+
+
+@pytest.mark.parametrize("family, every", [pytest.param(f, every, id=f"{f}-{'all' if every else 'ci'}",
+                                                        marks=[pytest.mark.slow] if every else [])
+                                           for f in FAMILIES for every in (False, True)])
+def test_every_entry_exports_to_onnx_in_float64_and_equals_the_module(tmp_path, family, every):
+    from rpn2c.runtime.export_onnx import onnx_runner, save_onnx
+
+    groups = _groups(family, every)
+    exported = sum(map(len, groups.values()))
+    assert exported + sum(k.startswith(family) for k in REFUSED) == sum(e.family == family for e in ENTRIES.values()) \
+        if every else exported == sum(k.startswith(family) for k in IN_CI)
+    for i, keys in enumerate(groups.values()):
+        torch.manual_seed(0)
+        models = [rpn2c.compile(ENTRIES[k].example).double().eval() for k in keys]
+        graph = models[0].graph
+        inputs, _ = example_inputs(graph, {"B": 3}, dtype=torch.float64, seed=1)
+        with torch.no_grad():
+            want = [m(*inputs) for m in models]
+        program = torch.export.export(_Together(models).eval(), inputs)
+        names = [f"y{j}" for j in range(len(models))]
+        path = tmp_path / f"{family}{i}.onnx"
+        save_onnx(program, path, SimpleNamespace(inputs=list(graph.inputs), outputs=names))
+        got = onnx_runner(path)(inputs)
+        assert len(got) == len(want)
+        differ = {key: difference(a, b) for key, a, b in zip(keys, want, got)}
+        assert not {k: d for k, d in differ.items() if not d <= TOLERANCE["float64"]}
+
+
+def _refusals():
+    """Each refused entry's example (located at its node, named by the operator's ONNX node), and the exact gelu
+    (erf: the default, not its example's tanh form; the converter's Gelu function names its Erf ``n0``, which no
+    traced node is called: located at the model)."""
+    gelu = ENTRIES["processing:gelu"].example.replace('gelu(approximate = "tanh")', "gelu")
+    cases = [(ENTRIES[k].example, op, "y", k) for k, op in sorted(REFUSED.items())] + [(gelu, "Erf", None, "gelu")]
+    return [pytest.param(text, op, node, id=key, marks=[] if i == 0 else [pytest.mark.slow])
+            for i, (text, op, node, key) in enumerate(cases)]
+
+
+@pytest.mark.parametrize("text, op, node", _refusals())
+def test_an_operator_onnxruntime_lacks_in_float64_is_refused_at_its_node(tmp_path, capsys, text, op, node):
+    spec = tmp_path / "m.rpn"
+    spec.write_text(text, encoding="utf-8")
+    out = tmp_path / "m.onnx"
+    assert main(["export", str(spec), "--random-init", "--format", "onnx", "--dtype", "float64",
+                 "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    head = rpn2c.check(text).node(node).span if node else SimpleNamespace(line=1, col=1)
+    assert f"{spec}:{head.line}:{head.col}: model 'example' cannot be exported to onnx: onnxruntime cannot run " \
+           f"it: it has no kernel for {op} in this dtype" in err
+    assert not out.exists() and list(tmp_path.iterdir()) == [spec]
