@@ -256,4 +256,3 @@ class Slice(Op):
 
         _, need = slice_length(ins[0].items, self.hp.start, self.hp.stop)
         return _SliceModule(self.hp.start, self.hp.stop, need)
-
