@@ -9,8 +9,7 @@ from torch import nn
 
 from rpn2c.components.impl.base import XiModule
 from rpn2c.components.xi_hybrid import _CONCAT, _ENTRY_FUSIONS
-from rpn2c.components.xi_kernels import normalize_matrix
-from rpn2c.functional import structure
+from rpn2c.functional import kernels, structure
 
 
 class _HybridXi(XiModule):
@@ -58,7 +57,7 @@ class _HybridXi(XiModule):
         if self.hp.normalize == "none":
             return a
         r = a if self.axis == "instance" else a.transpose(-1, -2)
-        r = normalize_matrix(r, self.hp.normalize, self.hp.softmax_scale, self.hp.mask_zeros)
+        r = kernels.normalize_matrix(r, self.hp.normalize, self.hp.softmax_scale, self.hp.mask_zeros)
         return r if self.axis == "instance" else r.transpose(-1, -2)
 
     def apply(self, z, q, c, aux):
