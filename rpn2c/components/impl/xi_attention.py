@@ -10,10 +10,15 @@ from torch import nn
 from torch.nn.attention import SDPBackend
 
 from rpn2c.components.impl.base import XiModule
-from rpn2c.components.xi_attention import default_scale, windowed_flex_attention
 from rpn2c.errors import InputError
 from rpn2c.ir.types import is_head_bias
 from rpn2c.functional import flex_op, rotary, structure
+
+
+def default_scale(softmax: bool, r: int) -> float:
+    """The logit scale when none is given: 1/√r of the scaled softmax (eq 182) with softmax; 1 without, since the
+    bilinear form itself (eq 55–56, and A_b in the hybrid A_g ∘ A_b of eq 86) has no scale (docs/semantics.md)."""
+    return 1 / math.sqrt(r) if softmax else 1.0
 
 
 class _BilinearXi(XiModule):
@@ -148,7 +153,7 @@ class _BilinearXi(XiModule):
         if (kernel == "flex_attention" and flex_op.supported(qq, kk, values)
                 and flex_op.worthwhile(qq.shape[-2], kk.shape[-2], self.hp.window)):
             kk, values = _repeat_kv(qq, kk), _repeat_kv(qq, values)
-            return windowed_flex_attention(qq, kk, values, self.hp.window, self.hp.causal, self.scale)
+            return flex_op.windowed_flex_attention(qq, kk, values, self.hp.window, self.hp.causal, self.scale)
         self._check_masks(aux, qq.shape[0] if qq.dim() >= 3 else 1, qq.shape[-2], kk.shape[-2])
         mask = self._additive_mask(aux, qq.shape[-2], kk.shape[-2], qq.dtype, qq.device, all_heads=qq.dim() == 4)
         if mask is not None and qq.dim() == 4 and mask.dim() == 3:
