@@ -9,9 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rpn2c.components.grid import Geometry
+from rpn2c.components.grid import Geometry, ceil_extension, native_pooling
 from rpn2c.components.kappa import ignore_fill, literal_patches, pad_pairs
-from rpn2c.components.kappa_pooling import ceil_extension, native_pooling
 from rpn2c.functional import compression as FC
 
 
