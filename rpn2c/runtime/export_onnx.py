@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rpn2c.runtime.export_write import ExportError, quiet
+from rpn2c.runtime.export_base import ExportError, quiet
 
 INSTALL = "pip install 'rpn2c[export]'"
 
