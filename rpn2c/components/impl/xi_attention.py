@@ -121,11 +121,14 @@ class _BilinearXi(XiModule):
         return structure.bilinear_entries(qq, kk, dst, src, self.scale, self.hp.softmax,
                                           self.entry_bias(aux, qq.shape[-2], kk.shape[-2]))
 
-    def matrix(self, q, c, aux, size=None):
-        qq, kk = self._qk(q, c, aux, literal=True)
+    def matrix(self, q, c, aux, size=None, literal=True):
+        """softmax(Q Kᵀ · s + M), a query with no key left giving a zero row (as the attention kernels do).
+        ``literal``: rotations as matrices and the window as the band matrix (the oracle); else the rotary tables
+        and the masks from item indices (a relation's default form)."""
+        qq, kk = self._qk(q, c, aux, literal=literal)
         logits = (qq @ kk.transpose(-1, -2)) * self.scale
-        self._check_masks(aux, q.shape[0] if q.dim() == 3 else 1, q.shape[-2], c.shape[-2])
-        mask = self._additive_mask(aux, q.shape[-2], c.shape[-2], q.dtype, q.device, literal=True)
+        self._check_masks(aux, q.shape[0] if q.dim() == 3 else 1, qq.shape[-2], kk.shape[-2])
+        mask = self._additive_mask(aux, qq.shape[-2], kk.shape[-2], q.dtype, q.device, literal=literal)
         if not self.hp.softmax:
             # without softmax a blocked pair has weight 0 (not -inf); finite additive masks are added
             return logits if mask is None else torch.where(torch.isneginf(mask), 0.0, logits + mask)
