@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from rpn2c.components.kappa import pad_pairs
+from rpn2c.functional import structure
 from rpn2c.functional.expansion import taylor_reconcile
 from rpn2c.ir.terms import Term
 from rpn2c.lower import reference as literal
@@ -283,7 +284,7 @@ def _gather_patches(t: Term, s: Site):
         index = getattr(s.holder(layer), "patch_index", None)
         if index is None:
             index = geo.patch_index(tuple(x.shape[2:]), device=x.device)  # [P, p]
-        taps = x.reshape(b, cin, -1)[:, :, index.clamp(min=0)] * (index >= 0)  # [B, C, P, p]
+        taps = structure.gather_patches(x.reshape(b, cin, -1), index, dim=-1)  # [B, C, P, p]
         if summed:  # aggregation mode: each patch summed, [B, P, C]
             return taps.sum(-1).transpose(1, 2)
         return taps.permute(0, 2, 1, 3).flatten(2)
@@ -316,9 +317,7 @@ def _box_sum(t: Term, s: Site):
     geo = s.trace.geometry
 
     def run(layer, x):
-        cin = x.shape[1]
-        kernel = geo.kernel_mask(x.device).to(x.dtype).expand(cin, 1, *geo.kernel)
-        y = _CONV[geo.rank](_pad(x, geo), kernel, stride=geo.stride, dilation=geo.dilation, groups=cin)
+        y = structure.box_sum(_pad(x, geo), geo.kernel_mask(x.device), geo.stride, geo.dilation)
         return y.flatten(2).transpose(1, 2)
 
     return run

@@ -53,6 +53,7 @@ from rpn2c.functional.structure.patches import (  # noqa: F401
     centre_counts,
     patch_index,
     gather_patches,
+    box_sum,
     padding_matrix,
     aggregation_matrix,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "centre_counts",
     "patch_index",
     "gather_patches",
+    "box_sum",
     "padding_matrix",
     "aggregation_matrix",
 ]
