@@ -50,18 +50,26 @@ def _named(fn: Callable, op: str) -> Callable:
 
 
 # ------------------------------------------------------------------------------------------------ layer ops
+def process_slot(t: Term) -> tuple[str, int]:
+    """Where the module of the processing term ``t`` sits: ``("pre", i)`` and ``("post", i)`` on the layer,
+    ``("head_post", i)`` on its head (a head's own processing, before the head fusion)."""
+    where = t.key[1:]
+    if where[0] == "pre":
+        return "pre", where[1]
+    if t.info.get("head") is not None:
+        return "head_post", where[-1]
+    return "post", where[0]
+
+
 def _process(t: Term, s: Site):
     if s.fn is not None:  # an activation: the function, no module call
         fn = s.fn
         return lambda layer, y: fn(y)
-    where = t.key[1:]
-    if where[0] == "pre":
-        i = where[1]
-        return lambda layer, y: layer.pre[i](y)
-    if t.info.get("head") is not None:  # a head's own processing, before the head fusion
-        i = where[-1]
+    name, i = process_slot(t)
+    if name == "head_post":
         return lambda layer, y: s.holder(layer).head_post[i](y)
-    i = where[0]
+    if name == "pre":
+        return lambda layer, y: layer.pre[i](y)
     return lambda layer, y: layer.post[i](y)
 
 
