@@ -308,11 +308,7 @@ def _unfold(t: Term, s: Site):
     def run(layer, x):
         c = x.shape[1]
         xp, padding = (x, tuple(geo.pad_before)) if own else (_pad(x, geo), (0,) * geo.rank)
-        kernel, stride, dilation = geo.kernel, geo.stride, geo.dilation
-        if geo.rank == 1:
-            xp, kernel, stride, dilation, padding = (xp.unsqueeze(2), (1, *kernel), (1, *stride), (1, *dilation),
-                                                     (0, *padding))
-        cols = F.unfold(xp, kernel, dilation=dilation, padding=padding, stride=stride)  # [B, C·box, P]
+        cols = structure.im2col(xp, geo.kernel, geo.stride, geo.dilation, padding)  # [B, C·box, P]
         if geo.taps is not None:  # kernel-box positions of the taps (a buffer built with the head)
             cols = cols.unflatten(1, (c, -1)).index_select(2, s.holder(layer).tap_pos).flatten(1, 2)
         return cols.transpose(1, 2)

@@ -54,6 +54,7 @@ from rpn2c.functional.structure.patches import (  # noqa: F401
     patch_index,
     gather_patches,
     box_sum,
+    im2col,
     padding_matrix,
     aggregation_matrix,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "patch_index",
     "gather_patches",
     "box_sum",
+    "im2col",
     "padding_matrix",
     "aggregation_matrix",
 ]
