@@ -163,7 +163,7 @@ def test_every_request_is_answered_exactly_once_and_the_worker_holds_at_most_one
 
 # ------------------------------------------------------------------------------------------------ the process
 def test_the_worker_process_answers_jobs_and_keeps_its_stdout_for_answers(tmp_path):
-    """``python -m rpn2c.runtime.lsp_worker``: a code lens resolved from the document the job carries (not the
+    """``python -m rpn2c.runtime.lsp_child``: a code lens resolved from the document the job carries (not the
     file on disk), an unknown method refused, and a print from library code kept out of the answers."""
     spec = ROOT / "specs" / "transformer.rpn"
     text = spec.read_text(encoding="utf-8")
@@ -173,7 +173,7 @@ def test_the_worker_process_answers_jobs_and_keeps_its_stdout_for_answers(tmp_pa
     noisy = ("import runpy, rpn2c.runtime.analysis as a\n"  # the kernels' lookup prints, as a library might
              "kernels = a.value_kernels\n"
              "a.value_kernels = lambda *args: print('noise from a library') or kernels(*args)\n"
-             "runpy.run_module('rpn2c.runtime.lsp_worker', run_name='__main__')")
+             "runpy.run_module('rpn2c.runtime.lsp_child', run_name='__main__')")
     proc = subprocess.Popen([sys.executable, "-c", noisy],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     lens = {"range": {}, "data": {"uri": uri, "line": line, "col": 2, "version": 1}}

@@ -206,14 +206,6 @@ class _Projected(Fusion):
         return self.width(dims) if self.hp.bias else 0
 
 
-def _uniform(shape, fan_in):
-    import torch
-    from torch import nn
-
-    bound = 1.0 / max(fan_in, 1) ** 0.5
-    return nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
-
-
 @register
 class ConcatLinear(_Projected):
     """Concat + linear fusion (⊔ A_i) W (+ b), W ∈ R^{(Σ n_i) x n} (eq 119); l = n·Σ n_i (+ n).

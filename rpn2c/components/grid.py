@@ -129,6 +129,31 @@ class Geometry:
         return structure.patch_index(**self.structure_args(spatial, device))
 
 
+def ceil_extension(geo: Geometry, spatial) -> tuple[int, ...]:
+    """Cells of padding past ``pad_after`` that torch's ``ceil_mode`` adds per axis: the window count is
+    ``ceil((L + pb + pa − d(k−1) − 1)/s) + 1``, less one when that last window would start at or past ``L + pb``
+    (in the right padding); the extension makes the floor rule of :class:`Geometry` give that count."""
+    extra = []
+    for n, k, s, d, pb, pa in zip(spatial, geo.kernel, geo.stride, geo.dilation, geo.pad_before, geo.pad_after):
+        span = d * (k - 1) + 1
+        num = n + pb + pa - span
+        out = -(-num // s) + 1  # a window longer than the padded axis by less than a stride still counts once
+        if out < 1:
+            extra.append(0)  # the window does not fit: Geometry.out_extent says so
+            continue
+        if (out - 1) * s >= n + pb:
+            out -= 1
+        extra.append(max(0, (out - 1) * s + span - (n + pb + pa)))
+    return tuple(extra)
+
+
+def native_pooling(geo: Geometry, metric: str) -> bool:
+    """Whether a patch compression is a native pooling kernel: zero padding, rank 1-3, max/min over full boxes
+    (max_pool), or sum/mean over any patch mask (a depthwise convolution)."""
+    return (geo.padding_mode == "zeros" and 1 <= geo.rank <= 3 and not geo.staggered
+            and (metric in ("sum", "mean") or (metric in ("max", "min") and geo.taps is None)))
+
+
 def positive_per_axis(v: IntOrList) -> IntOrList:
     """Validator of a per-axis size: one int or a non-empty list, every value >= 1."""
     vals = [v] if isinstance(v, int) else v

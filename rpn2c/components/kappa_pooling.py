@@ -18,29 +18,11 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 
 from rpn2c.components.base import GRID_VOLUME, Kappa, ShapeRuleError, compress_example
-from rpn2c.components.grid import Geometry, IntOrList, positive_per_axis
+from rpn2c.components.grid import Geometry, IntOrList, ceil_extension, native_pooling, positive_per_axis
 from rpn2c.components.kappa import (CentredCuboidHP, ConvPatchHP, CylinderHP, PoolHP, SphereHP, ignore_fill,
                                     metric_kwargs)
 from rpn2c.components.registry import HP, register
 from rpn2c.ir.types import is_known
-
-
-def ceil_extension(geo: Geometry, spatial) -> tuple[int, ...]:
-    """Cells of padding past ``pad_after`` that torch's ``ceil_mode`` adds per axis: the window count is
-    ``ceil((L + pb + pa − d(k−1) − 1)/s) + 1``, less one when that last window would start at or past ``L + pb``
-    (in the right padding); the extension makes the floor rule of :class:`Geometry` give that count."""
-    extra = []
-    for n, k, s, d, pb, pa in zip(spatial, geo.kernel, geo.stride, geo.dilation, geo.pad_before, geo.pad_after):
-        span = d * (k - 1) + 1
-        num = n + pb + pa - span
-        out = -(-num // s) + 1  # a window longer than the padded axis by less than a stride still counts once
-        if out < 1:
-            extra.append(0)  # the window does not fit: Geometry.out_extent says so
-            continue
-        if (out - 1) * s >= n + pb:
-            out -= 1
-        extra.append(max(0, (out - 1) * s + span - (n + pb + pa)))
-    return tuple(extra)
 
 
 MAX_PADDED = 2**28  # elements (1 GiB in float32) per sample of the padded grid or of one patch's taps
@@ -65,13 +47,6 @@ def _skips_taps(metric: str) -> bool:
     except KeyError:
         return False
     return True
-
-
-def native_pooling(geo: Geometry, metric: str) -> bool:
-    """Whether a patch compression is a native pooling kernel: zero padding, rank 1-3, max/min over full boxes
-    (max_pool), or sum/mean over any patch mask (a depthwise convolution)."""
-    return (geo.padding_mode == "zeros" and 1 <= geo.rank <= 3 and not geo.staggered
-            and (metric in ("sum", "mean") or (metric in ("max", "min") and geo.taps is None)))
 
 
 class _PatchPool(Kappa):

@@ -224,6 +224,31 @@ class Family(MutableMapping):
 
 REGISTRY: dict[str, Family] = {f: Family(f) for f in FAMILIES}
 SYNONYMS: dict[str, dict[str, str]] = {f: {} for f in FAMILIES}  # family -> other libraries' name -> spec text
+#: every component family module, in the order they register their components (``load_all`` imports them)
+MODULES = (
+    "cells", "fusion", "kappa", "kappa_compression", "kappa_expansion", "ops", "pi", "processing", "psi", "xi",
+    "kappa_patches", "kappa_pooling", "kappa_probabilistic", "kappa_sampling", "kappa_wavelets",  # κ catalog
+    "xi_graph", "xi_attention",  # graph, bilinear ξ
+    "xi_kernels", "xi_learned", "xi_hybrid", "xi_structural",  # ξ catalog
+    "xi_graph_attention",  # GAT's edge attention
+    "xi_recurrence",  # seed 004's recurrence ξ
+    "cells_selective",  # selective and complex cells
+    "sequence",  # tokens, positions, readouts
+    "free_params",  # free learnable tensors
+    "psi_tied",  # ψ from another node's weight
+    "masks",  # masks computed from token ids
+    "position_bias",  # per-head relative position biases (T5, ALiBi)
+    "windows",  # shifted-window attention, its bias, patch merging (Swin)
+    "ops_batch",  # the opt-in batch interdependence
+    "layout", "pi_more", "processing_more",  # layout ops, more π, processing
+    "relation",  # relations as values
+    "sequence_conv",  # the short causal depthwise convolution
+    "readouts",  # one item of a sequence, one step of a signal
+    "xi_spectral",  # spectral graph ξ (ChebNet)
+    "hopfield",  # the classical Hopfield network
+    "xi_preprocessed",  # ξ's input pre-processing (§5.1.1)
+)
+
 _LOADED: list[bool] = []  # [True] once every component module is imported
 _LOADING = threading.RLock()
 
@@ -235,14 +260,12 @@ def _index() -> dict[str, dict[str, str]]:
 
 
 def load_all() -> bool:
-    """Import every component module (``rpn2c.components.MODULES``); False if that was done before. Another thread
+    """Import every component module (:data:`MODULES`); False if that was done before. Another thread
     listing the registry meanwhile waits for the whole of it."""
     with _LOADING:
         if _LOADED:
             return False
         _LOADED.append(True)
-        from rpn2c.components import MODULES
-
         for module in MODULES:
             importlib.import_module(f"rpn2c.components.{module}")
     return True

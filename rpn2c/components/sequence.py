@@ -15,7 +15,7 @@ from rpn2c.components.base import Op, ShapeRuleError, example_model
 from rpn2c.components.readouts import read_axis, read_type
 from rpn2c.components.registry import HP, register
 from rpn2c.errors import InputError
-from rpn2c.ir.types import Dim, TensorType, is_known, items
+from rpn2c.ir.types import Dim, TensorType, is_known, items, vector
 
 if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
     import torch
@@ -66,19 +66,6 @@ class _EmbeddingHP(HP):
                                                       "(negative counts from V, as nn.Embedding)")
 
 
-def check_token_ids(x: torch.Tensor, vocab: int) -> None:
-    """Raise a clear error unless ``x`` holds integer ids in ``[0, vocab)`` (the first offender is named)."""
-    import torch
-
-    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-        raise InputError(f"embedding(vocab = {vocab}) reads integer token ids, got a {x.dtype} tensor")
-    bad = (x < 0) | (x >= vocab)
-    if bool(bad.any()):
-        at = tuple(int(i) for i in bad.nonzero()[0])
-        raise InputError(f"embedding(vocab = {vocab}): token id {int(x[at])} at index {at} is out of range "
-                         f"[0, {vocab})")
-
-
 @register
 class Embedding(Op):
     """embedding(x, vocab = V, dim = d): tokens [B, T] -> sequence [B, T, d], y[b, t] = W[x[b, t]] (W ∈ R^{V×d}).
@@ -112,21 +99,6 @@ class Embedding(Op):
 
 
 # ------------------------------------------------------------------------------------------------ positions
-def sinusoid_table(n: int, d: int, base: float = 10000.0, dtype=None) -> torch.Tensor:
-    """The Transformer paper's table ``[n, d]``: ``P[t, 2i] = sin(t / base^{2i/d})``, ``P[t, 2i+1] = cos(...)``
-    (float64 unless ``dtype`` is given)."""
-    import torch
-
-    dtype = torch.float64 if dtype is None else dtype
-
-    pos = torch.arange(n, dtype=torch.float64)[:, None]
-    inv = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    table = torch.zeros(n, d, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(pos * inv)
-    table[:, 1::2] = torch.cos(pos * inv[: d // 2])
-    return table.to(dtype)
-
-
 class _SinusoidalHP(HP):
     base: float = Field(10000.0, gt=1.0, description="wavelength base (the paper's 10000)")
 
@@ -290,4 +262,3 @@ class Slice(Op):
 
         _, need = slice_length(ins[0].items, self.hp.start, self.hp.stop)
         return _SliceModule(self.hp.start, self.hp.stop, need)
-

@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 from rpn2c.components.base import Interdependence, ShapeRuleError
 from rpn2c.components.grid import CentredPatchHP, Geometry, PatchHP
 from rpn2c.components.registry import HP, register
-from rpn2c.functional import kernels, structure
+from rpn2c.functional import structure
 from rpn2c.ir.types import dim_mul
 
 if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
@@ -168,38 +168,3 @@ class Chain(Interdependence):
         from rpn2c.components.impl.xi import _ChainXi
 
         return _ChainXi(self.hp, ctx.axis)
-
-
-def _chain_inv(d):
-    import torch
-
-    return torch.where(d != 0, 1.0 / torch.where(d != 0, d, torch.ones_like(d)), torch.zeros_like(d))
-
-
-def _chain_inv_sqrt(d):
-    import torch
-
-    return torch.where(d > 0, torch.where(d > 0, d, torch.ones_like(d)).rsqrt(), torch.zeros_like(d))
-
-
-def _chain_dense(n, hp, dtype, device):
-    """The literal chain matrix (row = output item), as the paper writes it (reference lowering)."""
-    import torch
-
-    bi = hp.direction == "bidirectional"
-    mode = hp.effective_mode
-    if mode in ("power", "accumulate"):
-        m = structure.multihop_chain(n, hp.hops, mode == "accumulate", hp.include_identity, bidirectional=bi,
-                                     self_loop=hp.self_loop, self_scaling=hp.self_scaling, device=device,
-                                     dtype=dtype)
-    elif mode == "inverse_approx":
-        m = structure.chain_inverse_approx(n, bi, device=device, dtype=dtype)
-    else:
-        a = structure.chain_matrix(n, bi, hp.self_loop, hp.self_scaling, device=device, dtype=dtype)
-        if mode == "inverse":
-            m = torch.linalg.inv(torch.eye(n, dtype=dtype, device=device) - hp.alpha * a)
-        else:
-            m = torch.linalg.matrix_exp(hp.alpha * a)
-    if hp.direction == "backward":
-        m = m.T
-    return m if hp.norm == "none" else kernels.degree_normalize(m, hp.norm)

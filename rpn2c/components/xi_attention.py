@@ -44,12 +44,6 @@ class _BilinearHP(HP):
                                                         "instead of (i, i + dims/2) (GPT-NeoX, Llama)")
 
 
-def default_scale(softmax: bool, r: int) -> float:
-    """The logit scale when none is given: 1/√r of the scaled softmax (eq 182) with softmax; 1 without, since the
-    bilinear form itself (eq 55–56, and A_b in the hybrid A_g ∘ A_b of eq 86) has no scale (docs/semantics.md)."""
-    return 1 / math.sqrt(r) if softmax else 1.0
-
-
 def _check_head_bias(ctx) -> None:
     """A per-head ``attn_mask`` (``head_bias[H, Nq, Nc]``) has one slice per head of the layer (E0349) and the
     queries' and keys' item counts; ``key_padding`` takes none."""
@@ -223,13 +217,3 @@ class LinearAttention(Interdependence):
 
         return _LinearAttentionXi(self.hp, ctx.query_features, ctx.context_features)
 
-
-def windowed_flex_attention(qq, kk, values, window: int, causal: bool, scale: float):
-    """Attention restricted to |i − j| <= window (and j <= i if causal) by FlexAttention's block mask (the op
-    ``rpn2c::window_attention``); 3-D operands get a head axis."""
-    from rpn2c.functional import flex_op
-
-    heads = qq.dim() == 4
-    q, k, v = (t if heads else t.unsqueeze(1) for t in (qq, kk, values))
-    out = flex_op.window_attention(q, k, v, window, causal, scale)
-    return out if heads else out.squeeze(1)

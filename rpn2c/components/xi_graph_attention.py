@@ -6,7 +6,6 @@ Instance matrices are stored with row = output (target) item: ``Y = A @ Z``.
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 from pydantic import Field
@@ -75,13 +74,3 @@ class GraphAttention(Interdependence):
         from rpn2c.components.impl.xi_graph_attention import _GraphAttentionXi
 
         return _GraphAttentionXi(self.hp, ctx.query_features, ctx.context_features)
-
-
-def _glorot(*shape):
-    import torch
-    from torch import nn
-
-    bound = math.sqrt(6.0 / (shape[0] + (shape[1] if len(shape) > 1 else 1)))
-    return nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
-
-

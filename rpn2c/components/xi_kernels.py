@@ -15,7 +15,7 @@ post-normalisation is applied on the row = output orientation (``row``: each out
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Literal, Optional, TYPE_CHECKING, Union
+from typing import ClassVar, Literal, Optional, Union
 
 from pydantic import Field, field_validator
 
@@ -24,29 +24,8 @@ from rpn2c.components.registry import HP, register
 from rpn2c.functional import kernels
 from rpn2c.ir.types import is_known
 
-if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
-    import torch
-
 NORMS = ("none", "row", "column", "symmetric", "softmax", "softmax_column", "mean_std", "mean_std_column",
          "mean_std_all")
-
-
-def normalize_matrix(a: torch.Tensor, norm: str, scale: float = 1.0, mask_zeros: bool = False) -> torch.Tensor:
-    """Post-normalisation of a row = output matrix ``[..., n', n]`` (kernels.py: degree, softmax, mean-std).
-
-    ``row``: D⁻¹A (each output's weights sum to 1); ``column``: AD⁻¹; ``symmetric``: exactly D^{-1/2} A D^{-1/2}
-    with D the row sums (the toolkit's row_column is not, bug 7); ``softmax[_column]``: softmax(scale·A) per row
-    (column), optionally over the non-zero entries only; ``mean_std[_column|_all]``: (A − mean)/(std + 1e-8).
-    """
-    if norm == "none":
-        return a
-    if norm in ("row", "column", "symmetric"):
-        return kernels.degree_normalize(a, norm)
-    if norm.startswith("softmax"):
-        return kernels.softmax_normalize(a, "column" if norm.endswith("column") else "row", scale=scale,
-                                         mask_zeros=mask_zeros)
-    mode = {"mean_std": "row", "mean_std_column": "column", "mean_std_all": "all"}[norm]
-    return kernels.mean_std_normalize(a, mode)
 
 
 class KernelHP(HP):

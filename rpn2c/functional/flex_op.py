@@ -97,3 +97,12 @@ def _sdpa_band(q, k, v, window, causal, scale):
 @window_attention.register_fake
 def _(q, k, v, window, causal, scale):
     return v.new_empty(*q.shape[:-1], v.shape[-1])
+
+
+def windowed_flex_attention(qq, kk, values, window: int, causal: bool, scale: float):
+    """Attention restricted to |i − j| <= window (and j <= i if causal) by FlexAttention's block mask (the op
+    ``rpn2c::window_attention``); 3-D operands get a head axis."""
+    heads = qq.dim() == 4
+    q, k, v = (t if heads else t.unsqueeze(1) for t in (qq, kk, values))
+    out = window_attention(q, k, v, window, causal, scale)
+    return out if heads else out.squeeze(1)

@@ -62,6 +62,7 @@ __all__ = [
     "mean_std_normalize",
     "minkowski_distance",
     "minkowski_kernel",
+    "normalize_matrix",
     "pearson_correlation_kernel",
     "polynomial_kernel",
     "rv_coefficient",
@@ -534,6 +535,24 @@ def mean_std_normalize(A: Tensor, mode: str = "row", *, eps: float = 1e-8, unbia
     mean = A.mean(dim=dims, keepdim=True)
     std = torch.std(A, dim=dims, keepdim=True, correction=1 if unbiased else 0)
     return (A - mean) / (std + eps)
+
+
+def normalize_matrix(a: Tensor, norm: str, scale: float = 1.0, mask_zeros: bool = False) -> Tensor:
+    """Post-normalisation of a row = output matrix ``[..., n', n]`` (degree, softmax, mean-std).
+
+    ``row``: D⁻¹A (each output's weights sum to 1); ``column``: AD⁻¹; ``symmetric``: exactly D^{-1/2} A D^{-1/2}
+    with D the row sums (the toolkit's row_column is not, bug 7); ``softmax[_column]``: softmax(scale·A) per row
+    (column), optionally over the non-zero entries only; ``mean_std[_column|_all]``: (A − mean)/(std + 1e-8).
+    """
+    if norm == "none":
+        return a
+    if norm in ("row", "column", "symmetric"):
+        return degree_normalize(a, norm)
+    if norm.startswith("softmax"):
+        return softmax_normalize(a, "column" if norm.endswith("column") else "row", scale=scale,
+                                 mask_zeros=mask_zeros)
+    mode = {"mean_std": "row", "mean_std_column": "column", "mean_std_all": "all"}[norm]
+    return mean_std_normalize(a, mode)
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Block uses in a checked graph, for pictures: which nodes each use of a block made, the block's name, and the
-graph with each use collapsed into one node.
+"""Block uses in a checked graph, for pictures: which nodes each use of a block made and the block's name
+(``Graph.collapsed`` draws each use as one node).
 
 The checker names a block use's nodes under the value it binds (``y = enc(x)`` makes ``y.attn``, ``y.ff``, ...)
 and the ``i``-th copy of ``y = repeat(n) enc(x)`` under ``y.i.``; nested uses stay inside their outer use.
@@ -8,10 +8,6 @@ and the ``i``-th copy of ``y = repeat(n) enc(x)`` under ``y.i.``; nested uses st
 from __future__ import annotations
 
 import re
-
-import networkx as nx
-
-from rpn2c.ir.graph import Graph, Node
 
 
 def use_of(nid: str) -> str | None:
@@ -22,7 +18,7 @@ def use_of(nid: str) -> str | None:
     return ".".join(parts[:2]) if parts[1].isdigit() and len(parts) > 2 else parts[0]
 
 
-def block_uses(graph: Graph) -> dict[str, list[str]]:
+def block_uses(graph) -> dict[str, list[str]]:
     """Each block use and its nodes, in topological order (a collapsed use is no longer one)."""
     out: dict[str, list[str]] = {}
     for n in graph.nodes():
@@ -32,7 +28,7 @@ def block_uses(graph: Graph) -> dict[str, list[str]]:
     return out
 
 
-def block_name(graph: Graph, use: str, nodes: list[str]) -> str | None:
+def block_name(graph, use: str, nodes: list[str]) -> str | None:
     """The block a use instantiates: the ``block`` whose body holds the use's own nodes (read from the source)."""
     depth = use.count(".") + 1
     for nid in nodes:
@@ -55,30 +51,3 @@ def _stacks(uses: dict[str, list[str]]) -> dict[str, list[tuple[str, list[str]]]
         m = re.fullmatch(r"(.+)\.(\d+)", use)
         out.setdefault(m[1] if m else use, []).append((use, nodes))
     return out
-
-
-def collapse(graph: Graph) -> Graph:
-    """``graph`` with each block use drawn as one node (kind ``block``), and the ``n`` copies of a ``repeat`` as one
-    node ``× n``: the type of the value it returns, the sum of its parameters and every kernel chosen inside it;
-    edges between uses and other nodes are kept once."""
-    stacks = _stacks(block_uses(graph))
-    uses = {use: [v for _, nodes in copies for v in nodes] for use, copies in stacks.items()}
-    owner = {nid: use for use, nodes in uses.items() for nid in nodes}
-    g = nx.DiGraph()
-    for n in graph.nodes():
-        if n.id not in owner:
-            g.add_node(n.id, node=n)
-    for use, nodes in uses.items():
-        leaving = [v for v in nodes if v in graph.outputs or any(owner.get(w) != use for w in graph.g.successors(v))]
-        out = graph.node(leaving[-1] if leaving else nodes[-1])
-        name = block_name(graph, *stacks[use][0])
-        plan = list(dict.fromkeys(k for v in nodes for k in graph.node(v).plan))
-        node = Node(use, "block", out.span, out.type, params=sum(graph.node(v).params for v in nodes), plan=plan,
-                    trace={"block": name, "nodes": len(nodes), "copies": len(stacks[use])})
-        g.add_node(use, node=node)
-    for u, v, d in graph.g.edges(data=True):
-        a, b = owner.get(u, u), owner.get(v, v)
-        if a != b and not g.has_edge(a, b):
-            g.add_edge(a, b, **d)
-    outputs = list(dict.fromkeys(owner.get(o, o) for o in graph.outputs))
-    return Graph(graph.name, g, list(graph.inputs), outputs, graph.sources, list(graph.log))

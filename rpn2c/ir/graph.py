@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 
 from rpn2c.errors import UNKNOWN_SPAN, Span
+from rpn2c.ir import blocks
 from rpn2c.ir.types import TensorType, ValueRef
 
 if TYPE_CHECKING:
@@ -305,8 +306,39 @@ class Graph:
 
         return html(self)
 
+    def collapsed(self) -> Graph:
+        """This graph with each block use drawn as one node (:func:`collapse`)."""
+        return collapse(self)
+
     def _repr_svg_(self) -> str:
         """Jupyter's picture of the graph: boxes, shapes on the edges, kernels (``rpn2c graph --format svg``)."""
         from rpn2c.ir.picture import to_svg
 
         return to_svg(self)
+
+
+def collapse(graph: Graph) -> Graph:
+    """``graph`` with each block use drawn as one node (kind ``block``), and the ``n`` copies of a ``repeat`` as one
+    node ``× n``: the type of the value it returns, the sum of its parameters and every kernel chosen inside it;
+    edges between uses and other nodes are kept once."""
+    stacks = blocks._stacks(blocks.block_uses(graph))
+    uses = {use: [v for _, nodes in copies for v in nodes] for use, copies in stacks.items()}
+    owner = {nid: use for use, nodes in uses.items() for nid in nodes}
+    g = nx.DiGraph()
+    for n in graph.nodes():
+        if n.id not in owner:
+            g.add_node(n.id, node=n)
+    for use, nodes in uses.items():
+        leaving = [v for v in nodes if v in graph.outputs or any(owner.get(w) != use for w in graph.g.successors(v))]
+        out = graph.node(leaving[-1] if leaving else nodes[-1])
+        name = blocks.block_name(graph, *stacks[use][0])
+        plan = list(dict.fromkeys(k for v in nodes for k in graph.node(v).plan))
+        node = Node(use, "block", out.span, out.type, params=sum(graph.node(v).params for v in nodes), plan=plan,
+                    trace={"block": name, "nodes": len(nodes), "copies": len(stacks[use])})
+        g.add_node(use, node=node)
+    for u, v, d in graph.g.edges(data=True):
+        a, b = owner.get(u, u), owner.get(v, v)
+        if a != b and not g.has_edge(a, b):
+            g.add_edge(a, b, **d)
+    outputs = list(dict.fromkeys(owner.get(o, o) for o in graph.outputs))
+    return Graph(graph.name, g, list(graph.inputs), outputs, graph.sources, list(graph.log))

@@ -4,7 +4,7 @@ Each node is a box (name, kind, recipe, parameters, the kernels the optimiser ch
 sits on the edges that leave it; a ``return`` box collects the outputs. Layout: longest-path layers, long edges
 split by virtual points, barycentre ordering sweeps that keep the fewest crossings, and x positions that pull
 every box towards its neighbours without overlap (isotonic regression per layer). The nodes of each block use sit in a
-labelled cluster; ``collapse=True`` draws one box per block use instead (:mod:`rpn2c.ir.blocks`). Text is measured with the
+labelled cluster; ``collapse=True`` draws one box per block use instead (``Graph.collapsed``). Text is measured with the
 metrics of DejaVu Sans (bundled with matplotlib), so boxes fit their text. ``Graph._repr_svg_`` and
 ``CompiledModel._repr_svg_`` (Jupyter) and ``rpn2c graph --format svg|png`` all draw this picture.
 """
@@ -18,7 +18,6 @@ from xml.sax.saxutils import escape, quoteattr
 import networkx as nx
 
 from rpn2c.ir import blocks
-from rpn2c.ir.graph import Graph, Node
 
 FONT = "DejaVu Sans"  # bundled with matplotlib: the metrics the boxes are sized with
 FONT_FAMILY = "DejaVu Sans, Verdana, Helvetica, Arial, sans-serif"
@@ -35,7 +34,7 @@ COLOURS = {"input": ("#e8f5e9", "#43a047"), "head": ("#e3f2fd", "#1e88e5"), "lay
 INK, MUTED, KERNEL, EDGE = "#212121", "#616161", "#ad1457", "#78909c"
 
 
-def describe(node: Node) -> str:
+def describe(node) -> str:
     """A short recipe of a node: the components in each non-default slot."""
     if node.kind == "input":
         return "input"
@@ -193,7 +192,7 @@ def _line_height(line: list[Run]) -> float:
     return LINE + 3 if any(s.size >= TITLE for s in line) else LINE
 
 
-def _box(node: Node) -> Box:
+def _box(node) -> Box:
     kind = node.layer.kind if node.layer is not None and node.kind == "layer" else node.kind
     shown = f"block {node.trace['block']}" if node.kind == "block" and node.trace.get("block") else kind
     if node.kind == "block" and node.trace.get("copies", 1) > 1:
@@ -281,7 +280,7 @@ def _pack(row: list[str], width: dict[str, float], want: dict[str, float]) -> di
     return out
 
 
-def layout(graph: Graph) -> Layout:
+def layout(graph) -> Layout:
     """Place every box, label and edge of ``graph``'s picture."""
     g = nx.DiGraph()
     boxes = {n.id: _box(n) for n in graph.nodes()}
@@ -380,7 +379,7 @@ def layout(graph: Graph) -> Layout:
                   [labels[u] for u in sorted(labels)], edges, _clusters(graph, boxes, labels))
 
 
-def _clusters(graph: Graph, boxes: dict[str, Box], labels: dict[str, Label]) -> list[Cluster]:
+def _clusters(graph, boxes: dict[str, Box], labels: dict[str, Label]) -> list[Cluster]:
     out = []
     for use, nodes in blocks.block_uses(graph).items():
         parts = [(b.x, b.y, b.x + b.w, b.y + b.h) for b in (boxes[v] for v in nodes)]
@@ -421,10 +420,10 @@ def _f(v: float) -> str:
     return f"{v:.1f}".rstrip("0").rstrip(".")
 
 
-def to_svg(graph: Graph, collapse: bool = False) -> str:
+def to_svg(graph, collapse: bool = False) -> str:
     """The picture as a standalone SVG document (deterministic: equal graphs give equal text); ``collapse`` draws
     one box per block use."""
-    lay = layout(blocks.collapse(graph) if collapse else graph)
+    lay = layout(graph.collapsed() if collapse else graph)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_f(lay.width)}" height="{_f(lay.height)}" '
            f'viewBox="0 0 {_f(lay.width)} {_f(lay.height)}" font-family="{FONT_FAMILY}" font-size="{_f(TEXT)}">',
            f"<title>{escape(lay.title)}</title>",
@@ -495,11 +494,3 @@ def _line_positions(b: Box):
         y += h
         x = b.x + PAD_X if b.kind != "return" else b.x + (b.w - sum(s.width for s in line)) / 2
         yield (x, y - 4), line
-
-
-# ------------------------------------------------------------------------------------------------ PNG
-def to_png(graph: Graph, scale: float = 2.0, collapse: bool = False) -> bytes:
-    """The same picture rasterised with matplotlib (``scale`` pixels per SVG unit)."""
-    from rpn2c.ir.picture_png import render_png
-
-    return render_png(layout(blocks.collapse(graph) if collapse else graph), scale)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from rpn2c.ir.picture import (COLOURS, EDGE, FONT, INK, MARGIN, MUTED, SMALL, TITLE, Layout, Run, _arrow,
-                               _line_positions, _path, role_text)
+                               _line_positions, _path, layout, role_text)
 
 def render_png(lay: Layout, scale: float = 2.0) -> bytes:
     """A laid-out picture rasterised with matplotlib (``scale`` pixels per SVG unit)."""
@@ -58,3 +58,8 @@ def render_png(lay: Layout, scale: float = 2.0) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=72 * scale, facecolor="#ffffff")
     return buf.getvalue()
+
+
+def to_png(graph, scale: float = 2.0, collapse: bool = False) -> bytes:
+    """The same picture rasterised with matplotlib (``scale`` pixels per SVG unit)."""
+    return render_png(layout(graph.collapsed() if collapse else graph), scale)

@@ -3,11 +3,10 @@ count, recipe and the kernels the optimiser chose (empty before ``rpn2c.passes.o
 
 from __future__ import annotations
 
-from rpn2c.ir.graph import Graph
 from rpn2c.ir.picture import describe
 
 
-def layer_table(graph: Graph) -> list[dict]:
+def layer_table(graph) -> list[dict]:
     return [{"name": n.id, "kind": n.layer.kind if n.layer else n.kind, "recipe": describe(n),
              "type": str(n.type), "params": n.params, "kernels": list(n.plan), "tie": n.tie} for n in graph.nodes()]
 
@@ -36,7 +35,7 @@ def wrap_outside_calls(text: str, width: int = RECIPE_WIDTH) -> list[str]:
     return [*lines, line]
 
 
-def render_table(graph: Graph) -> str:
+def render_table(graph) -> str:
     """The table; a long recipe continues on the next lines (broken between its parts, never inside a call)."""
     rows = [("name", "kind", "output", "params", ["recipe"], "kernels")]
     for r in layer_table(graph):
@@ -56,13 +55,13 @@ def render_table(graph: Graph) -> str:
     return "\n".join(lines)
 
 
-def summary(graph: Graph) -> str:
+def summary(graph) -> str:
     """``model NAME: N parameters, hash H`` and the table."""
     return (f"model {graph.name}: {graph.param_count:,} parameters, hash {graph.content_hash()[:12]}\n"
             + render_table(graph))
 
 
-def html(graph: Graph) -> str:
+def html(graph) -> str:
     """The picture (SVG) above the table, for notebooks."""
     from xml.sax.saxutils import escape
 

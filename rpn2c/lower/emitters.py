@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from rpn2c.components.kappa import pad_pairs
 from rpn2c.components.registry import kernels
+from rpn2c.functional import structure
 from rpn2c.functional.expansion import taylor_reconcile
 from rpn2c.ir.kernels import ATTEND_ARGS, XI_ARGS, Kernel, declared
 from rpn2c.ir.terms import SEMANTIC_OPS, Term
@@ -68,15 +69,21 @@ def signature(op_emitter) -> tuple[str, ...]:
 
 
 # ------------------------------------------------------------------------------------------------ layer ops
+def process_slot(t: Term) -> tuple[str, int]:
+    """Where the module of the processing term ``t`` sits: ``("pre", i)`` and ``("post", i)`` on the layer,
+    ``("head_post", i)`` on its head (a head's own processing, before the head fusion)."""
+    return {"pre": "pre", "head": "head_post"}.get(t.key.stage, "post"), t.key.index
+
+
 def _process(t: Term, s: Site):
     if s.fn is not None:  # an activation: the function, no module call
         fn = s.fn
         return lambda layer, y: fn(y)
-    stage, i = t.key.stage, t.key.index
-    if stage == "pre":
-        return lambda layer, y: layer.pre[i](y)
-    if stage == "head":  # a head's own processing, before the head fusion
+    name, i = process_slot(t)
+    if name == "head_post":
         return lambda layer, y: s.holder(layer).head_post[i](y)
+    if name == "pre":
+        return lambda layer, y: layer.pre[i](y)
     return lambda layer, y: layer.post[i](y)
 
 
@@ -309,7 +316,7 @@ def _gather_patches(t: Term, s: Site):
         index = getattr(s.holder(layer), "patch_index", None)
         if index is None:
             index = geo.patch_index(tuple(x.shape[2:]), device=x.device)  # [P, p]
-        taps = x.reshape(b, cin, -1)[:, :, index.clamp(min=0)] * (index >= 0)  # [B, C, P, p]
+        taps = structure.gather_patches(x.reshape(b, cin, -1), index, dim=-1)  # [B, C, P, p]
         if summed:  # aggregation mode: each patch summed, [B, P, C]
             return taps.sum(-1).transpose(1, 2)
         return taps.permute(0, 2, 1, 3).flatten(2)
@@ -325,11 +332,7 @@ def _unfold(t: Term, s: Site):
     def run(layer, x):
         c = x.shape[1]
         xp, padding = (x, tuple(geo.pad_before)) if own else (_pad(x, geo), (0,) * geo.rank)
-        kernel, stride, dilation = geo.kernel, geo.stride, geo.dilation
-        if geo.rank == 1:
-            xp, kernel, stride, dilation, padding = (xp.unsqueeze(2), (1, *kernel), (1, *stride), (1, *dilation),
-                                                     (0, *padding))
-        cols = F.unfold(xp, kernel, dilation=dilation, padding=padding, stride=stride)  # [B, C·box, P]
+        cols = structure.im2col(xp, geo.kernel, geo.stride, geo.dilation, padding)  # [B, C·box, P]
         if geo.taps is not None:  # kernel-box positions of the taps (a buffer built with the head)
             cols = cols.unflatten(1, (c, -1)).index_select(2, s.holder(layer).tap_pos).flatten(1, 2)
         return cols.transpose(1, 2)
@@ -342,9 +345,7 @@ def _box_sum(t: Term, s: Site):
     geo = s.trace.geometry
 
     def run(layer, x):
-        cin = x.shape[1]
-        kernel = geo.kernel_mask(x.device).to(x.dtype).expand(cin, 1, *geo.kernel)
-        y = _CONV[geo.rank](_pad(x, geo), kernel, stride=geo.stride, dilation=geo.dilation, groups=cin)
+        y = structure.box_sum(_pad(x, geo), geo.kernel_mask(x.device), geo.stride, geo.dilation)
         return y.flatten(2).transpose(1, 2)
 
     return run

@@ -16,6 +16,7 @@ from rpn2c.components.base import XiContext
 from rpn2c.components.impl.processing import Apply
 from rpn2c.ir.layout import attention_layout
 from rpn2c.lower.attention import PackedHeads
+from rpn2c.lower.emitters import process_slot
 from rpn2c.lower.program import layer_program, run_program
 from rpn2c.ir.graph import HEAD_SLOT, HeadSpec, LayerSpec
 from rpn2c.ir.types import TensorType
@@ -115,14 +116,9 @@ class LayerModule(nn.Module):
 
     def _activation(self, t):
         """The plain function of the processing step ``t`` stands for, or None (a module with state or mode)."""
-        stage, i = t.key.stage, t.key.index
-        if stage == "pre":
-            mod = self.pre[i]
-        elif stage == "head":
-            hd = self.heads[t.key.head] if hasattr(self, "heads") else self
-            mod = hd.head_post[i]
-        else:
-            mod = self.post[i]
+        name, i = process_slot(t)
+        hd = self.heads[t.key.head] if name == "head_post" and hasattr(self, "heads") else self
+        mod = getattr(hd, name)[i]
         return mod.fn if isinstance(mod, Apply) else None
 
     def _holders(self):

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from rpn2c.ir.graph import Graph
-from rpn2c.ir.picture import role_text, to_png, to_svg  # noqa: F401  (re-exported: every graph format in one place)
+from rpn2c.ir.picture import role_text, to_svg  # noqa: F401  (re-exported: every graph format in one place)
+from rpn2c.ir.picture_png import to_png  # noqa: F401
 from rpn2c.runtime.report import describe
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rpn2c.runtime.export_base import ExportError, quiet
 from rpn2c.runtime.export_float64 import activations, exact_scalars
-from rpn2c.runtime.export_write import ExportError, quiet
 
 
 class MissingPackage(ExportError):

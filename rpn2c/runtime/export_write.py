@@ -13,16 +13,14 @@ or else the model. ONNX's own steps are in :mod:`rpn2c.runtime.export_onnx`.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
 import os
 import re
 import uuid
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from rpn2c.runtime.export_base import ExportError, quiet
 
 TOLERANCE = {"float32": 1e-4, "float64": 1e-10}  # largest |difference| accepted, relative to max(1, |output|)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -32,10 +30,6 @@ _INPUT_AXIS = (re.compile(r"args_(\d+)\.size\(\)\[(\d+)\]"), re.compile(r"\['arg
 
 _RUNTIME_LACKS = re.compile(r"NOT_IMPLEMENTED : Could not find an implementation for (\w+)\((?:.*?node with name "
                             r"'(?:node_)?(\w+)')?")
-
-
-class ExportError(Exception):
-    """A model that cannot be exported (the message says where and why)."""
 
 
 @dataclass
@@ -58,23 +52,6 @@ class _Retry(Exception):
 
 
 # ------------------------------------------------------------------------------------------------ messages
-@contextlib.contextmanager
-def quiet():
-    """torch.export / torch.onnx warnings and progress lines stay out of the command's output."""
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch._export", "torch.export", "torch.fx")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
-
-
 def _chain(exc: BaseException) -> list[BaseException]:
     """``exc`` and the exceptions it was raised from, outermost first."""
     out = []

@@ -18,18 +18,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from rpn2c.errors import Span
 from rpn2c.runtime.common import EXIT_OK
-from rpn2c.runtime.lsp_wire import (CONTENT_MODIFIED, INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND,
-                                    SERVER_NOT_INITIALIZED, Document, ResponseError, read_message, write_message)
+from rpn2c.runtime.lsp_wire import (CONTENT_MODIFIED, INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, NAME,
+                                    SEMANTIC_LEGEND, SERVER_NOT_INITIALIZED, Document, ResponseError, read_message,
+                                    uri_path, write_message)
 from rpn2c.runtime.lsp_worker import HEAVY, KINDS, VIEW_OUTPUT, Done, Job, Jobs, target_uri
 
-NAME = "rpn2c"
-SEMANTIC_LEGEND = {"tokenTypes": ["keyword", "type", "typeParameter", "class", "function", "parameter", "variable",
-                                  "property", "namespace", "string", "number", "comment", "operator"],
-                   "tokenModifiers": ["declaration", "defaultLibrary"]}
 CAPABILITIES = {
     "positionEncoding": "utf-16",
     "textDocumentSync": {"openClose": True, "change": 2, "save": {"includeText": False}},  # 2: incremental
@@ -58,17 +54,6 @@ def cmd_lsp(args) -> int:
     return Server(sys.stdin.buffer, sys.stdout.buffer).serve()
 
 
-def uri_path(uri: str) -> Path | None:
-    """The file a ``file:`` URI names (None for other schemes)."""
-    parsed = urlparse(uri)
-    if parsed.scheme != "file":
-        return None
-    path = unquote(parsed.path)
-    if re.match(r"^/[A-Za-z]:", path):  # file:///C:/... on Windows
-        path = path[1:]
-    return Path(path)
-
-
 def span_range(doc: Document, span: Span) -> dict:
     """The client range of a 1-based checker span (at least one character wide)."""
     line, col = max(span.line - 1, 0), max(span.col - 1, 0)
@@ -92,7 +77,7 @@ class Server:
         self._workspace = None
         self.state = "new"  # new -> running -> shut down
         self.inbox: queue.Queue = queue.Queue()
-        self.jobs = Jobs(self._send, self.inbox.put)  # heavy requests, answered by a worker
+        self.jobs = Jobs(self._send, self.inbox.put, make_state=worker_state)  # heavy requests, by a worker
         self.requests = {"initialize": self.initialize, "shutdown": self.shutdown}
         self.features: dict | None = None  # the other requests' handlers, loaded after ``initialize`` is answered
         self.notifications = {"initialized": None, "exit": None, "textDocument/didOpen": self.did_open,
@@ -354,3 +339,10 @@ def _import_span(text: str, file: str) -> Span:
     if tok is None:
         return Span(file, 1, 1, 1, 2)
     return Span(file, tok.line, tok.column, tok.end_line, tok.end_column)
+
+
+def worker_state() -> Server:
+    """A worker's own server: its documents and analyses, no wire (:mod:`rpn2c.runtime.lsp_child`, or a thread)."""
+    state = Server(None, None)
+    state.state = "running"
+    return state

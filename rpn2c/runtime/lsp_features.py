@@ -14,9 +14,8 @@ import re
 
 from rpn2c.errors import SpecError
 from rpn2c.runtime import analysis, editor, symbols
-from rpn2c.runtime.lsp import NAME, VIEW_OUTPUT, uri_path
-from rpn2c.runtime.lsp_wire import Document
-from rpn2c.runtime.lsp_worker import target_uri
+from rpn2c.runtime.lsp_wire import NAME, Document, uri_path
+from rpn2c.runtime.lsp_worker import VIEW_OUTPUT, target_uri
 
 MARKDOWN = "markdown"
 LENS_KERNELS = 3  # kernels named in a code lens's title

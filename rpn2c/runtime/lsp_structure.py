@@ -8,8 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rpn2c.runtime import rename, structure
-from rpn2c.runtime.lsp import SEMANTIC_LEGEND, uri_path
-from rpn2c.runtime.lsp_wire import REQUEST_FAILED, Document, ResponseError
+from rpn2c.runtime.lsp_wire import REQUEST_FAILED, SEMANTIC_LEGEND, Document, ResponseError, uri_path
 
 _SYMBOL_KINDS = {"model": 5, "block": 12, "parameter": 26, "value": 13}  # Class, Function, TypeParameter, Variable
 _TYPES = {t: k for k, t in enumerate(SEMANTIC_LEGEND["tokenTypes"])}

@@ -8,13 +8,21 @@ type library for the whole protocol (~0.3 s of imports) could have loaded.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO
+from urllib.parse import unquote, urlparse
 
 # JSON-RPC error codes (the LSP specification, "Base Protocol")
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
 SERVER_NOT_INITIALIZED = -32002
 REQUEST_CANCELLED, CONTENT_MODIFIED, REQUEST_FAILED = -32800, -32801, -32803  # LSP's own codes
+
+NAME = "rpn2c"  # the server's name in its answers and diagnostics
+SEMANTIC_LEGEND = {"tokenTypes": ["keyword", "type", "typeParameter", "class", "function", "parameter", "variable",
+                                  "property", "namespace", "string", "number", "comment", "operator"],
+                   "tokenModifiers": ["declaration", "defaultLibrary"]}
 
 
 class ResponseError(Exception):
@@ -132,3 +140,14 @@ class Document:
         start = self.offset(*self.position(rng["start"]))
         end = self.offset(*self.position(rng["end"]))
         self.text = self.text[:start] + change["text"] + self.text[max(end, start):]
+
+
+def uri_path(uri: str) -> Path | None:
+    """The file a ``file:`` URI names (None for other schemes)."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "file":
+        return None
+    path = unquote(parsed.path)
+    if re.match(r"^/[A-Za-z]:", path):  # file:///C:/... on Windows
+        path = path[1:]
+    return Path(path)

@@ -2,7 +2,7 @@
 model) and code lens resolution (which runs the optimiser) go to a worker, one job at a time, while the loop keeps
 checking documents and answering the light requests.
 
-The worker is a child process (``python -m rpn2c.runtime.lsp_worker``, started at the first heavy request): torch's
+The worker is a child process (``python -m rpn2c.runtime.lsp_child``, started at the first heavy request): torch's
 import in a thread of the server would hold the interpreter lock for most of its seconds and stall every diagnostic
 (``benchmarks/lsp_latency.py --worker thread`` measures it), so a thread is only the fallback the client may ask for
 (``initializationOptions.worker = "thread"``).
@@ -77,8 +77,9 @@ class Jobs:
     """The heavy requests of one server: a queue, the running job and the worker. Called on the server's loop only;
     the worker's answers come back through ``deliver`` (the loop's inbox) as :class:`Done`."""
 
-    def __init__(self, answer, deliver, kind: str = "process"):
+    def __init__(self, answer, deliver, kind: str = "process", make_state=None):
         self.answer, self.deliver, self.kind = answer, deliver, kind
+        self.make_state = make_state  # a thread worker's own server (``rpn2c.runtime.lsp.worker_state``)
         self.waiting: list[Job] = []
         self.running: Job | None = None
         self.worker = None
@@ -141,7 +142,8 @@ class Jobs:
         job = self.running = self.waiting.pop(0)
         if self.worker is None:
             number = next(self.workers)
-            self.worker = (ProcessWorker if self.kind == "process" else ThreadWorker)(number, self.deliver)
+            self.worker = (ProcessWorker(number, self.deliver) if self.kind == "process"
+                           else ThreadWorker(number, self.deliver, self.make_state))
         try:
             self.worker.start(job.message())
         except OSError as exc:  # the worker could not start or its pipe closed: this job fails, the next retries
@@ -162,13 +164,13 @@ def _package_path() -> str:
 
 
 class ProcessWorker:
-    """A child ``python -m rpn2c.runtime.lsp_worker``: jobs on its stdin, answers read by a thread."""
+    """A child ``python -m rpn2c.runtime.lsp_child``: jobs on its stdin, answers read by a thread."""
 
     def __init__(self, number: int, deliver, argv: list[str] | None = None):
         self.number, self.deliver = number, deliver
         import subprocess  # here: the server's start needs none of it
 
-        argv = argv or [sys.executable, "-m", "rpn2c.runtime.lsp_worker"]
+        argv = argv or [sys.executable, "-m", "rpn2c.runtime.lsp_child"]
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      env={**os.environ, "PYTHONPATH": _package_path()})
         threading.Thread(target=self._read, daemon=True).start()
@@ -205,13 +207,13 @@ class ProcessWorker:
 class ThreadWorker:
     """The same jobs on a thread of the server (shares its interpreter lock: see the module's note)."""
 
-    def __init__(self, number: int, deliver):
-        self.number, self.deliver = number, deliver
+    def __init__(self, number: int, deliver, make_state):
+        self.number, self.deliver, self.make_state = number, deliver, make_state
         self.jobs: queue.Queue = queue.Queue()
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
-        state = worker_state()
+        state = self.make_state()
         while (message := self.jobs.get()) is not None:
             self.deliver(Done(self.number, message["id"], run(state, message)))
 
@@ -223,17 +225,9 @@ class ThreadWorker:
 
 
 # ------------------------------------------------------------------------------------------------ the worker's side
-def worker_state():
-    """The worker's own server: its documents and analyses, no wire."""
-    from rpn2c.runtime.lsp import Server
-
-    state = Server(None, None)
-    state.state = "running"
-    return state
-
-
 def run(state, message: dict) -> dict:
-    """Answer one job on ``state`` (a :func:`worker_state`) with the documents it carries."""
+    """Answer one job on ``state`` (a worker's server, ``rpn2c.runtime.lsp.worker_state``) with the documents it
+    carries."""
     state.docs = {uri: Document(uri, text, version) for uri, (text, version) in message.get("documents", {}).items()}
     try:
         handler = state.feature(message["method"])
@@ -244,19 +238,3 @@ def run(state, message: dict) -> dict:
         return {"id": message["id"], "error": {"code": exc.code, "message": str(exc)}}
     except Exception as exc:  # a bug in a feature answers its request, the worker stays up
         return {"id": message["id"], "error": {"code": INTERNAL_ERROR, "message": f"{type(exc).__name__}: {exc}"}}
-
-
-def main() -> int:
-    """The child process: answer jobs from stdin until it closes. Whatever a library prints goes to stderr (the
-    editor's log), never into the answers on stdout."""
-    wire = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    sys.stdout = sys.stderr
-    state = worker_state()
-    while (message := read_message(sys.stdin.buffer)) is not None:
-        write_message(wire, run(state, message))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from rpn2c.functional.scan import recurrence_matrix, transition_powers, varying_matrix
-from rpn2c.runtime.layer_matrix import LayerMatrix, ViewError, _kron
+from rpn2c.runtime.matrix_view import LayerMatrix, ViewError, _kron
 
 
 def recurrent_matrix(name, module, x, state_args, sample) -> LayerMatrix:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rpn2c.components.base import Kappa
-
 
 class _Elementwise(nn.Module):
-    """Applies an elementwise κ: flat [..., M] -> [..., M*d] attribute-major; grid [B, C, *S] -> [B, C*d, *S]."""
+    """Applies an elementwise κ: flat [..., M] -> [..., M*d] attribute-major; grid [B, C, *S] -> [B, C*d, *S].
+    ``kappa`` is the declaration (a ``components.base.Kappa``): its ``basis`` and, if it has one, ``stacked_basis``."""
 
-    def __init__(self, kappa: Kappa):
+    def __init__(self, kappa):
         super().__init__()
         self.kappa = kappa
         self.identity = kappa.name == "identity"

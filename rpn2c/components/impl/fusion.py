@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
-from rpn2c.components.fusion import _uniform
 from rpn2c.functional import fusion as F
+
+
+def _uniform(shape, fan_in):
+    bound = 1.0 / max(fan_in, 1) ** 0.5
+    return nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
 
 
 class _FnModule(nn.Module):

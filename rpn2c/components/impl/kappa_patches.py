@@ -24,8 +24,8 @@ class PatchGatherModule(nn.Module):
         b, c = x.shape[:2]
         p = self.geo.patch_size
         if self.unfold:
-            y = F.unfold(F.pad(x, pad_pairs(self.geo)), self.geo.kernel, dilation=self.geo.dilation,
-                         stride=self.geo.stride)
+            y = structure.im2col(F.pad(x, pad_pairs(self.geo)), self.geo.kernel, self.geo.stride, self.geo.dilation,
+                                 (0,) * self.geo.rank)
             return y.reshape(b, c * p, *self.out_spatial)
         if self.reference:
             t = literal_patches(x, self.geo, self.spatial)

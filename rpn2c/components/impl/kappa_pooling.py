@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rpn2c.components.grid import Geometry
+from rpn2c.components.grid import Geometry, ceil_extension, native_pooling
 from rpn2c.components.kappa import ignore_fill, literal_patches, pad_pairs
-from rpn2c.components.kappa_pooling import ceil_extension, native_pooling
 from rpn2c.functional import compression as FC
+from rpn2c.functional import structure
 
 
 class PatchPoolModule(nn.Module):
@@ -60,7 +60,6 @@ class PatchPoolModule(nn.Module):
         the explicitly padded grid, sum/mean by a depthwise convolution with the patch mask."""
         if self.prepad:
             x = F.pad(x, self.prepad)
-        c = x.shape[1]
         geo, metric = self.geo, self.metric
         pads = pad_pairs(geo)
         padded = any(pads)  # F.pad copies even when every pad is zero
@@ -70,9 +69,7 @@ class PatchPoolModule(nn.Module):
         if metric == "min":
             return -pool(F.pad(-x, pads, value=-self.fill) if padded else -x, geo.kernel, geo.stride, 0,
                          geo.dilation)
-        conv = (F.conv1d, F.conv2d, F.conv3d)[geo.rank - 1]
-        w = self.mask.to(x.dtype).expand(c, 1, *geo.kernel)
-        y = conv(F.pad(x, pads) if padded else x, w, stride=geo.stride, dilation=geo.dilation, groups=c)
+        y = structure.box_sum(F.pad(x, pads) if padded else x, self.mask, geo.stride, geo.dilation)
         if metric == "mean":
             y = y / self.count.to(x.dtype).reshape(self.out_spatial) if self.ignore else y / geo.patch_size
         return y

@@ -24,8 +24,8 @@ class RelationModule(nn.Module):
         aux = dict(zip(self.keys, rest[int(self.has_context):]))
         if self.reference or not hasattr(self.xi, "attend"):
             a = self.xi.matrix(q, c, aux)  # the literal matrix (masks as structural matrices)
-        else:
-            a = _bilinear_map(self.xi, q, c, aux)
+        else:  # a softmax-bilinear ξ: its masks from item indices (no band matrix)
+            a = self.xi.matrix(q, c, aux, literal=False)
         return a.expand(q.shape[0], *a.shape[-2:]) if a.dim() == 2 else a
 
     def tie_to(self, source: "RelationModule") -> None:
@@ -38,12 +38,6 @@ class RelationModule(nn.Module):
 
     def extra_repr(self) -> str:
         return ("literal" if self.reference else "default") + (", swapped" if self.swap else "")
-
-
-def _bilinear_map(xi, q, c, aux) -> torch.Tensor:
-    """A softmax-bilinear ξ's matrix with its masks from item indices (no band matrix): softmax(Q Kᵀ · s + M), a
-    query with no key left giving a zero row (as the attention kernels do)."""
-    return xi.dense_map(q, c, aux)
 
 
 class ApplyModule(nn.Module):

@@ -6,8 +6,31 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rpn2c.components.sequence import check_token_ids, sinusoid_table
 from rpn2c.errors import InputError
+
+
+def check_token_ids(x: torch.Tensor, vocab: int) -> None:
+    """Raise a clear error unless ``x`` holds integer ids in ``[0, vocab)`` (the first offender is named)."""
+    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+        raise InputError(f"embedding(vocab = {vocab}) reads integer token ids, got a {x.dtype} tensor")
+    bad = (x < 0) | (x >= vocab)
+    if bool(bad.any()):
+        at = tuple(int(i) for i in bad.nonzero()[0])
+        raise InputError(f"embedding(vocab = {vocab}): token id {int(x[at])} at index {at} is out of range "
+                         f"[0, {vocab})")
+
+
+def sinusoid_table(n: int, d: int, base: float = 10000.0, dtype=None) -> torch.Tensor:
+    """The Transformer paper's table ``[n, d]``: ``P[t, 2i] = sin(t / base^{2i/d})``, ``P[t, 2i+1] = cos(...)``
+    (float64 unless ``dtype`` is given)."""
+    dtype = torch.float64 if dtype is None else dtype
+
+    pos = torch.arange(n, dtype=torch.float64)[:, None]
+    inv = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    table = torch.zeros(n, d, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(pos * inv)
+    table[:, 1::2] = torch.cos(pos * inv[: d // 2])
+    return table.to(dtype)
 
 
 class _EmbeddingModule(nn.Module):

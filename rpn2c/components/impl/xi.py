@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from rpn2c.components.impl.base import XiModule
-from rpn2c.components.xi import _chain_dense, _chain_inv, _chain_inv_sqrt
-from rpn2c.functional import structure
+from rpn2c.functional import kernels, structure
 
 
 class _IdentityXi(XiModule):
@@ -71,3 +70,32 @@ class _ChainXi(XiModule):
         if self.axis == "instance":
             return self._on_items(z)
         return self._on_items(z.transpose(-1, -2)).transpose(-1, -2)
+
+
+def _chain_inv(d):
+    return torch.where(d != 0, 1.0 / torch.where(d != 0, d, torch.ones_like(d)), torch.zeros_like(d))
+
+
+def _chain_inv_sqrt(d):
+    return torch.where(d > 0, torch.where(d > 0, d, torch.ones_like(d)).rsqrt(), torch.zeros_like(d))
+
+
+def _chain_dense(n, hp, dtype, device):
+    """The literal chain matrix (row = output item), as the paper writes it (reference lowering)."""
+    bi = hp.direction == "bidirectional"
+    mode = hp.effective_mode
+    if mode in ("power", "accumulate"):
+        m = structure.multihop_chain(n, hp.hops, mode == "accumulate", hp.include_identity, bidirectional=bi,
+                                     self_loop=hp.self_loop, self_scaling=hp.self_scaling, device=device,
+                                     dtype=dtype)
+    elif mode == "inverse_approx":
+        m = structure.chain_inverse_approx(n, bi, device=device, dtype=dtype)
+    else:
+        a = structure.chain_matrix(n, bi, hp.self_loop, hp.self_scaling, device=device, dtype=dtype)
+        if mode == "inverse":
+            m = torch.linalg.inv(torch.eye(n, dtype=dtype, device=device) - hp.alpha * a)
+        else:
+            m = torch.linalg.matrix_exp(hp.alpha * a)
+    if hp.direction == "backward":
+        m = m.T
+    return m if hp.norm == "none" else kernels.degree_normalize(m, hp.norm)

@@ -10,10 +10,15 @@ from torch import nn
 from torch.nn.attention import SDPBackend
 
 from rpn2c.components.impl.base import XiModule
-from rpn2c.components.xi_attention import default_scale, windowed_flex_attention
 from rpn2c.errors import InputError
 from rpn2c.ir.types import is_head_bias
-from rpn2c.functional import linear_attention, rotary, structure
+from rpn2c.functional import flex_op, linear_attention, rotary, structure
+
+
+def default_scale(softmax: bool, r: int) -> float:
+    """The logit scale when none is given: 1/√r of the scaled softmax (eq 182) with softmax; 1 without, since the
+    bilinear form itself (eq 55–56, and A_b in the hybrid A_g ∘ A_b of eq 86) has no scale (docs/semantics.md)."""
+    return 1 / math.sqrt(r) if softmax else 1.0
 
 
 class _BilinearXi(XiModule):
@@ -144,8 +149,11 @@ class _BilinearXi(XiModule):
         return structure.bilinear_entries(qq, kk, dst, src, self.scale, self.hp.softmax,
                                           self.entry_bias(aux, qq.shape[-2], kk.shape[-2]))
 
-    def matrix(self, q, c, aux, size=None):
-        return self.dense_map(q, c, aux, literal=True)
+    def matrix(self, q, c, aux, size=None, literal=True):
+        """softmax(Q Kᵀ · s + M), a query with no key left giving a zero row (as the attention kernels do).
+        ``literal``: rotations as matrices and the window as the band matrix (the oracle); else the rotary tables
+        and the masks from item indices (a relation's default form)."""
+        return self.dense_map(q, c, aux, literal=literal)
 
     def apply(self, z, q, c, aux, attend=None):
         """``A z``; with softmax by ``attend(qq, kk, z, aux)`` (a kernel's bound method; default :meth:`attend`)."""
@@ -182,7 +190,7 @@ class _BilinearXi(XiModule):
     def attend_window(self, qq, kk, values, aux):
         """Kernel op ``flex_attention``: FlexAttention's band block mask (key/value groups repeated per head)."""
         kk, values = _repeat_kv(qq, kk), _repeat_kv(qq, values)
-        return windowed_flex_attention(qq, kk, values, self.hp.window, self.hp.causal, self.scale)
+        return flex_op.windowed_flex_attention(qq, kk, values, self.hp.window, self.hp.causal, self.scale)
 
 
 class _LinearAttentionXi(XiModule):

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from rpn2c.components.impl.base import XiModule
-from rpn2c.components.xi_graph_attention import _glorot
 from rpn2c.functional import structure
+
+
+def _glorot(*shape):
+    bound = math.sqrt(6.0 / (shape[0] + (shape[1] if len(shape) > 1 else 1)))
+    return nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
 
 
 class _GraphAttentionXi(XiModule):

@@ -8,9 +8,7 @@ import torch
 from torch import nn
 
 from rpn2c.components.impl.base import XiModule
-from rpn2c.components.xi_hybrid import _CONCAT, _ENTRY_FUSIONS
-from rpn2c.components.xi_kernels import normalize_matrix
-from rpn2c.functional import structure
+from rpn2c.functional import kernels, structure
 
 
 class _HybridXi(XiModule):
@@ -33,11 +31,12 @@ class _HybridXi(XiModule):
         return y.mT if inst else y
 
     def _concat_bias(self):
+        """The bias of a concat_* fusion entry; None for the others (weighted and median have none)."""
         return getattr(getattr(self.fusion, "linear", self.fusion), "bias", None)
 
     def _fuse(self, mats):
         f = self.hp.fusion
-        if f in _ENTRY_FUSIONS:
+        if self.fusion is not None:  # built for the entry fusions only (weighted, median, concat_*)
             return self._entry_fuse(mats)
         if f == "hadamard":
             out = mats[0]
@@ -58,7 +57,7 @@ class _HybridXi(XiModule):
         if self.hp.normalize == "none":
             return a
         r = a if self.axis == "instance" else a.transpose(-1, -2)
-        r = normalize_matrix(r, self.hp.normalize, self.hp.softmax_scale, self.hp.mask_zeros)
+        r = kernels.normalize_matrix(r, self.hp.normalize, self.hp.softmax_scale, self.hp.mask_zeros)
         return r if self.axis == "instance" else r.transpose(-1, -2)
 
     def apply(self, z, q, c, aux):
@@ -69,9 +68,9 @@ class _HybridXi(XiModule):
                 w = [wi / len(self.parts) for wi in w]
             ys = [wi * p.apply(z, q, c, self._aux(i, aux)) for i, (wi, p) in enumerate(zip(w, self.parts))]
             return sum(ys[1:], ys[0])
-        if f in ("weighted", *_CONCAT) and norm == "none":  # linear in the matrices: fuse the outputs A_i z
+        if self.fusion is not None and f != "median" and norm == "none":  # linear in the matrices: fuse A_i z
             y = self._entry_fuse([p.apply(z, q, c, self._aux(i, aux)) for i, p in enumerate(self.parts)])
-            b = self._concat_bias() if f in _CONCAT else None
+            b = self._concat_bias()
             if b is None:
                 return y
             # (⊔ A_i W + 1 bᵀ) applied to z adds (Σ z) bᵀ; the fusion entry added b once

@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from rpn2c.components.impl.base import XiModule
-from rpn2c.components.xi_kernels import normalize_matrix
 from rpn2c.functional import kernels
 
 
@@ -28,7 +27,7 @@ class KernelXiModule(XiModule):
         y = None if (q is c or self.axis == "attribute") else self._vectors(q)
         k = self.fn(x, y, **self.call_kwargs())  # k[i, j] = k(v_i, w_j)
         r = k.transpose(-1, -2)  # row = output
-        r = normalize_matrix(r, self.hp.norm, self.hp.softmax_scale, self.hp.mask_zeros)
+        r = kernels.normalize_matrix(r, self.hp.norm, self.hp.softmax_scale, self.hp.mask_zeros)
         return r if self.axis == "instance" else r.transpose(-1, -2)
 
 

@@ -53,6 +53,8 @@ from rpn2c.functional.structure.patches import (  # noqa: F401
     centre_counts,
     patch_index,
     gather_patches,
+    box_sum,
+    im2col,
     padding_matrix,
     aggregation_matrix,
 )
@@ -92,6 +94,8 @@ __all__ = [
     "centre_counts",
     "patch_index",
     "gather_patches",
+    "box_sum",
+    "im2col",
     "padding_matrix",
     "aggregation_matrix",
     "Lattice",

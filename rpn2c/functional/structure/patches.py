@@ -426,6 +426,28 @@ def gather_patches(x: Tensor, index: Tensor, dim: int = -1, fill: float = 0.0) -
     return out.reshape(*x.shape[:d], *index.shape, *x.shape[d + 1 :])
 
 
+def im2col(x: Tensor, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int],
+           padding: Sequence[int]) -> Tensor:
+    """The patches of a 1-D or 2-D grid ``x`` ``[B, C, *S]`` as columns ``[B, C·box, P]`` (``F.unfold``: channel-major,
+    box positions row-major; zero ``padding`` per axis; a 1-D grid is unfolded as a 1 × L image)."""
+    import torch.nn.functional as F
+
+    if len(kernel) == 1:
+        x, kernel, stride, dilation, padding = (x.unsqueeze(2), (1, *kernel), (1, *stride), (1, *dilation),
+                                                (0, *padding))
+    return F.unfold(x, tuple(kernel), dilation=tuple(dilation), padding=tuple(padding), stride=tuple(stride))
+
+
+def box_sum(x: Tensor, mask: Tensor, stride: Sequence[int], dilation: Sequence[int]) -> Tensor:
+    """Each patch's sum over the taps of ``mask`` (the kernel box's 0/1 pattern), per channel: a depthwise
+    convolution of the padded grid ``x`` ``[B, C, *S]`` -> ``[B, C, *S']``."""
+    import torch.nn.functional as F
+
+    c = x.shape[1]
+    conv = (F.conv1d, F.conv2d, F.conv3d)[mask.dim() - 1]
+    return conv(x, mask.to(x.dtype).expand(c, 1, *mask.shape), stride=stride, dilation=dilation, groups=c)
+
+
 def padding_matrix(
     extent: Sequence[int],
     offsets: Tensor,
