@@ -69,4 +69,4 @@ class Item(Op):
         from rpn2c.components.impl.readouts import ItemModule
 
         axis, _ = read_axis(ins[0], self.name)
-        return ItemModule(self.hp.index, axis, f"item(index = {self.hp.index})", reference)
+        return ItemModule(self.hp.index, axis, f"item(index = {self.hp.index})", needed(self.hp.index), reference)

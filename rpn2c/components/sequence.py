@@ -12,7 +12,7 @@ from typing import ClassVar, TYPE_CHECKING
 from pydantic import Field
 
 from rpn2c.components.base import Op, ShapeRuleError, example_model
-from rpn2c.components.readouts import read_axis, read_type
+from rpn2c.components.readouts import needed, read_axis, read_type
 from rpn2c.components.registry import HP, register
 from rpn2c.errors import InputError
 from rpn2c.ir.types import Dim, TensorType, is_known, items, vector
@@ -194,7 +194,7 @@ class _ReadItem(Op):
         from rpn2c.components.impl.readouts import ItemModule
 
         axis, _ = read_axis(ins[0], self.name)
-        return ItemModule(self.index, axis, f"{self.name}(x)", reference)
+        return ItemModule(self.index, axis, f"{self.name}(x)", needed(self.index), reference)
 
 
 @register

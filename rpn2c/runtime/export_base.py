@@ -10,6 +10,9 @@ import logging
 import warnings
 
 
+INSTALL = "pip install 'rpn2c[export]'"  # what --format onnx needs
+
+
 class ExportError(Exception):
     """A model that cannot be exported (the message says where and why)."""
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from rpn2c.runtime.common import EXIT_OK, EXIT_SPEC, _err, _out, _Usage, parse_dims
+from rpn2c.runtime.export_base import INSTALL
 from rpn2c.runtime.workflow import _guard
 
 FORMATS = {"pt2": ".pt2", "onnx": ".onnx"}
-INSTALL = "pip install 'rpn2c[export]'"  # what --format onnx needs (here: building the parser imports no export module)
 EXAMPLE_BATCH, OTHER = 4, 8  # example sizes of the batch and of other symbolic dims (the check adds 1 to dynamic ones)
 # optimiser rules whose kernels ONNX has no operator for; the exported model takes the next form of their slot
 ONNX_DISABLED_RULES = ("graph_spmm",)  # the rpn2c::graph_mm custom op -> gather / scatter_add

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rpn2c.runtime.export_base import ExportError, quiet
+from rpn2c.runtime.export_base import INSTALL, ExportError, quiet
 from rpn2c.runtime.export_float64 import activations, exact_scalars
 
 
@@ -17,8 +17,6 @@ class MissingPackage(ExportError):
 
 def require_onnx() -> None:
     """Raise :class:`MissingPackage` unless the ONNX converter's packages are installed."""
-    from rpn2c.runtime.export_cli import INSTALL
-
     try:
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401

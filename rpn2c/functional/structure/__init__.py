@@ -45,6 +45,7 @@ from rpn2c.functional.structure.patches import (  # noqa: F401
     sphere_rows,
     kernel_mask,
     PACKING_TABLE,
+    packing_lattice,
     packing_layer_shift,
     packing_row_shift,
     packing_strategies,
@@ -58,7 +59,7 @@ from rpn2c.functional.structure.patches import (  # noqa: F401
     padding_matrix,
     aggregation_matrix,
 )
-from rpn2c.functional.structure.lattice import Lattice, packing_lattice  # noqa: F401
+from rpn2c.functional.structure.lattice import Lattice  # noqa: F401
 
 from rpn2c.functional.structure.counts import pagerank_iterations  # noqa: F401,E402  (torch-free: shape rules)
 from rpn2c.lazy import lazy_exports  # noqa: E402

@@ -524,3 +524,28 @@ def aggregation_matrix(
     rows = torch.where(idx < 0, torch.full_like(idx, n), idx)
     m.index_put_((rows, col), torch.ones(idx.numel(), dtype=dt, device=dev), accumulate=True)
     return m[:n]
+
+def packing_lattice(shape_kind: str, strategy: str, size_params, convention: str = "paper") -> Lattice:
+    """The real-valued lattice of a packing strategy (the coefficients of ``PACKING_TABLE``, not floored; the
+    densest packing is distance 1)."""
+    packing_stride(shape_kind, strategy, size_params, convention)  # validates the names and sizes
+    params = (size_params,) if isinstance(size_params, int) else tuple(size_params)
+    coeffs = PACKING_TABLE[shape_kind][strategy][0 if convention == "paper" else 1]
+    if shape_kind == "cuboid":
+        lengths = params
+    elif shape_kind == "cylinder":
+        lengths = (params[0], params[0]) + ((params[1],) if len(params) > 1 else ())
+    else:
+        lengths = (params[0],) * 3
+    if coeffs is None:
+        dist = (1.0,) * len(lengths)
+    else:
+        cs = coeffs * len(lengths) if len(coeffs) == 1 else coeffs
+        dist = tuple(max(c * p, 1.0) for c, p in zip(cs, lengths))
+    zigzag = "hexagonal" in strategy or "face_centered" in strategy
+    shift = dist[1] / 2 if zigzag and len(dist) >= 2 else 0.0
+    period = 3 if "face_centered" in strategy else 2 if "hexagonal" in strategy else 0
+    layers = ()
+    if shape_kind == "sphere" and period:
+        layers = tuple((k * dist[0] / 3, (k * dist[1] / 2) % dist[1]) for k in range(period))
+    return Lattice(dist, shift, layers)
