@@ -26,7 +26,7 @@ SPECS = sorted((ROOT / "specs").glob("*.rpn")) + sorted((ROOT / "examples" / "sp
 DATA_DEPENDENT = {  # what reads values, not only shapes: cannot run on meta tensors
     "gat_nodes": "the edge softmax drops listed self-loops (nonzero)",
     **{name: "token ids are range-checked (item)"
-       for name in ("token_transformer", "llama", "gpt2", "bert", "t5_encoder", "mamba_lm")},
+       for name in ("token_transformer", "llama", "gpt2", "bert", "t5_encoder", "mamba_lm", "token_mlm")},
 }
 BACKBONES = ("cnn", "rnn", "gcn", "transformer", "mlp")
 

@@ -134,12 +134,14 @@ def test_every_synonym_is_written_with_a_registered_entry_and_shadows_none():
 def test_the_written_form_of_a_synonym_checks(fam, other):
     """The text the help offers is a spec that checks, in the slot the foreign name was written in."""
     how = re.match(r"\w+(\([^)]*\))?", SYNONYMS[fam][other])[0]  # the call, without the words after it
-    how = how.replace("rank = r", "rank = 2").replace("edges = E", "edges = e")
+    for symbol, value in (("rank = r", "rank = 2"), ("edges = E", "edges = e"), ("order = k", "order = 1"),
+                          ("grid = [gh, gw]", "grid = [2, 2]"), ("size = w", "size = 2"), ("shift = s", "shift = 1")):
+        how = how.replace(symbol, value)
     body = {"processing": f"y = head(x) {{ out = 4 post = [{how}] }}",
             "cell": f"y = recurrent(x) {{ cell = {how} out = 4 }}",
             "interdependence": f"y = head(x) {{ xi_instance = {how} out = 4 }}"}[fam]
-    inputs = "input x: nodes[N, 4]\n input e: edges[2, E]" if how.startswith("graph") else \
-        "input x: sequence[B, T, 4]"
+    inputs = "input x: nodes[N, 4]\n input e: edges[2, E]" if "edges = e" in how else \
+        "input x: sequence[B, 4, 4]" if "grid = " in how else "input x: sequence[B, T, 4]"
     rpn2c.check(f"model m {{ {inputs}\n {body}\n return y }}")
     assert unknown_hint(other, SLOT_FAMILIES["post"] if fam == "processing" else (fam,)) is not None
 

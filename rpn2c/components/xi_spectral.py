@@ -35,7 +35,7 @@ class ChebyshevGraph(Interdependence):
     name, family = "chebyshev_graph", "interdependence"
     aliases = ("spectral_graph",)
     synonyms = dict.fromkeys(("cheb_conv", "chebconv", "chebnet"),
-                             'a layer of heads xi_instance = chebyshev_graph(edges = E, order = k), k < K, '
+                             'chebyshev_graph(edges = E, order = k) as head k of a layer of K heads, '
                              'fusion = sum')
     axes = ("instance",)
     HP = _ChebyshevHP
