@@ -175,3 +175,11 @@ def test_a_lane_counts_each_entry_point_and_minimises_a_planted_failure(tmp_path
               "entries": data["entries"], "failure_kinds": {"from_torch: planted": {**f, "minimised": name}}}
     text = fuzz_lanes.summary(report)
     assert "from_torch" in text and "[from_torch] from_torch: planted" in text and name in text
+
+
+def test_asking_for_a_spec_entry_point_brings_the_check_that_feeds_it():
+    """export, show and explain read the specs check accepted: asked for alone they would drive no input."""
+    assert fuzz_lanes._entries("export") == ("check", "export")
+    assert fuzz_lanes._entries("show,lsp") == ("check", "show", "lsp")
+    assert fuzz_lanes._entries("from_torch") == ("from_torch",)
+    assert fuzz_lanes._entries("check,export") == ("check", "export")

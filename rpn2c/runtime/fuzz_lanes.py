@@ -303,7 +303,15 @@ def _entries(text: str) -> tuple[str, ...]:
     bad = [e for e in chosen if e not in ENTRIES]
     if bad:
         raise argparse.ArgumentTypeError(f"unknown entry points {bad} (choose from {', '.join(ENTRIES)})")
-    return chosen
+    return with_sources(chosen)
+
+
+def with_sources(entries: tuple[str, ...]) -> tuple[str, ...]:
+    """``entries`` with ``check`` added where export, show or explain is asked for: those read the generated specs
+    that check accepts and runs, so without check they would get no input."""
+    if "check" in entries or not {"export", "show", "explain"} & set(entries):
+        return entries
+    return ("check", *entries)
 
 
 def show(entry: str, seed: int) -> str:
@@ -349,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds per input to check (6x to build and run, export, show, from_torch; 3x an editor "
                         "session's answer)")
     p.add_argument("--entries", type=_entries, default=ENTRIES,
-                   help=f"entry points to drive, comma-separated (default all: {','.join(ENTRIES)})")
+                   help=f"entry points to drive, comma-separated (default all: {','.join(ENTRIES)}); export, show "
+                        "and explain bring check, whose accepted specs they read")
     p.add_argument("--memory-headroom", type=float, default=MEMORY_HEADROOM,
                    help="GiB of address space a lane may take beyond what it holds when it starts")
     p.add_argument("--out", type=Path, default=Path("fuzz-lanes"))
