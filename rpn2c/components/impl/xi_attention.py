@@ -104,15 +104,6 @@ class _BilinearXi(XiModule):
         rows, cols = torch.arange(nq, device=logits.device)[:, None], torch.arange(nc, device=logits.device)
         return torch.where(structure.band_outside(rows, cols, self.hp.window), 0.0, logits)
 
-    def dense_map(self, q, c, aux, literal=False):
-        """The matrix ``softmax(logits + M)`` (or the masked logits without softmax), a query with no key left
-        giving a zero row (as the attention kernels); ``literal``: rotary and window as their matrices."""
-        qq, kk = self._qk(q, c, aux, literal=literal)
-        logits = self.logits(qq, kk, literal)
-        self._check_masks(aux, q.shape[0] if q.dim() == 3 else 1, q.shape[-2], c.shape[-2])
-        mask = self._additive_mask(aux, q.shape[-2], c.shape[-2], q.dtype, q.device, literal=literal)
-        return _masked_softmax(logits, mask, self.hp.softmax)
-
     def _check_masks(self, aux, batch, nq, nc) -> None:
         """Each mask input fits the scores ``[B, Nq, Nc]`` (an ``InputError`` naming it otherwise): its symbols
         are sizes only the inputs fix, e.g. a ``[T, T]`` key_padding given to an unbatched graph."""
@@ -144,7 +135,7 @@ class _BilinearXi(XiModule):
         """Row = output entries A[dst, src] in O(E·r) without the N x N matrix: masked logits, and with softmax
         the row softmax over all keys (:func:`structure.bilinear_entries`)."""
         if self.multiplied:  # the multiplied window changes every score of a row: its dense map at the edges
-            return self.dense_map(q, c, aux)[..., dst, src]
+            return self.matrix(q, c, aux, literal=False)[..., dst, src]
         qq, kk = self._qk(q, c, aux)
         return structure.bilinear_entries(qq, kk, dst, src, self.scale, self.hp.softmax,
                                           self.entry_bias(aux, qq.shape[-2], kk.shape[-2]))
@@ -152,8 +143,12 @@ class _BilinearXi(XiModule):
     def matrix(self, q, c, aux, size=None, literal=True):
         """softmax(Q Kᵀ · s + M), a query with no key left giving a zero row (as the attention kernels do).
         ``literal``: rotations as matrices and the window as the band matrix (the oracle); else the rotary tables
-        and the masks from item indices (a relation's default form)."""
-        return self.dense_map(q, c, aux, literal=literal)
+        and the masks from item indices (a relation's default form). Without softmax, the masked logits."""
+        qq, kk = self._qk(q, c, aux, literal=literal)
+        logits = self.logits(qq, kk, literal)
+        self._check_masks(aux, q.shape[0] if q.dim() == 3 else 1, q.shape[-2], c.shape[-2])
+        mask = self._additive_mask(aux, q.shape[-2], c.shape[-2], q.dtype, q.device, literal=literal)
+        return _masked_softmax(logits, mask, self.hp.softmax)
 
     def apply(self, z, q, c, aux, attend=None):
         """``A z``; with softmax by ``attend(qq, kk, z, aux)`` (a kernel's bound method; default :meth:`attend`)."""
