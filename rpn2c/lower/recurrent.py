@@ -3,7 +3,9 @@
 Parameters carry torch's names and layouts (``weight_ih_l0``, ``weight_hh_l0_reverse`` …, gate blocks stacked in
 ``nn.RNN``/``nn.GRU``/``nn.LSTM`` order), so weights move between rpn2c and torch by renaming the prefix only.
 ``bias = "single"`` keeps ``bias_ih`` only (one bias ``b`` per gate block: ``h_t = σ(W_ih x_t + W_hh h_{t−1} + b)``,
-torch's layer with ``bias_hh = 0``); the fused kernel gets a zero constant in ``bias_hh``'s place.
+torch's layer with ``bias_hh = 0``); the fused kernel gets a zero buffer (``zero_bias_hh_l0`` …, outside the
+``state_dict``) in ``bias_hh``'s place. The fused kernel's tensors are views of one flat buffer per kernel call, as
+``nn.LSTM`` keeps them (``rpn2c.functional.rnn_weights``), so cuDNN does not copy them into one on every call.
 
 - reference: the paper's form taken literally. The state fed back to step t is ``(A H)_t + e_t ⊙ h_init``, with
   ``A`` the materialised chain matrix (``A[t, t−1] = 1`` forward, ``A[t, t+1] = 1`` backward), ``H`` the layer's
@@ -35,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rpn2c.functional import rnn_op
+from rpn2c.functional import rnn_op, rnn_weights
 from rpn2c.functional.scan import linear_scan, recurrence_matrix, transition_powers, varying_matrix, varying_scan
 from rpn2c.functional.scan import symbolic as scan_symbolic
 from rpn2c.ir.trace import RecurrentTrace
@@ -75,18 +77,51 @@ class RecurrentModule(nn.Module):
                              else torch.empty(shape).uniform_(low, high))
                     self.register_parameter(name, nn.Parameter(value))
                 self._names.append(names)
+        self._d_in = list(trace.d_in)
+        self._kernel_names = [list(n.values()) for n in self._names]  # the fused kernel's tensors, in its order
+        if self.fused and spec.bias == "single":  # b_hh = 0 for the kernel: a constant in the flat buffer
+            for names in self._kernel_names:
+                zero = "zero_" + names[2].replace("bias_ih", "bias_hh")
+                self.register_buffer(zero, torch.zeros(self.cell.gates * h), persistent=False)
+                names.append(zero)
+        self.register_load_state_dict_post_hook(_flatten_after_load)
+        self.flatten_parameters()
+
+    def flatten_parameters(self) -> None:
+        """The fused kernel's tensors as views of one flat buffer per kernel call (all layers, or each layer where
+        κ sits between them; ``rnn_weights.flatten``), as ``nn.RNNBase.flatten_parameters`` keeps them, so cuDNN
+        does not copy them into one on every call. Names, values and ``state_dict`` do not change. Made at
+        construction and again after every conversion (``_apply``) and load; a no-op for the other forms."""
+        if not self.fused:
+            return
+        spec, kernel = self.spec, self.cell.kernel()
+        groups = [(0, spec.layers)] if self.identity_kappa else [(i, 1) for i in range(spec.layers)]
+        for first, layers in groups:
+            names = [n for i in range(first, first + layers) for d in range(spec.directions)
+                     for n in self._kernel_names[i * spec.directions + d]]
+            tensors = [self._parameters.get(n, self._buffers.get(n)) for n in names]  # registered tensors only
+            if all(isinstance(t, torch.Tensor) for t in tensors):
+                rnn_weights.flatten(tensors, kernel, self._d_in[first], spec.hidden, layers, spec.bidirectional,
+                                    bool(spec.bias))
+
+    def _apply(self, fn, recurse=True):
+        """Conversions (``.to``, ``.double()``) replace each tensor's storage: the flat buffer is made again."""
+        out = super()._apply(fn, recurse)
+        self.flatten_parameters()
+        return out
+
+    def __setstate__(self, state):
+        """``copy.deepcopy`` and unpickling copy each parameter on its own: the flat buffer is made again."""
+        super().__setstate__(state)
+        self.flatten_parameters()
 
     def _named(self, layer: int, direction: int) -> dict[str, torch.Tensor]:
         """This layer and direction's parameters by prefix (``weight_ih``, ``weight_hh``, ``bias_ih``, …)."""
         return {k: getattr(self, n) for k, n in self._names[layer * self.spec.directions + direction].items()}
 
-    def _weights(self, layer: int, direction: int) -> list[torch.Tensor]:
-        return list(self._named(layer, direction).values())
-
     def _kernel_weights(self, layer: int, direction: int) -> list[torch.Tensor]:
-        """The fused kernel's four tensors: with ``bias = "single"``, a zero ``b_hh`` (a constant, no parameter)."""
-        w = self._weights(layer, direction)
-        return w + [torch.zeros_like(w[2])] if self.spec.bias == "single" else w
+        """The fused kernel's tensors: with ``bias = "single"``, the zero ``b_hh`` buffer (no parameter)."""
+        return [getattr(self, n) for n in self._kernel_names[layer * self.spec.directions + direction]]
 
     def _input_gates(self, x, w) -> torch.Tensor:
         """``a = κ(x) W_ihᵀ + b_ih`` for all steps at once, ``[B, T, G·H]``."""
@@ -154,8 +189,10 @@ class RecurrentModule(nn.Module):
         spec = self.spec
         flat = [w for i in range(first, first + layers) for d in range(spec.directions)
                 for w in self._kernel_weights(i, d)]
-        sl = slice(first * spec.directions, (first + layers) * spec.directions)
-        hx = [h0[sl].contiguous(), c0[sl].contiguous()][: self.cell.states]
+        if layers < spec.layers:  # (the whole stack reads the states as they are: no slice)
+            sl = slice(first * spec.directions, (first + layers) * spec.directions)
+            h0, c0 = h0[sl], c0[sl]
+        hx = [h0.contiguous(), c0.contiguous()][: self.cell.states]
         cpu = x.device.type == "cpu"  # (autocast has no state on some devices: meta)
         low = rnn_op.cpu_fallback(self.cell.kernel(), "cpu", x.dtype, self._autocast_on("cpu")) if cpu else None
         if low is None:
@@ -310,6 +347,11 @@ class RecurrentModule(nn.Module):
 
     def _default_form(self) -> str:
         return "fused" if self.fused else "scan" if self.scan else "loop"
+
+
+def _flatten_after_load(module: RecurrentModule, keys) -> None:
+    """``load_state_dict(assign=True)`` puts the loaded tensors in place: the flat buffer is made again."""
+    module.flatten_parameters()
 
 
 def _by_loop(a, u, h0):
