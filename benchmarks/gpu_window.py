@@ -10,14 +10,16 @@ Each part's output goes to its log in DIR as it comes (and, line by line, to std
 are appended to a JSON-lines file as each workload finishes, so a part that runs out of time keeps what it measured
 and is reported as timed out (it gets SIGINT first, then SIGKILL). ``summary.md`` in DIR holds the section that
 ``--write-docs`` also puts into ``docs/performance.md`` (between markers, replaced on the next run), naming the
-device and the torch version. ``--quick`` runs the same pipeline on the CPU at the workloads' quick sizes (float32,
-the compiled part through dynamo with the ``eager`` backend), a smoke test of the script itself.
+device and the torch version. ``--quick`` runs the same pipeline on the CPU at quick sizes, a smoke test of the
+script itself: the language-model workloads only (the others' quick sizes are tested in
+``tests/test_benchmarks_harness.py``), float32, the compiled part through dynamo with the ``eager`` backend.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import re
@@ -34,6 +36,7 @@ DOCS = ROOT / "docs" / "performance.md"
 START, END = "<!-- gpu-window:start -->", "<!-- gpu-window:end -->"
 # the order the GPU profile's workloads run in: what matters most first, so a part out of time loses the least
 PRIORITY = ("lm", "lm-nanogpt", "transformer-4x1024", "llama-12x768", "resnet18-b128", "lstm-2x512", "gcn-2m")
+QUICK = ("lm", "lm-nanogpt")  # --quick's workloads
 T0 = time.monotonic()
 
 
@@ -121,13 +124,20 @@ def workload_order() -> list[str]:
     return sorted(names, key=lambda n: PRIORITY.index(n) if n in PRIORITY else len(PRIORITY))
 
 
+def planned(args) -> list[str]:
+    """The benchmark workloads of this window: ``--workload``, else :data:`QUICK` or the GPU profile's."""
+    return args.workload or (list(QUICK) if args.quick else workload_order())
+
+
 def parts(args, out: Path) -> list[Part]:
     """The window's three parts for ``args``."""
     py = sys.executable
     tests = [py, "-m", "pytest", "-m", "gpu", "-q", "-rfE", "-p", "no:cacheprovider", "--disable-warnings",
              f"--junitxml={out / 'tests.xml'}", *gpu_test_files()]
+    if not args.quick and importlib.util.find_spec("xdist") is not None:
+        tests[5:5] = ["-n", str(args.test_workers)]  # the GPU tests compile models: in parallel, as before
     bench = [py, "-m", "benchmarks", "--device", args.device, "--profile", "gpu", "--markdown",
-             "--workload", ",".join(args.workload or workload_order())]
+             "--workload", ",".join(planned(args))]
     if args.quick:
         # float32: CPU bf16 autocast is emulated where the CPU lacks it (slow, and oneDNN's LSTM refuses it)
         bench += ["--quick", "--no-memory", "--no-autocast", "--rounds", "2", "--min-time", "0.001", "--warmup", "1"]
@@ -208,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--tests-s", type=float, default=120.0, help="budget of the GPU tests (seconds, default 120)")
     ap.add_argument("--eager-s", type=float, default=180.0, help="budget of the eager benchmarks (default 180)")
     ap.add_argument("--compile-s", type=float, default=230.0, help="budget of the compiled benchmarks (default 230)")
+    ap.add_argument("--test-workers", type=int, default=8, help="pytest-xdist workers for the GPU tests (default 8)")
     ap.add_argument("--skip", action="append", default=[], choices=["tests", "eager", "compile"],
                     help="leave a part out (repeatable)")
     return ap
@@ -227,14 +238,14 @@ def main(argv: list[str] | None = None) -> int:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     info = device_info(args.device, argv)
     say(f"device {info['device_name']}, torch {info['torch']}, out {out}")
-    planned = args.workload or workload_order()
+    planned_names = planned(args)
     done = []
-    text = section(info, done, out, planned)
+    text = section(info, done, out, planned_names)
     for part in parts(args, out):
         if part.name in args.skip:
             continue
         done.append(run_part(part, env))
-        text = section(info, done, out, planned)
+        text = section(info, done, out, planned_names)
         (out / "summary.md").write_text(text, encoding="utf-8")  # after every part: a later kill keeps it
     if args.write_docs:
         write_docs(text)

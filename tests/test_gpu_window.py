@@ -62,7 +62,7 @@ def test_the_parts_commands_budgets_and_files(tmp_path):
     quick = G.build_parser().parse_args(["--out", str(tmp_path), "--quick"])
     quick.device, quick.workload = "cpu", None
     _, q_eager, q_compiled = G.parts(quick, tmp_path)
-    assert "--quick" in q_eager.cmd and "eager" in q_compiled.cmd[q_compiled.cmd.index("--backend") + 1:]
+    assert "--quick" in q_eager.cmd and "lm,lm-nanogpt" in q_eager.cmd and "eager" in q_compiled.cmd[q_compiled.cmd.index("--backend") + 1:]
 
 
 @pytest.mark.slow
