@@ -216,8 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--rounds", type=int, default=9, help="ABBA rounds per measurement (default 9)")
     ap.add_argument("--backend", default="inductor", help="torch.compile backend of part 3 (quick: eager)")
     ap.add_argument("--tests-s", type=float, default=120.0, help="budget of the GPU tests (seconds, default 120)")
-    ap.add_argument("--eager-s", type=float, default=180.0, help="budget of the eager benchmarks (default 180)")
-    ap.add_argument("--compile-s", type=float, default=230.0, help="budget of the compiled benchmarks (default 230)")
+    ap.add_argument("--eager-s", type=float, default=190.0, help="budget of the eager benchmarks (default 190)")
+    ap.add_argument("--compile-s", type=float, default=220.0, help="budget of the compiled benchmarks (default 220)")
     ap.add_argument("--test-workers", type=int, default=8, help="pytest-xdist workers for the GPU tests (default 8)")
     ap.add_argument("--skip", action="append", default=[], choices=["tests", "eager", "compile"],
                     help="leave a part out (repeatable)")
