@@ -10,7 +10,8 @@ Each part's output goes to its log in DIR as it comes (and, line by line, to std
 are appended to a JSON-lines file as each workload finishes, so a part that runs out of time keeps what it measured
 and is reported as timed out (it gets SIGINT first, then SIGKILL). ``summary.md`` in DIR holds the section that
 ``--write-docs`` also puts into ``docs/performance.md`` (between markers, replaced on the next run), naming the
-device and the torch version. ``--quick`` runs the same pipeline on the CPU at quick sizes, a smoke test of the
+device and the torch version; ``--docs-only --out DIR`` puts a ``summary.md`` brought back from the GPU machine
+there without running anything. ``--quick`` runs the same pipeline on the CPU at quick sizes, a smoke test of the
 script itself: the language-model workloads only (the others' quick sizes are tested in
 ``tests/test_benchmarks_harness.py``), float32, the compiled part through dynamo with the ``eager`` backend.
 """
@@ -183,9 +184,10 @@ def section(info: dict, done: list[Part], out: Path, planned: list[str]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_docs(text: str, path: Path = DOCS) -> None:
+def write_docs(text: str, path: Path | None = None) -> None:
     """Put ``text`` between the window markers of ``path`` (replacing an earlier window's), else before the
     "## Start-up" section, else at the end."""
+    path = path or DOCS
     doc = path.read_text(encoding="utf-8")
     block = f"{START}\n{text.rstrip()}\n{END}\n"
     if START in doc and END in doc:
@@ -211,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", required=True, type=Path, help="folder for the logs, junit XML, rows and summary")
     ap.add_argument("--quick", action="store_true", help="the same pipeline on the CPU at quick sizes (a smoke run)")
     ap.add_argument("--write-docs", action="store_true", help="put the summary into docs/performance.md")
+    ap.add_argument("--docs-only", action="store_true",
+                    help="run nothing: put OUT/summary.md (of a window run on another machine) into docs/performance.md")
     ap.add_argument("--device", default=None, help="default cuda (cpu with --quick)")
     ap.add_argument("--workload", action="append", help="the benchmark workloads (default: the GPU profile)")
     ap.add_argument("--rounds", type=int, default=9, help="ABBA rounds per measurement (default 9)")
@@ -231,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.workload:
         args.workload = [n for item in args.workload for n in item.split(",") if n]
     out = args.out
+    if args.docs_only:
+        write_docs((out / "summary.md").read_text(encoding="utf-8"))
+        say(f"wrote {out / 'summary.md'} into {DOCS}")
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("eager.jsonl", "compile.jsonl"):
         (out / stale).unlink(missing_ok=True)
@@ -249,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         (out / "summary.md").write_text(text, encoding="utf-8")  # after every part: a later kill keeps it
     if args.write_docs:
         write_docs(text)
-        say(f"wrote the section into {DOCS.relative_to(ROOT)}")
+        say(f"wrote the section into {DOCS}")
     sys.stdout.write("\n" + text)
     sys.stdout.flush()
     return 0 if all(p.rc == 0 and not p.timed_out for p in done) else 1

@@ -36,7 +36,7 @@ def test_rows_and_the_section(tmp_path):
     assert "Not measured (out of time): gcn-2m." in text
 
 
-def test_the_docs_section_is_replaced_not_repeated(tmp_path):
+def test_the_docs_section_is_replaced_not_repeated(tmp_path, monkeypatch):
     doc = tmp_path / "performance.md"
     doc.write_text("# Perf\n\n## GPU profile\n\nold\n\n## Start-up\n\nrest\n")
     G.write_docs("### GPU window: A\n", doc)
@@ -44,6 +44,10 @@ def test_the_docs_section_is_replaced_not_repeated(tmp_path):
     text = doc.read_text()
     assert text.count(G.START) == 1 and "window: A" not in text and "window: B" in text
     assert text.index("window: B") < text.index("## Start-up") and text.endswith("rest\n")
+    (tmp_path / "summary.md").write_text("### GPU window: C\n")
+    monkeypatch.setattr(G, "DOCS", doc)  # a summary brought back from the GPU machine, into the docs, nothing run
+    assert G.main(["--docs-only", "--out", str(tmp_path)]) == 0
+    assert "window: C" in doc.read_text() and "window: B" not in doc.read_text()
 
 
 def test_the_parts_commands_budgets_and_files(tmp_path):
