@@ -73,3 +73,23 @@ def test_throughput_reports_tokens_per_second():
     assert row["tokens_per_s"] == {"spec": pytest.approx(81920.0), "hand": pytest.approx(40960.0)}
     assert "tokens/s 8.192e+04 / 4.096e+04" in harness.line(row)
     assert "- lm (eager): tokens/s 81,920 / 40,960 (rpn2c / hand)" in harness.markdown([row])
+
+
+def test_cuda_step_memory_adds_what_the_side_holds(monkeypatch):
+    """The in-process CUDA peak (faked allocator counters here): the steps' increase plus the parameters, buffers
+    and AdamW state (two moments and a step count per parameter) the side holds between steps."""
+    lin = torch.nn.Linear(4, 3)
+    lin.register_buffer("scale", torch.ones(5))
+    _, step = harness.step_fns(lin, (torch.randn(2, 4),), None, "cpu", optimizer=True)
+    step()
+    counters = {"now": 1000, "peak": 0}
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: counters["now"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: counters.update(peak=counters["now"]))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: counters["peak"] + 256)
+    got = harness.cuda_step_memory(lin, step)
+    params = (12 + 3 + 5) * 4  # weight, bias, buffer (float32)
+    adam = 2 * (12 + 3) * 4 + 2 * 4  # exp_avg, exp_avg_sq, and a float32 step per parameter
+    assert got == {"baseline_bytes": params + adam, "delta_bytes": 256, "peak_bytes": params + adam + 256}
+    ratios = harness.memory_ratios(got, {**got, "delta_bytes": 128, "peak_bytes": params + adam + 128})
+    assert ratios["ratio"] == 2.0 and ratios["peak_ratio"] == pytest.approx((params + adam + 256) / (params + adam + 128))
