@@ -1,4 +1,4 @@
-"""Paired ABBA timing of compiled specs against hand-written modules, peak memory in subprocesses, reports.
+"""Paired ABBA timing of compiled specs against hand-written modules, peak memory, reports.
 
 Method: both modules live in one process; each *round* runs A B B A (A = rpn2c, B = hand-written), every slot
 calling the function ``number`` times; the round's ratio is (A1 + A2) / (B1 + B2), which cancels any drift that
@@ -7,7 +7,12 @@ is linear over the round. The result is the median of the per-round ratios and t
 Throughput: the FLOPs of one training step (forward + backward) of the hand-written module are counted once per
 workload with ``torch.utils.flop_counter.FlopCounterMode``; each side's TFLOP/s is that count over its median
 step time, and its share of the device's dense bf16 peak is given where the peak is known (:data:`PEAK_BF16_TFLOPS`
-or ``--peak-tflops``).
+or ``--peak-tflops``). A workload may give its FLOPs by formula instead (the language model: ``6·N·tokens`` plus
+attention, :mod:`benchmarks.lm`) and its tokens per step (a tokens/s figure).
+
+Peak memory: on a CPU each side in its own process (``benchmarks.memory``, maximum RSS); on CUDA in this process
+after the timing, each side's ``max_memory_allocated`` over a few training steps plus what it holds between steps
+(:func:`cuda_step_memory`), which needs no second build or compile.
 """
 
 from __future__ import annotations
@@ -109,11 +114,16 @@ def _prepare(pair: W.Pair, device: str, dtype: torch.dtype):
     return spec, hand, ins
 
 
-def step_fns(module, inputs, amp: torch.dtype | None = None, device: str = "cpu"):
-    """(forward without grad, forward + backward) closures for ``module`` on ``inputs``; with ``amp`` the forward
+def step_fns(module, inputs, amp: torch.dtype | None = None, device: str = "cpu", loss: Callable | None = None,
+             optimizer: bool = False):
+    """(forward without grad, training step) closures for ``module`` on ``inputs``; with ``amp`` the forward
     runs under ``torch.autocast(device, amp)`` (the loss and the backward outside it, as in mixed-precision
-    training)."""
+    training). The training step is forward, ``loss(output, inputs)`` (default: the mean of the output's squares)
+    and backward, with ``optimizer`` also an AdamW step (``fused=True`` on CUDA)."""
     params = [p for p in module.parameters() if p.requires_grad]
+    opt = None
+    if optimizer:
+        opt = torch.optim.AdamW(params, lr=1e-4, **({"fused": True} if device.startswith("cuda") else {}))
 
     def cast():
         return torch.autocast(device.split(":")[0], amp) if amp is not None else contextlib.nullcontext()
@@ -125,11 +135,42 @@ def step_fns(module, inputs, amp: torch.dtype | None = None, device: str = "cpu"
     def fwd_bwd():
         with cast():
             out = module(*inputs)
-        out.float().square().mean().backward()
+        (out.float().square().mean() if loss is None else loss(out, inputs)).backward()
+        if opt is not None:
+            opt.step()
         for p in params:
             p.grad = None
 
+    fwd_bwd.optimizer = opt
     return fwd, fwd_bwd
+
+
+def cuda_step_memory(module, step: Callable, steps: int = 3) -> dict:
+    """Peak CUDA memory of training ``module`` by ``step`` (from :func:`step_fns`), measured in this process.
+
+    ``delta_bytes``: ``torch.cuda.max_memory_allocated`` over ``steps`` steps above what was allocated before
+    them (gradients, activations, temporaries); ``peak_bytes``: that plus the bytes the module holds between steps
+    (its parameters, buffers and optimizer state), what the side alone would peak at in its own process."""
+    held = sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
+    opt = getattr(step, "optimizer", None)
+    if opt is not None:
+        held += sum(t.numel() * t.element_size() for st in opt.state.values() for t in st.values()
+                    if isinstance(t, torch.Tensor))
+    gc.collect()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    delta = torch.cuda.max_memory_allocated() - base
+    return {"baseline_bytes": held, "delta_bytes": delta, "peak_bytes": held + delta}
+
+
+def memory_ratios(spec: dict, hand: dict) -> dict:
+    """Both sides' measurements with the ratio of their increases and of their peaks."""
+    return {"spec": spec, "hand": hand, "peak_ratio": spec["peak_bytes"] / hand["peak_bytes"],
+            "ratio": spec["delta_bytes"] / hand["delta_bytes"] if hand["delta_bytes"] > 0 else float("nan")}
 
 
 def amp_dtype(w: W.Workload, args) -> torch.dtype | None:
@@ -168,6 +209,8 @@ def throughput(row: dict, peak_tflops: float | None) -> None:
     if not row.get("flops") or not isinstance(fb, dict) or "error" in fb:
         return
     row["tflops"] = {side: row["flops"] / (fb[f"{side}_ms"] * 1e-3) / 1e12 for side in ("spec", "hand")}
+    if row.get("tokens"):
+        row["tokens_per_s"] = {side: row["tokens"] / (fb[f"{side}_ms"] * 1e-3) for side in ("spec", "hand")}
     if peak_tflops:
         row["peak_pct"] = {side: 100 * t / peak_tflops for side, t in row["tflops"].items()}
 
@@ -193,10 +236,11 @@ def time_workload(w: W.Workload, sizes: dict, args) -> dict:
     dtype, device, amp = DTYPES[args.dtype], args.device, amp_dtype(w, args)
     spec, hand, ins = _prepare(pair, device, dtype)
     row = {"workload": w.name, "title": pair.title, "check_max_abs_err": err, "note": pair.note,
-           "mode": (f"compile ({args.backend})" if args.compile else "eager") + (" + autocast bf16" if amp else "")}
+           "mode": (f"compile ({args.backend})" if args.compile else "eager") + (" + autocast bf16" if amp else ""),
+           "tokens": pair.tokens}
     hand.train()
     try:
-        row["flops"] = count_flops(hand, ins, device, amp)
+        row["flops"] = pair.flops or count_flops(hand, ins, device, amp)
     except Exception as exc:  # the timings stand without it
         row["flops"], row["flops_error"] = None, _short(exc)
     if args.compile:
@@ -206,15 +250,23 @@ def time_workload(w: W.Workload, sizes: dict, args) -> dict:
         spec = torch.compile(spec, backend=args.backend)
         hand = torch.compile(hand, backend=args.backend)
     sync = torch.cuda.synchronize if device.startswith("cuda") else None
-    sf, sfb = step_fns(spec, ins, amp, device)
-    hf, hfb = step_fns(hand, ins, amp, device)
+    sf, sfb = step_fns(spec, ins, amp, device, pair.loss, pair.optimizer)
+    hf, hfb = step_fns(hand, ins, amp, device, pair.loss, pair.optimizer)
     kw = {"rounds": args.rounds, "min_time": args.min_time, "warmup": args.warmup, "sync": sync}
-    for key, fa, fb, train in (("fwd", sf, hf, False), ("fwd_bwd", sfb, hfb, True)):
+    steps = (("fwd", sf, hf, False),) * (not args.train_only) + (("fwd_bwd", sfb, hfb, True),)
+    for key, fa, fb, train in steps:
         spec.train(train), hand.train(train)
         try:
             row[key] = compare(fa, fb, **kw)
         except Exception as exc:  # e.g. one side fails under torch.compile: keep the other column
             row[key] = {"error": _short(exc)}
+    if device.startswith("cuda") and not args.no_memory:  # in this process: no second build or compile
+        try:
+            spec.train(), hand.train()
+            row["memory"] = memory_ratios(cuda_step_memory(spec, sfb), cuda_step_memory(hand, hfb))
+            row["memory"]["how"] = "in-process"
+        except Exception as exc:
+            row["memory"] = {"error": _short(exc)}
     return row
 
 
@@ -264,10 +316,7 @@ def measure_memory(w: W.Workload, args) -> dict:
         if res.returncode != 0:
             return {"error": (res.stderr.strip().splitlines() or ["failed"])[-1]}
         out[side] = json.loads(res.stdout.strip().splitlines()[-1])
-    s, h = out["spec"], out["hand"]
-    out["ratio"] = s["delta_bytes"] / h["delta_bytes"] if h["delta_bytes"] > 0 else float("nan")
-    out["peak_ratio"] = s["peak_bytes"] / h["peak_bytes"]
-    return out
+    return memory_ratios(out["spec"], out["hand"])
 
 
 # ------------------------------------------------------------------------------------------------ driver
@@ -326,7 +375,7 @@ def run(args, report: Callable[[dict], None] = lambda row: None) -> list[dict]:
                 else:
                     row.update(time_workload(w, sizes, args))
                     throughput(row, peak)
-                    if not args.no_memory:
+                    if not args.no_memory and "memory" not in row:
                         row["memory"] = measure_memory(w, args)
         except Exception as exc:  # one broken workload must not stop the others
             row["error"] = _short(exc)
@@ -367,6 +416,10 @@ def _pair(x: dict | None, fmt: str) -> str:
     return "—" if not x else f"{x['spec']:{fmt}} / {x['hand']:{fmt}}"
 
 
+def _gib(mem: dict) -> str:
+    return f"{mem['spec']['peak_bytes'] / 2**30:.2f} / {mem['hand']['peak_bytes'] / 2**30:.2f} GiB"
+
+
 def markdown(rows: list[dict]) -> str:
     """The results table (ratios are rpn2c / hand-written; lower is better) and the build-time table."""
     out = ["| workload | fwd ratio | fwd spread | fwd+bwd ratio | fwd+bwd spread | fwd+bwd ms (rpn2c / hand) "
@@ -384,7 +437,7 @@ def markdown(rows: list[dict]) -> str:
         mem = r.get("memory") or {}
         mem_s = f"{mem['ratio']:.2f}" if "ratio" in mem else ("error" if "error" in mem else "—")
         fb = r["fwd_bwd"]
-        out.append(f"| {r['title']} | {_r(r['fwd'])} | {_spread(r['fwd'])} | {_r(fb)} | {_spread(fb)} "
+        out.append(f"| {r['title']} | {_r(r.get('fwd'))} | {_spread(r.get('fwd'))} | {_r(fb)} | {_spread(fb)} "
                    f"| {_ms(fb)} | {_pair(r.get('tflops'), '.3g')} | {_pair(r.get('peak_pct'), '.1f')} | {mem_s} "
                    f"| {r['mode']} |")
     if builds:
@@ -400,6 +453,9 @@ def markdown(rows: list[dict]) -> str:
     notes += [f"- {r['workload']} memory: {r['memory']['error']}" for r in rows
               if isinstance(r.get("memory"), dict) and "error" in r["memory"]]
     notes += [f"- {r['workload']} FLOP count: {r['flops_error']}" for r in rows if r.get("flops_error")]
+    notes += [f"- {r['workload']} ({r['mode']}): tokens/s {_pair(r['tokens_per_s'], ',.0f')} (rpn2c / hand)"
+              + (f", peak memory {_gib(r['memory'])}" if "spec" in r.get("memory", {}) else "")
+              for r in rows if r.get("tokens_per_s")]
     return "\n".join(out + ([""] + notes if notes else []))
 
 
@@ -416,7 +472,9 @@ def line(row: dict) -> str:
     tf = row.get("tflops")
     tf_s = "" if not tf else f", TFLOP/s {_pair(tf, '.3g')}" + (
         f" ({_pair(row['peak_pct'], '.1f')} % of peak)" if row.get("peak_pct") else "")
-    return (f"{row['workload']}: fwd {_r(row['fwd'])} [{_spread(row['fwd'])}], fwd+bwd {_r(row['fwd_bwd'])} "
+    tok = row.get("tokens_per_s")
+    tf_s += f", tokens/s {_pair(tok, '.4g')}" if tok else ""
+    return (f"{row['workload']}: fwd {_r(row.get('fwd'))} [{_spread(row.get('fwd'))}], fwd+bwd {_r(row['fwd_bwd'])} "
             f"[{_spread(row['fwd_bwd'])}]{tf_s}{mem_s} ({row['mode']})")
 
 
@@ -447,6 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--size", action="append", metavar="KEY=VALUE",
                     help="override a size key (batch, T, H, d, nodes, edges, ...) in every workload that has it")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    ap.add_argument("--train-only", action="store_true",
+                    help="time the training step only (no forward-only comparison; under --compile: half the compiles)")
+    ap.add_argument("--jsonl", metavar="FILE", help="append each row as one JSON line as soon as it is measured")
     ap.add_argument("--list", action="store_true", help="list the workloads and exit")
     return ap
 
@@ -467,7 +528,14 @@ def main(argv=None) -> int:
         for w in W.WORKLOADS.values():
             sys.stdout.write(f"{w.name:18s} [{','.join(w.profiles)}] {w.description}\n")
         return 0
-    rows = run(args, report=lambda r: sys.stdout.write(line(r) + "\n"))
+    def report(row):
+        sys.stdout.write(line(row) + "\n")
+        sys.stdout.flush()
+        if args.jsonl:
+            with open(args.jsonl, "a") as f:
+                f.write(json.dumps(row, default=str) + "\n")
+
+    rows = run(args, report=report)
     info = machine(args)
     if args.markdown:
         sys.stdout.write("\n" + markdown(rows) + "\n\n" + json.dumps(info) + "\n")

@@ -2,7 +2,7 @@
 
 SIDE is ``spec`` (the compiled rpn2c module) or ``hand`` (the hand-written one). This launcher re-runs itself with
 ``--child`` in a subprocess that builds the workload, keeps only SIDE, records its post-build baseline, then runs a
-few forward+backward steps. On CPU the peak is the child's ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss``, read
+few training steps (with the workload's loss and optimizer). On CPU the peak is the child's ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss``, read
 here after it exits (a fresh launcher per measurement, so no other child shares the maximum); on CUDA it is
 ``torch.cuda.max_memory_allocated`` inside the child. Prints one JSON line: peak, baseline and delta bytes.
 """
@@ -51,6 +51,7 @@ def child(args) -> dict:
     pair = w.build(W.sizes_for(w, args.quick, harness.parse_sizes(args.size)))
     module = pair.spec if args.side == "spec" else pair.hand
     pair.spec = pair.hand = None
+    loss, optimizer = pair.loss, pair.optimizer
     module, _, ins = harness._prepare(W.Pair(module, module, pair.inputs, pair.title), args.device,
                                       harness.DTYPES[args.dtype])
     if args.compile:
@@ -65,7 +66,7 @@ def child(args) -> dict:
         base = torch.cuda.memory_allocated()
     else:
         base = _maxrss_bytes(resource.RUSAGE_SELF)
-    _, fwd_bwd = harness.step_fns(module, ins, harness.amp_dtype(w, args), args.device)
+    _, fwd_bwd = harness.step_fns(module, ins, harness.amp_dtype(w, args), args.device, loss, optimizer)
     for _ in range(args.steps):
         fwd_bwd()
     out = {"baseline_bytes": base}

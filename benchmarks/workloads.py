@@ -35,6 +35,10 @@ class Pair:
     inputs: Callable[[bool], tuple]
     title: str
     note: str = ""
+    loss: Callable | None = None  # (output, inputs) -> training loss; None: the mean of the output's squares
+    optimizer: bool = False  # the timed training step also takes an AdamW step (fused on CUDA)
+    flops: int | None = None  # FLOPs of a training step by formula; None: counted (FlopCounterMode)
+    tokens: int | None = None  # tokens per training step, for a tokens/s figure
 
 
 @dataclass
@@ -470,6 +474,51 @@ gpu_workload("llama-12x768", "Llama decoder (specs/llama.rpn), 12 layers, d=768,
                     "vocab": 32000},
              quick={"batch": 2, "T": 16, "d": 32, "heads": 4, "kv_heads": 2, "ffn": 48, "layers": 2, "vocab": 64},
              tol=1e-6)
+
+
+def lm(s, anchor="library"):
+    """``specs/gpt2.rpn`` against transformers' ``GPT2LMHeadModel`` (``anchor="library"``; SDPA attention) or the
+    hand-written :class:`benchmarks.lm.NanoGPT` (``anchor="nanogpt"``), all three with the library model's
+    weights (moved by the "gpt2" weight map; nanoGPT's are its Conv1D weights transposed). The timed step is a
+    training step: next-token cross-entropy, backward, a fused AdamW step; FLOPs by :func:`benchmarks.lm.train_flops`."""
+    import transformers
+
+    from benchmarks import lm as LM
+    from rpn2c.frontends import weights
+
+    torch.manual_seed(0)
+    config = LM.gpt2_config(s)
+    library = transformers.GPT2LMHeadModel(config)
+    params = {"vocab": s["vocab"], "d": s["d"], "heads": s["heads"], "ffn": 4 * s["d"], "layers": s["layers"],
+              "positions": s["T"], "eps": config.layer_norm_epsilon}
+    spec = rpn2c.compile((ROOT / "specs" / "gpt2.rpn").read_text(encoding="utf-8"), model="gpt2", params=params)
+    state = library.state_dict()
+    spec.load_state_dict(weights.to_spec("gpt2", state, s["layers"]))
+    if anchor == "nanogpt":
+        hand = LM.NanoGPT(s["vocab"], s["d"], s["heads"], s["layers"], s["T"], eps=config.layer_norm_epsilon)
+        hand.load_state_dict(LM.nanogpt_state(state))
+        del library
+        title, note = "nanoGPT-style GPT-2", "hand-written: fused qkv Linear, SDPA(is_causal=True), tied LM head"
+    else:
+        hand = _Call(library, lambda m, x: m(x, use_cache=False).logits)
+        title, note = "GPT2LMHeadModel", "transformers GPT2LMHeadModel, SDPA attention, no cache"
+    b, t = s["batch"], s["T"]
+
+    def ids(small):
+        return (torch.randint(0, s["vocab"], (2 if small else b, 8 if small else t), generator=_gen()),)
+
+    return Pair(spec, hand, ids, f"gpt2 spec vs {title} ({s['layers']} layers, d={s['d']}, heads {s['heads']}, "
+                f"vocab {s['vocab']}, T={t}, B={b})", note + "; train step: cross-entropy + AdamW",
+                loss=LM.next_token_loss, optimizer=True, flops=LM.train_flops(s), tokens=b * t)
+
+
+_LM_QUICK = {"batch": 2, "T": 32, "d": 64, "heads": 4, "layers": 2, "vocab": 256}
+_GPT2_SMALL = {"batch": 8, "T": 1024, "d": 768, "heads": 12, "layers": 12, "vocab": 50257}
+gpu_workload("lm", "GPT-2 small (specs/gpt2.rpn): 12 layers, d=768, 12 heads, T=1024, B=8, vocab 50257, vs "
+             "GPT2LMHeadModel; training step with AdamW, bf16 autocast", lm, sizes=_GPT2_SMALL, quick=_LM_QUICK)
+gpu_workload("lm-nanogpt", "GPT-2 small (specs/gpt2.rpn) as lm, vs a nanoGPT-style module (fused qkv, SDPA, tied "
+             "head); training step with AdamW, bf16 autocast", lambda s: lm(s, "nanogpt"), sizes=_GPT2_SMALL,
+             quick=_LM_QUICK)
 
 
 # ------------------------------------------------------------------------------------------------ 7. attention

@@ -178,7 +178,7 @@ def test_throughput_and_peak_columns():
     assert harness.peak_tflops(harness.parse_args(["--peak-tflops", "500"])) == 500.0
 
 
-GPU = ["transformer-4x1024", "resnet18-b128", "lstm-2x512", "gcn-2m", "llama-12x768"]
+GPU = ["transformer-4x1024", "resnet18-b128", "lstm-2x512", "gcn-2m", "llama-12x768", "lm", "lm-nanogpt"]
 
 
 def test_gpu_profile_selection():
@@ -191,6 +191,9 @@ def test_gpu_profile_selection():
                                                                                                   1024)
     assert W.WORKLOADS["resnet18-b128"].sizes["batch"] == 128 and W.WORKLOADS["gcn-2m"].sizes["edges"] == 20_000_000
     assert W.WORKLOADS["lstm-2x512"].sizes == {"batch": 64, "T": 256, "H": 512, "layers": 2}
+    gpt2_small = {"batch": 8, "T": 1024, "d": 768, "heads": 12, "layers": 12, "vocab": 50257}
+    assert W.WORKLOADS["lm"].sizes == W.WORKLOADS["lm-nanogpt"].sizes == gpt2_small
+    assert W.WORKLOADS["lm"].quick == {"batch": 2, "T": 32, "d": 64, "heads": 4, "layers": 2, "vocab": 256}
     args = harness.parse_args(["--profile", "gpu", "--quick", "--no-autocast"])
     assert "--no-autocast" in harness.memory_args(W.WORKLOADS["lstm-2x512"], "spec", args)
     assert harness.amp_dtype(W.WORKLOADS["lstm-2x512"], args) is None

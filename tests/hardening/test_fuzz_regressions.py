@@ -74,6 +74,22 @@ def test_edge_ids_beyond_a_compressed_feature_axis_are_refused():
     assert isinstance(info.value, ValueError)  # what the checks it replaced raised
 
 
+def test_token_ids_are_checked_in_one_pass():
+    """The id check of an embedding reads the ids' extremes once (aminmax; on a GPU one host read per forward),
+    no elementwise comparisons and reduction over every id, and still names an offender in a batch of many."""
+    from tests.op_count import count_ops
+
+    model = rpn2c.compile("model m {\n  input t: tokens[B, T]\n  y = embedding(t, vocab = 50, dim = 3)\n"
+                          "  return y\n}\n")
+    ids = torch.randint(0, 50, (4, 64))
+    ops = count_ops(lambda: model(ids))
+    assert ops["aminmax"] == 1 and not {"lt", "ge", "bitwise_or", "any"} & set(ops)
+    ids[3, 17] = 50
+    with pytest.raises(InputError, match=r"token id 50 at index \(3, 17\) is out of range \[0, 50\)"):
+        model(ids)
+    assert model(torch.zeros(2, 0, dtype=torch.int64)).shape == (2, 0, 3)
+
+
 def test_token_ids_and_shapes_are_refused_as_input_errors():
     model = rpn2c.compile("model m {\n  input t: tokens[B, T]\n  y = embedding(t, vocab = 5, dim = 3)\n"
                           "  return y\n}\n")

@@ -10,11 +10,17 @@ from rpn2c.errors import InputError
 
 
 def check_token_ids(x: torch.Tensor, vocab: int) -> None:
-    """Raise a clear error unless ``x`` holds integer ids in ``[0, vocab)`` (the first offender is named)."""
+    """Raise a clear error unless ``x`` holds integer ids in ``[0, vocab)`` (the first offender is named).
+
+    One pass over the ids (``aminmax``) and one read of its two values by the host (a GPU synchronisation); the
+    offender is looked for only when the bounds fail."""
     if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
         raise InputError(f"embedding(vocab = {vocab}) reads integer token ids, got a {x.dtype} tensor")
-    bad = (x < 0) | (x >= vocab)
-    if bool(bad.any()):
+    if x.numel() == 0:
+        return
+    lo, hi = torch.stack(x.aminmax()).tolist()
+    if lo < 0 or hi >= vocab:
+        bad = (x < 0) | (x >= vocab)
         at = tuple(int(i) for i in bad.nonzero()[0])
         raise InputError(f"embedding(vocab = {vocab}): token id {int(x[at])} at index {at} is out of range "
                          f"[0, {vocab})")

@@ -1,0 +1,267 @@
+"""One GPU window, start to end: ``python -m benchmarks.gpu_window --out DIR [--write-docs]``.
+
+Three parts, each a subprocess with its own time budget (together under 9 minutes by default):
+
+1. ``python -m pytest -m gpu`` over the test files that declare a ``gpu`` mark (junit XML and log);
+2. ``python -m benchmarks --device cuda --profile gpu`` eager (the language model first);
+3. the same with ``--compile`` (training step only: half the compiles).
+
+Each part's output goes to its log in DIR as it comes (and, line by line, to stdout, flushed); the benchmark rows
+are appended to a JSON-lines file as each workload finishes, so a part that runs out of time keeps what it measured
+and is reported as timed out (it gets SIGINT first, then SIGKILL). ``summary.md`` in DIR holds the section that
+``--write-docs`` also puts into ``docs/performance.md`` (between markers, replaced on the next run), naming the
+device and the torch version; ``--docs-only --out DIR`` puts a ``summary.md`` brought back from the GPU machine
+there without running anything. ``--quick`` runs the same pipeline on the CPU at quick sizes, a smoke test of the
+script itself: the language-model workloads only (the others' quick sizes are tested in
+``tests/test_benchmarks_harness.py``), float32, the compiled part through dynamo with the ``eager`` backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "performance.md"
+START, END = "<!-- gpu-window:start -->", "<!-- gpu-window:end -->"
+# the order the GPU profile's workloads run in: what matters most first, so a part out of time loses the least
+PRIORITY = ("lm", "lm-nanogpt", "transformer-4x1024", "llama-12x768", "resnet18-b128", "lstm-2x512", "gcn-2m")
+QUICK = ("lm", "lm-nanogpt")  # --quick's workloads
+T0 = time.monotonic()
+
+
+def say(msg: str) -> None:
+    """One progress line, flushed (the window's output is read from its tail)."""
+    sys.stdout.write(f"[gpu_window {time.monotonic() - T0:6.1f}s] {msg}\n")
+    sys.stdout.flush()
+
+
+@dataclass
+class Part:
+    """One subprocess of the window: its command, budget (seconds) and, once run, its outcome."""
+
+    name: str
+    cmd: list[str]
+    budget: float
+    log: Path
+    rc: int | None = None
+    seconds: float = 0.0
+    timed_out: bool = False
+    tail: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        if self.timed_out:
+            return f"timed out after {self.budget:.0f} s (what finished before is kept)"
+        return "passed" if self.rc == 0 else f"exit status {self.rc}"
+
+
+def run_part(part: Part, env: dict, grace: float = 15.0) -> Part:
+    """Run ``part.cmd`` in its own process group, its output into ``part.log`` and (prefixed) stdout as it comes;
+    past ``part.budget`` seconds the group gets SIGINT, and SIGKILL ``grace`` seconds later."""
+    say(f"{part.name}: start (budget {part.budget:.0f} s): {' '.join(part.cmd)}")
+    t0 = time.monotonic()
+    with open(part.log, "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(part.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                cwd=ROOT, env=env, start_new_session=True, errors="replace")
+
+        def pump():
+            for text in proc.stdout:
+                log.write(text)
+                log.flush()
+                part.tail = (part.tail + [text.rstrip()])[-20:]
+                say(f"{part.name}| {text.rstrip()}")
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        try:
+            proc.wait(timeout=part.budget)
+        except subprocess.TimeoutExpired:
+            part.timed_out = True
+            _signal(proc, signal.SIGINT)
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                _signal(proc, signal.SIGKILL)
+                proc.wait()
+        reader.join(timeout=5)
+        part.rc, part.seconds = proc.returncode, time.monotonic() - t0
+        log.write(f"\n# {part.name}: {part.status}, {part.seconds:.1f} s\n")
+    say(f"{part.name}: {part.status}, {part.seconds:.1f} s")
+    return part
+
+
+def _signal(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def gpu_test_files() -> list[str]:
+    """The test files that declare a ``gpu`` mark (what ``pytest -m gpu`` selects from, without collecting the
+    rest of the suite); the whole ``tests`` folder if none does."""
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
+                   if re.search(r"mark\.gpu\b", p.read_text(encoding="utf-8", errors="replace")))
+    return files or ["tests"]
+
+
+def workload_order() -> list[str]:
+    """The GPU profile's workloads, those of :data:`PRIORITY` first in its order."""
+    from benchmarks import workloads as W
+
+    names = [w.name for w in W.WORKLOADS.values() if "gpu" in w.profiles]
+    return sorted(names, key=lambda n: PRIORITY.index(n) if n in PRIORITY else len(PRIORITY))
+
+
+def planned(args) -> list[str]:
+    """The benchmark workloads of this window: ``--workload``, else :data:`QUICK` or the GPU profile's."""
+    return args.workload or (list(QUICK) if args.quick else workload_order())
+
+
+def parts(args, out: Path) -> list[Part]:
+    """The window's three parts for ``args``."""
+    py = sys.executable
+    tests = [py, "-m", "pytest", "-m", "gpu", "-q", "-rfE", "-p", "no:cacheprovider", "--disable-warnings",
+             f"--junitxml={out / 'tests.xml'}", *gpu_test_files()]
+    if not args.quick and importlib.util.find_spec("xdist") is not None:
+        tests[5:5] = ["-n", str(args.test_workers)]  # the GPU tests compile models: in parallel, as before
+    bench = [py, "-m", "benchmarks", "--device", args.device, "--profile", "gpu", "--markdown",
+             "--workload", ",".join(planned(args))]
+    if args.quick:
+        # float32: CPU bf16 autocast is emulated where the CPU lacks it (slow, and oneDNN's LSTM refuses it)
+        bench += ["--quick", "--no-memory", "--no-autocast", "--rounds", "2", "--min-time", "0.001", "--warmup", "1"]
+    else:
+        bench += ["--rounds", str(args.rounds)]
+    compiled = [*bench, "--compile", "--train-only", "--backend", "eager" if args.quick else args.backend]
+    return [Part("tests", tests, args.tests_s, out / "tests.log"),
+            Part("eager", [*bench, "--jsonl", str(out / "eager.jsonl")], args.eager_s, out / "eager.log"),
+            Part("compile", [*compiled, "--jsonl", str(out / "compile.jsonl")], args.compile_s, out / "compile.log")]
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The benchmark rows a part appended to ``path`` (none if it wrote none)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_summary(part: Part) -> str:
+    """pytest's last summary line ("12 passed, 3 skipped in 40.1s"), or the part's status."""
+    for text in reversed(part.tail):
+        if re.search(r"\b(passed|failed|error|skipped|deselected|no tests ran)\b", text):
+            return text.strip("= ")
+    return part.status
+
+
+def section(info: dict, done: list[Part], out: Path, planned: list[str]) -> str:
+    """The markdown section of this window: device, torch, each part's outcome and the benchmark tables."""
+    from benchmarks import harness
+
+    lines = [f"### GPU window: {info['device_name']} (torch {info['torch']}, {info['date']})", "",
+             f"`{info['command']}`: {sum(p.seconds for p in done):.0f} s in all.", ""]
+    for p in done:
+        if p.name == "tests":
+            lines += [f"**GPU tests** ({p.seconds:.0f} s, {p.status}): {test_summary(p)}", ""]
+            continue
+        rows = read_rows(out / f"{p.name}.jsonl")
+        missing = [n for n in planned if n not in {r["workload"] for r in rows}]
+        lines += [f"**GPU profile, {p.name}** ({p.seconds:.0f} s, {p.status}):", ""]
+        lines += [harness.markdown(rows), ""] if rows else ["no workload finished", ""]
+        if missing:
+            lines += [f"Not measured ({'out of time' if p.timed_out else 'not reached'}): {', '.join(missing)}.", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_docs(text: str, path: Path | None = None) -> None:
+    """Put ``text`` between the window markers of ``path`` (replacing an earlier window's), else before the
+    "## Start-up" section, else at the end."""
+    path = path or DOCS
+    doc = path.read_text(encoding="utf-8")
+    block = f"{START}\n{text.rstrip()}\n{END}\n"
+    if START in doc and END in doc:
+        doc = doc[:doc.index(START)] + block + doc[doc.index(END) + len(END) + 1:]
+    elif "\n## Start-up" in doc:
+        i = doc.index("\n## Start-up") + 1
+        doc = doc[:i] + block + "\n" + doc[i:]
+    else:
+        doc = doc.rstrip() + "\n\n" + block
+    path.write_text(doc, encoding="utf-8")
+
+
+def device_info(device: str, argv: list[str]) -> dict:
+    import torch
+
+    name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "CPU"
+    return {"device_name": name, "torch": torch.__version__, "command": "python -m benchmarks.gpu_window "
+            + " ".join(argv), "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.gpu_window", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, type=Path, help="folder for the logs, junit XML, rows and summary")
+    ap.add_argument("--quick", action="store_true", help="the same pipeline on the CPU at quick sizes (a smoke run)")
+    ap.add_argument("--write-docs", action="store_true", help="put the summary into docs/performance.md")
+    ap.add_argument("--docs-only", action="store_true",
+                    help="run nothing: put OUT/summary.md (of a window run on another machine) into docs/performance.md")
+    ap.add_argument("--device", default=None, help="default cuda (cpu with --quick)")
+    ap.add_argument("--workload", action="append", help="the benchmark workloads (default: the GPU profile)")
+    ap.add_argument("--rounds", type=int, default=9, help="ABBA rounds per measurement (default 9)")
+    ap.add_argument("--backend", default="inductor", help="torch.compile backend of part 3 (quick: eager)")
+    ap.add_argument("--tests-s", type=float, default=120.0, help="budget of the GPU tests (seconds, default 120)")
+    ap.add_argument("--eager-s", type=float, default=190.0, help="budget of the eager benchmarks (default 190)")
+    ap.add_argument("--compile-s", type=float, default=220.0, help="budget of the compiled benchmarks (default 220)")
+    ap.add_argument("--test-workers", type=int, default=8, help="pytest-xdist workers for the GPU tests (default 8)")
+    ap.add_argument("--skip", action="append", default=[], choices=["tests", "eager", "compile"],
+                    help="leave a part out (repeatable)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    args.device = args.device or ("cpu" if args.quick else "cuda")
+    if args.workload:
+        args.workload = [n for item in args.workload for n in item.split(",") if n]
+    out = args.out
+    if args.docs_only:
+        write_docs((out / "summary.md").read_text(encoding="utf-8"))
+        say(f"wrote {out / 'summary.md'} into {DOCS}")
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("eager.jsonl", "compile.jsonl"):
+        (out / stale).unlink(missing_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    info = device_info(args.device, argv)
+    say(f"device {info['device_name']}, torch {info['torch']}, out {out}")
+    planned_names = planned(args)
+    done = []
+    text = section(info, done, out, planned_names)
+    for part in parts(args, out):
+        if part.name in args.skip:
+            continue
+        done.append(run_part(part, env))
+        text = section(info, done, out, planned_names)
+        (out / "summary.md").write_text(text, encoding="utf-8")  # after every part: a later kill keeps it
+    if args.write_docs:
+        write_docs(text)
+        say(f"wrote the section into {DOCS}")
+    sys.stdout.write("\n" + text)
+    sys.stdout.flush()
+    return 0 if all(p.rc == 0 and not p.timed_out for p in done) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
