@@ -82,13 +82,15 @@ def per_sample(t: TensorType | None, sizes: dict[str, int] | None = None) -> int
 
 def head_elements(trace, head, sizes: dict[str, int] | None = None) -> int:
     """The largest per-sample intermediate of one head: κ's input (an image head's patch matrix) and output over
-    its items, the N×M matrix of an instance ξ over items or the M×M' matrix of an attribute ξ; plus what its
-    components make besides (``trace.scratch``: inner κ outputs, fabricated ψ matrices, a hybrid's parts)."""
+    its items, the N×M matrix of an instance ξ over items (not for a ξ that propagates over an edge list: its
+    edge messages are in the scratch) or the M×M' matrix of an attribute ξ; plus what its components make besides
+    (``trace.scratch``: inner κ outputs, fabricated ψ matrices, a hybrid's parts)."""
     def k(v):
         return dim_size(v, sizes)
 
     nz, n_out = k(trace.nz), k(trace.n_out)
-    square = nz * n_out if trace.view == "items" and any(s.startswith("xi_instance") for s in head.xi) else 0
+    dense = [s for s in head.xi if s.startswith("xi_instance") and s not in getattr(trace, "propagating", ())]
+    square = nz * n_out if trace.view == "items" and dense else 0
     if trace.view != "grid":  # a patch ξ's matrix is the patch matrix, counted as κ's input
         if "xi_attribute" in head.xi:
             square = max(square, k(trace.m) * k(trace.mz))
@@ -111,7 +113,12 @@ def reference_elements(node, sizes: dict[str, int] | None = None) -> int:
     needs: a linear recurrence's literal form (seed 004), per layer and direction the block-Toeplitz
     ``L`` ``[T·H, T·H]`` (its ``[T, T, H, H]`` blocks gathered and masked: about 3 (T·H)²), ``W_RNN = L (I_T ⊗ W_ih)``
     and its factor (2 · T·H · T·D) and the powers ``A^0 … A^T`` (twice (T+1)·H², a diagonal ``A`` made dense
-    first); 0 for any other node (the default lowering scans in O(T·H))."""
+    first); for a layer, the N×N matrix of each instance ξ that propagates over an edge list (graph, PageRank:
+    the default lowering runs them on the edges); 0 for any other node."""
+    if node.kind == "layer":
+        return sum(dim_size(t.nz, sizes) * dim_size(t.n_out, sizes) * h.channels
+                   for h, t in zip(node.layer.heads, node.trace["heads"])
+                   if t.view == "items" and getattr(t, "propagating", ()))
     if node.kind != "recurrent":
         return 0
     spec = node.layer

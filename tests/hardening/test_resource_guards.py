@@ -223,3 +223,55 @@ def test_the_reference_lowering_refuses_a_literal_matrix_over_the_budget_before_
     err = capsys.readouterr().err
     assert f"{spec}:3:7: error[E0606]" in err and "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.rpn"]
+
+
+GRAPH = """model g(features = 8, hidden = 4) {{
+  input x: nodes[N, features]
+  input edges: edges[2, E]
+  y = head(x) {{
+    xi_instance = {xi}
+    out = hidden
+  }}
+  return y
+}}
+"""
+PROPAGATING = ['graph(edges = edges, norm = "symmetric", self_loops = true)', "graph(edges = edges, hops = 2)",
+               'pagerank(edges = edges, norm = "column")']
+
+
+@pytest.mark.parametrize("xi", PROPAGATING)
+def test_a_graph_that_propagates_on_its_edges_is_charged_its_edges_not_n_squared(xi):
+    """A ξ that propagates over its edge list never has an N×N matrix in the default lowering (gather/index_add per
+    hop): 2,000,000 nodes and 20,000,000 edges are within the 4 GiB budget (an N×N charge said 14.6 TiB); the
+    reference lowering builds the literal matrix, so it refuses them at the node (E0606)."""
+    graph = rpn2c.check(GRAPH.format(xi=xi))
+    sizes = {"N": 2_000_000, "E": 20_000_000}
+    assert run_time_check(graph, sizes, graph.limits) is None
+    refusal = run_time_check(graph, sizes, graph.limits, reference=True)
+    assert refusal is not None and refusal.codes == ["E0606"] and refusal.diagnostics[0].span.line == 4
+    # a dense instance ξ on the same items is still charged its N×N matrix
+    dense = rpn2c.check(GRAPH.format(xi="exponential_kernel"))
+    assert run_time_check(dense, sizes, dense.limits).codes == ["E0605"]
+
+
+@pytest.mark.parametrize("xi", PROPAGATING)
+@pytest.mark.parametrize("n, e", [(5, 12), (9, 30)])
+def test_the_estimates_cover_a_propagating_graphs_largest_tensor_in_both_lowerings(xi, n, e):
+    """Every tensor a forward pass makes is within the per-node estimate (default) plus the literal matrices
+    (reference), with the model's parameters and buffers."""
+    from rpn2c.ir.estimate import reference_elements
+
+    graph = rpn2c.check(GRAPH.format(xi=xi))
+    sizes = {"N": n, "E": e}
+    estimate = sum(node_elements(node, sizes) for node in graph.nodes())
+    literal = sum(reference_elements(node, sizes) for node in graph.nodes())
+    g = torch.Generator().manual_seed(n)
+    x, edges = torch.randn(n, 8, generator=g), torch.randint(0, n, (2, e), generator=g)
+    for reference, bound in ((False, estimate), (True, estimate + literal)):
+        model = rpn2c.compile(GRAPH.format(xi=xi), reference=reference)
+        held = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
+        mode = _Largest()
+        with torch.no_grad(), mode:
+            model(x, edges)
+        assert mode.most <= bound + held, (reference, mode.most, bound, held)
+    assert literal >= n * n
