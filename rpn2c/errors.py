@@ -212,6 +212,11 @@ CATALOG: dict[str, ErrorCode] = _codes(
       "with {sizes}; the budget is {budget}",
       "feed smaller inputs (fewer items, nodes or steps), or raise the budget with --max-memory / "
       "limits={'max_memory': n} when checking"),
+    E("E0606", "reference lowering memory budget", "'{node}' in the reference lowering builds its literal matrices "
+      "of {bytes} with {sizes}; the budget is {budget}",
+      "the default lowering never builds them: compile without reference (rpn2c show draws the reference "
+      "lowering), feed fewer steps, shrink the layer, or raise the budget with --max-memory / "
+      "limits={'max_memory': n} when checking"),
 )
 del E
 

@@ -29,6 +29,8 @@ DATA_DEPENDENT = {  # what reads values, not only shapes: cannot run on meta ten
        for name in ("token_transformer", "llama", "gpt2", "bert", "t5_encoder", "mamba_lm", "token_mlm")},
 }
 BACKBONES = ("cnn", "rnn", "gcn", "transformer", "mlp")
+FLOAT32_ANGLES = {p.stem for d in (ROOT / "specs", ROOT / "specs" / "paper", ROOT / "examples" / "specs")
+                  for p in d.glob("*.rpn") if "rotary" in p.read_text(encoding="utf-8")}
 
 
 def _model_and_inputs(path, dtype=torch.float32):
@@ -93,8 +95,12 @@ def _assert_step_matches(got_model, want_model, got_values, want_values, out_tol
     assert len(got) == len(want)
     for w, g in zip(want, got):
         assert_close(g.cpu(), w.cpu(), **out_tol)
-    _loss(want).backward()
-    _loss(got).backward()
+    want_loss, got_loss = _loss(want), _loss(got)
+    assert got_loss.requires_grad == want_loss.requires_grad
+    if not want_loss.requires_grad:  # nothing trained reaches the output (a Hebbian or parameter-free Hopfield net)
+        return
+    want_loss.backward()
+    got_loss.backward()
     for (name, p), q in zip(got_model.named_parameters(), want_model.parameters()):
         if q.grad is not None:
             assert p.grad is not None, name
@@ -108,11 +114,14 @@ def _assert_step_matches(got_model, want_model, got_values, want_values, out_tol
 @cuda
 def test_specs_on_cuda_equal_cpu_in_outputs_and_gradients(path, model):
     """Every shipped spec in float64, eval mode (no dropout draw): the CUDA module equals the CPU one. Recurrent
-    layers are differentiated in eval mode too (cuDNN's training form with dropout 0)."""
+    layers are differentiated in eval mode too (cuDNN's training form with dropout 0). Rotary angles and their
+    cosines are float32 in every dtype (docs/semantics.md, as the libraries compute them): CUDA's float32 sin/cos
+    differ from the CPU's in the last bit (~6e-8 relative), so those specs are held to float32's precision."""
     cpu, values = _spec_model(path, model, torch.float64)
     gpu_model = copy.deepcopy(cpu).to(DEVICE)
-    _assert_step_matches(gpu_model, cpu, [v.to(DEVICE) for v in values], values,
-                         {"rtol": 1e-7, "atol": 1e-9}, {"rtol": 1e-6, "atol": 1e-8})
+    tol = ({"rtol": 1e-5, "atol": 1e-6}, {"rtol": 1e-4, "atol": 1e-6}) if path.stem in FLOAT32_ANGLES else \
+        ({"rtol": 1e-7, "atol": 1e-9}, {"rtol": 1e-6, "atol": 1e-8})
+    _assert_step_matches(gpu_model, cpu, [v.to(DEVICE) for v in values], values, *tol)
 
 
 @pytest.mark.parametrize("path, model", MODELS, ids=IDS)

@@ -183,6 +183,44 @@ def test_graph_model_exports_to_onnx_without_the_spmm_custom_op(tmp_path, capsys
     torch.testing.assert_close(torch.from_numpy(got), model(x, edges).detach(), rtol=1e-5, atol=1e-5)
 
 
+PAGERANK = """model m {
+  input x: nodes[N, 4]
+  input edges: edges[2, E]
+  h = head(x) {
+    xi_instance = pagerank(edges = edges, alpha = 0.09)
+    out = 3
+  }
+  y = head(h) {
+    xi_instance = pagerank(edges = edges, alpha = 0.09)
+    out = 2
+  }
+  return y
+}
+"""
+
+
+@needs_onnx
+def test_pagerank_exports_to_onnx_with_dynamic_graphs_and_its_power_steps_as_one_loop(tmp_path, capsys):
+    """Two identical PageRank ξ of 170 power steps each, shared by the optimiser: the dynamic trace once failed
+    (a symbolic node count as a memo key: "unhashable type: non-nested SymInt") and the steps were unrolled into
+    2 × 170 propagations (minutes to trace and convert). Now N and E stay dynamic and each ξ's steps are one
+    ``Loop``; the program equals the module in float64 on a graph of another size."""
+    onnx, onnxruntime = pytest.importorskip("onnx"), pytest.importorskip("onnxruntime")
+    spec, out = tmp_path / "pr.rpn", tmp_path / "pr.onnx"
+    spec.write_text(PAGERANK, encoding="utf-8")
+    code = main(["export", str(spec), "--random-init", "--format", "onnx", "--dtype", "float64", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0 and "(dynamic N)" in text and "(dynamic E)" in text, text
+    ops = [n.op_type for n in onnx.load(str(out)).graph.node]
+    assert ops.count("Loop") == 2 and ops.count("ScatterElements") == 0, ops
+    torch.manual_seed(0)
+    model = rpn2c.compile(PAGERANK).double().eval()
+    x, edges = torch.randn(13, 4, dtype=torch.float64), torch.randint(0, 13, (2, 40))
+    session = onnxruntime.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"x": x.numpy(), "edges": edges.numpy()})
+    torch.testing.assert_close(torch.from_numpy(got), model(x, edges).detach(), rtol=1e-12, atol=1e-12)
+
+
 KERNELS = """model m {{
   input x: sequence[B, T, 6]
   y = head(x) {{

@@ -115,3 +115,49 @@ def test_an_operator_onnxruntime_lacks_in_float64_is_refused_at_its_node(tmp_pat
     assert f"{spec}:{head.line}:{head.col}: model 'example' cannot be exported to onnx: onnxruntime cannot run " \
            f"it: it has no kernel for {op} in this dtype" in err
     assert not out.exists() and list(tmp_path.iterdir()) == [spec]
+
+
+ATTENTION = """
+model attention_scales {
+  input x: sequence[B, 5, 6]
+  one = head(x) {
+    xi_instance = low_rank_bilinear(rank = 2)
+    out = 3
+  }
+  many = head(x) {
+    heads = 2
+    xi_instance = low_rank_bilinear(rank = 3)
+    out = 3
+    fusion = concat_linear(out = 4)
+  }
+  causal = head(x) {
+    heads = 3
+    xi_instance = attention(rank = 5, causal = true)
+    out = 2
+    fusion = concat_linear(out = 4)
+  }
+  lphm = head(x) {
+    xi_instance = lphm_bilinear
+    out = 3
+  }
+  return one, many, causal, lphm
+}
+"""
+
+
+def test_attention_with_a_scale_float32_rounds_exports_exactly_in_float64(tmp_path):
+    """SDPA's ``scale`` (1/√2, 1/√3, 1/√5, lphm's 1/√6: none float32-exact) is a ``float`` argument the converter
+    writes as a float32 constant; before the query took it as a float64 tensor these heads differed by 3e-9 to
+    1e-8 (one head: SDPA lifted to 4-d; several heads; causal; the lphm ξ). Now as the module to rounding."""
+    from rpn2c.runtime.export_onnx import onnx_runner, save_onnx
+
+    torch.manual_seed(0)
+    model = rpn2c.compile(ATTENTION).double().eval()
+    inputs, _ = example_inputs(model.graph, {"B": 3}, dtype=torch.float64, seed=1)
+    with torch.no_grad():
+        want = model(*inputs)
+    path = tmp_path / "attention.onnx"
+    save_onnx(torch.export.export(model, inputs), path, model.graph)
+    got = onnx_runner(path)(inputs)
+    differ = {name: difference(a, b) for name, a, b in zip(model.graph.outputs, want, got)}
+    assert len(differ) == 4 and all(d <= 1e-13 for d in differ.values()), differ

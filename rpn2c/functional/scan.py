@@ -38,8 +38,12 @@ def linear_scan(u: torch.Tensor, a: torch.Tensor, h0: torch.Tensor | None = None
 def symbolic(n) -> bool:
     """Whether a length is a symbol of a ``torch.export`` trace (a Python loop over it would specialise it); the
     export's own flag, as ``rnn_op.exporting`` reads it (older dynamo folds ``is_exporting()`` to True in compile)."""
-    if isinstance(n, int):
-        return False
+    return not isinstance(n, int) and exporting()
+
+
+def exporting() -> bool:
+    """Whether ``torch.export`` is tracing: its own flag, as ``rnn_op.exporting`` reads it (older dynamo folds
+    ``is_exporting()`` to True in compile)."""
     flag = getattr(torch.compiler, "_is_exporting_flag", None)
     return bool(flag) if flag is not None else torch.compiler.is_exporting()
 

@@ -82,13 +82,15 @@ def per_sample(t: TensorType | None, sizes: dict[str, int] | None = None) -> int
 
 def head_elements(trace, head, sizes: dict[str, int] | None = None) -> int:
     """The largest per-sample intermediate of one head: κ's input (an image head's patch matrix) and output over
-    its items, the N×M matrix of an instance ξ over items or the M×M' matrix of an attribute ξ; plus what its
-    components make besides (``trace.scratch``: inner κ outputs, fabricated ψ matrices, a hybrid's parts)."""
+    its items, the N×M matrix of an instance ξ over items (not for a ξ that propagates over an edge list: its
+    edge messages are in the scratch) or the M×M' matrix of an attribute ξ; plus what its components make besides
+    (``trace.scratch``: inner κ outputs, fabricated ψ matrices, a hybrid's parts)."""
     def k(v):
         return dim_size(v, sizes)
 
     nz, n_out = k(trace.nz), k(trace.n_out)
-    square = nz * n_out if trace.view == "items" and any(s.startswith("xi_instance") for s in head.xi) else 0
+    dense = [s for s in head.xi if s.startswith("xi_instance") and s not in getattr(trace, "propagating", ())]
+    square = nz * n_out if trace.view == "items" and dense else 0
     if trace.view != "grid":  # a patch ξ's matrix is the patch matrix, counted as κ's input
         if "xi_attribute" in head.xi:
             square = max(square, k(trace.m) * k(trace.mz))
@@ -104,6 +106,27 @@ def node_elements(node, sizes: dict[str, int] | None = None) -> int:
     if node.kind == "layer":
         elements += sum(head_elements(t, h, sizes) * h.channels for h, t in zip(node.layer.heads, node.trace["heads"]))
     return elements
+
+
+def reference_elements(node, sizes: dict[str, int] | None = None) -> int:
+    """The largest structural matrix the reference lowering builds for a node beyond what the default lowering
+    needs: a linear recurrence's literal form (seed 004), per layer and direction the block-Toeplitz
+    ``L`` ``[T·H, T·H]`` (its ``[T, T, H, H]`` blocks gathered and masked: about 3 (T·H)²), ``W_RNN = L (I_T ⊗ W_ih)``
+    and its factor (2 · T·H · T·D) and the powers ``A^0 … A^T`` (twice (T+1)·H², a diagonal ``A`` made dense
+    first); for a layer, the N×N matrix of each instance ξ that propagates over an edge list (graph, PageRank:
+    the default lowering runs them on the edges); 0 for any other node."""
+    if node.kind == "layer":
+        return sum(dim_size(t.nz, sizes) * dim_size(t.n_out, sizes) * h.channels
+                   for h, t in zip(node.layer.heads, node.trace["heads"])
+                   if t.view == "items" and getattr(t, "propagating", ()))
+    if node.kind != "recurrent":
+        return 0
+    spec = node.layer
+    cell = spec.cell.component
+    if not cell.linear or cell.selective or spec.kappa_state.name != "identity":
+        return 0
+    t, h = dim_size(node.type.shape[1], sizes), spec.hidden
+    return max(3 * (t * h) ** 2 + 2 * (t * h) * (t * d) + 2 * (t + 1) * h * h for d in node.trace["recurrent"].d_in)
 
 
 def node_steps(node, sizes: dict[str, int] | None = None) -> int:
@@ -124,12 +147,21 @@ def stepping_use(node, sizes: dict[str, int] | None = None):
     return best
 
 
-def run_time_check(graph, sizes: dict[str, int], limits) -> SpecError | None:
+def run_time_check(graph, sizes: dict[str, int], limits, reference: bool = False) -> SpecError | None:
     """The check's memory and step estimates with the symbolic dimensions sized as the inputs size them: a located
-    error (E0605 memory, E0604 steps) at the first node they take over ``limits``, else None."""
-    told = ", ".join(f"{k} = {v:,}" for k, v in sorted(sizes.items()))
+    error (E0605 memory, E0604 steps) at the first node they take over ``limits``, else None. For the
+    ``reference`` lowering, also the literal matrices it builds (:func:`reference_elements`, E0606)."""
+    told = ", ".join(f"{k} = {v:,}" for k, v in sorted(sizes.items())) or "the declared sizes"
     memory = work = 0
     for node in graph.nodes():
+        literal = reference_elements(node, sizes) * BYTES_PER_ELEMENT if reference else 0
+        if memory + literal > limits.max_memory:
+            return error_for([Diagnostic(
+                "E0606", f"'{node.id}' in the reference lowering builds its literal matrices of {human_bytes(literal)} "
+                         f"with {told}; the budget is {human_bytes(limits.max_memory)}", node.span,
+                suggestion="the default lowering never builds them: compile without reference (rpn2c show draws "
+                           "the reference lowering), feed fewer steps, shrink the layer, or raise the budget with "
+                           "--max-memory or limits={'max_memory': n} when checking")], graph.sources)
         memory += node_elements(node, sizes) * BYTES_PER_ELEMENT
         if memory > limits.max_memory:
             return error_for([Diagnostic(

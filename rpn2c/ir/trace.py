@@ -25,6 +25,9 @@ class HeadTrace:
     params: int = 0
     scratch: Any = 0  # elements per sample of intermediates besides κ's and ξ's matrices (inner κ, fabricated ψ)
     steps: list = field(default_factory=list)  # (slot, propagations its ξ runs one after another: hops)
+    # instance-ξ slots that propagate over an edge list (graph, PageRank): the default lowering never builds their
+    # N×N matrix (their edge messages are in ``scratch``); only the reference lowering does
+    propagating: list = field(default_factory=list)
 
 
 @dataclass

@@ -159,18 +159,19 @@ class CompiledModel(nn.Module):
             value = check(name, env[name])
             check.agree(name, env[name], sizes)  # on the input as given, whose axes the symbols name
             env[name] = value
-        if sizes and self._limits is not None:
+        if (sizes or self.reference) and self._limits is not None:
             self._within_budgets({k: v[0] for k, v in sizes.items()})
         return env
 
     def _within_budgets(self, sizes: dict[str, int]) -> None:
         """Refuse, before anything is allocated, inputs whose sizes take the check's memory or step estimates over
-        its budgets (a located E0605 / E0604); the verdict is kept per set of sizes."""
+        its budgets (a located E0605 / E0604; the reference lowering's literal matrices too, E0606); the verdict is
+        kept per set of sizes."""
         key = tuple(sorted(sizes.items()))
         if key not in self._sized:
             if len(self._sized) >= 64:
                 self._sized.clear()
-            self._sized[key] = run_time_check(self.graph, sizes, self._limits)
+            self._sized[key] = run_time_check(self.graph, sizes, self._limits, self.reference)
         refusal = self._sized[key]
         if refusal is not None:
             raise type(refusal)(refusal.diagnostics, refusal.sources)

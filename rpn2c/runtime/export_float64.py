@@ -5,6 +5,8 @@ applies to a program computing in float64 before the conversion.
   ``2π/P`` rounded to float32, an error of ~1e-8): every number float32 cannot hold exactly becomes a float64 0-d
   tensor (:func:`exact_scalars`), through the overload taking it as a tensor (``pow.Tensor_Scalar`` →
   ``pow.Tensor_Tensor``) or, for an op without one (``softshrink``, ``threshold``), torch's decomposition of it.
+- Attention's ``scale`` is a ``float`` the converter also writes in float32: an inexact one moves onto the query
+  (:func:`exact_attention_scale`).
 - onnxruntime has CPU kernels in float32 only for some activations (Softplus, Selu, Elu, Celu, HardSigmoid,
   HardSwish, Mish, Gelu, LeakyRelu, PRelu) and functions (Sinh, Cosh, Tan, Asinh, Acosh, Atanh), its float64
   LayerNormalization is off by ~1e-9 and the converter's sinc multiplies by a float32 π: in float64 they go out as
@@ -231,6 +233,17 @@ def _rounded_ops(program) -> set:
                 _node_is_float64(node):
             found.add(node.target)
     return found
+
+
+def exact_attention_scale(query, scale):
+    """``(query, scale)`` for ``scaled_dot_product_attention`` in float64: softmax(q kᵀ·s) v = softmax((s·q) kᵀ) v,
+    so a scale ``s`` float32 would round moves onto the query as a float64 tensor and the scale becomes 1 (the
+    converter writes the scale, a ``float`` argument, as a float32 constant: √s off by ~1e-9)."""
+    import torch
+
+    if query.dtype != torch.float64 or not _inexact(scale):
+        return query, scale
+    return query * _tensor(scale), 1.0
 
 
 def exact_scalars(program, rounds: int = 4):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rpn2c.runtime.export_base import INSTALL, ExportError, quiet
-from rpn2c.runtime.export_float64 import activations, exact_scalars
+from rpn2c.runtime.export_float64 import activations, exact_attention_scale, exact_scalars
 
 
 class MissingPackage(ExportError):
@@ -47,20 +47,25 @@ def _sdpa_in_4d(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fals
     a batch of sequences) on views with leading axes of size 1 (4-d ones trace as they are). A 4-d one with a mask
     per head (a relative position bias ``[·, H, Nq, Nc]``) is written out (:func:`_attention_by_matmuls`): the
     kernel it traced with lays its output out heads-inner, the conversion's own decomposition heads-outer, and
-    the views recorded after it fit only the first."""
+    the views recorded after it fit only the first. In float64 an inexact ``scale`` moves onto the query
+    (:func:`~rpn2c.runtime.export_float64.exact_attention_scale`)."""
     import torch
 
+    query, exact = exact_attention_scale(query, scale)
     lift = 4 - query.dim()
     if lift <= 0:
         if attn_mask is None or attn_mask.dim() != 4 or attn_mask.shape[1] == 1:
-            return NotImplemented
-        return _attention_by_matmuls(query, key, value, attn_mask, scale, enable_gqa)
+            if exact == scale:
+                return NotImplemented
+            return torch.ops.aten.scaled_dot_product_attention.default(query, key, value, attn_mask, dropout_p,
+                                                                       is_causal, scale=exact, enable_gqa=enable_gqa)
+        return _attention_by_matmuls(query, key, value, attn_mask, exact, enable_gqa)
 
     def up(t):
         return t if t is None else t.reshape((1,) * (4 - t.dim()) + tuple(t.shape))
 
     out = torch.ops.aten.scaled_dot_product_attention.default(up(query), up(key), up(value), up(attn_mask),
-                                                               dropout_p, is_causal, scale=scale,
+                                                               dropout_p, is_causal, scale=exact,
                                                                enable_gqa=enable_gqa)
     return out.reshape(out.shape[lift:])
 

@@ -166,3 +166,112 @@ def test_every_spec_command_takes_the_budgets(tmp_path, capsys, command):
     code = main([command, str(spec), *extra, "--max-params", "5"])
     err = capsys.readouterr().err
     assert code == 1 and "error[E0601]" in err and f"{spec}:3:7" in err, err
+
+
+RECURRENT = """model m {{
+  input x: sequence[B, T, {d}]
+  s = recurrent(x) {{
+    cell = {cell}
+    out = {h}
+    layers = {layers}
+    bidirectional = {bi}
+  }}
+  return s
+}}
+"""
+
+
+@settings(deadline=None, max_examples=15)
+@given(cell=st.sampled_from(["diagonal", "linear"]), h=st.integers(1, 6), d=st.integers(1, 4), t=st.integers(1, 6),
+       layers=st.integers(1, 2), bi=st.booleans())
+def test_the_reference_estimate_covers_a_linear_recurrences_literal_matrices(cell, h, d, t, layers, bi):
+    """The reference lowering of a linear cell builds seed 004's block-Toeplitz ``L`` ``[T·H, T·H]`` and ``W_RNN``
+    (a diagonal λ made a dense ``H × H`` first): its largest tensor is within the reference estimate."""
+    from rpn2c.ir.estimate import reference_elements
+
+    spec = RECURRENT.format(cell=cell, h=h, d=d, layers=layers, bi=str(bi).lower())
+    model = rpn2c.compile(spec, reference=True)
+    graph = model.graph
+    sizes = {"B": 1, "T": t}
+    literal = sum(reference_elements(n, sizes) for n in graph.nodes())
+    assert literal >= (t * h) ** 2  # L itself
+    held = sum(p.numel() for p in model.parameters())
+    mode = _Largest()
+    with torch.no_grad(), mode:
+        model(torch.randn(1, t, d))
+    assert mode.most <= literal + sum(node_elements(n, sizes) for n in graph.nodes()) + held
+
+
+def test_the_reference_lowering_refuses_a_literal_matrix_over_the_budget_before_building_it(tmp_path, capsys):
+    """A diagonal cell of 100,000 states: the default lowering scans in O(T·H); the reference (what ``rpn2c show``
+    draws) would build ``diag(λ)``, 80 GB, and ``L``, 7.6 TiB: it is refused at the node (E0606) before any
+    allocation, and ``show`` says so, located, with no traceback."""
+    from rpn2c.runtime.cli import main
+
+    text = RECURRENT.format(cell="diagonal", h=100_000, d=2, layers=1, bi="false")
+    x = torch.randn(1, 8, 2)
+    assert rpn2c.compile(text)(x).shape == (1, 8, 100_000)
+    mode = _Largest()
+    with pytest.raises(rpn2c.SpecResourceError) as info, mode:
+        rpn2c.compile(text, reference=True)(x)
+    d = info.value.diagnostics[0]
+    assert d.code == "E0606" and (d.span.line, d.span.col) == (3, 7) and "T = 8" in d.message
+    assert mode.most < 10**6  # refused before the matrices
+    spec = tmp_path / "big.rpn"
+    spec.write_text(text, encoding="utf-8")
+    assert main(["show", str(spec), "--out", str(tmp_path / "big.png")]) == 1
+    err = capsys.readouterr().err
+    assert f"{spec}:3:7: error[E0606]" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.rpn"]
+
+
+GRAPH = """model g(features = 8, hidden = 4) {{
+  input x: nodes[N, features]
+  input edges: edges[2, E]
+  y = head(x) {{
+    xi_instance = {xi}
+    out = hidden
+  }}
+  return y
+}}
+"""
+PROPAGATING = ['graph(edges = edges, norm = "symmetric", self_loops = true)', "graph(edges = edges, hops = 2)",
+               'pagerank(edges = edges, norm = "column")']
+
+
+@pytest.mark.parametrize("xi", PROPAGATING)
+def test_a_graph_that_propagates_on_its_edges_is_charged_its_edges_not_n_squared(xi):
+    """A ξ that propagates over its edge list never has an N×N matrix in the default lowering (gather/index_add per
+    hop): 2,000,000 nodes and 20,000,000 edges are within the 4 GiB budget (an N×N charge said 14.6 TiB); the
+    reference lowering builds the literal matrix, so it refuses them at the node (E0606)."""
+    graph = rpn2c.check(GRAPH.format(xi=xi))
+    sizes = {"N": 2_000_000, "E": 20_000_000}
+    assert run_time_check(graph, sizes, graph.limits) is None
+    refusal = run_time_check(graph, sizes, graph.limits, reference=True)
+    assert refusal is not None and refusal.codes == ["E0606"] and refusal.diagnostics[0].span.line == 4
+    # a dense instance ξ on the same items is still charged its N×N matrix
+    dense = rpn2c.check(GRAPH.format(xi="exponential_kernel"))
+    assert run_time_check(dense, sizes, dense.limits).codes == ["E0605"]
+
+
+@pytest.mark.parametrize("xi", PROPAGATING)
+@pytest.mark.parametrize("n, e", [(5, 12), (9, 30)])
+def test_the_estimates_cover_a_propagating_graphs_largest_tensor_in_both_lowerings(xi, n, e):
+    """Every tensor a forward pass makes is within the per-node estimate (default) plus the literal matrices
+    (reference), with the model's parameters and buffers."""
+    from rpn2c.ir.estimate import reference_elements
+
+    graph = rpn2c.check(GRAPH.format(xi=xi))
+    sizes = {"N": n, "E": e}
+    estimate = sum(node_elements(node, sizes) for node in graph.nodes())
+    literal = sum(reference_elements(node, sizes) for node in graph.nodes())
+    g = torch.Generator().manual_seed(n)
+    x, edges = torch.randn(n, 8, generator=g), torch.randint(0, n, (2, e), generator=g)
+    for reference, bound in ((False, estimate), (True, estimate + literal)):
+        model = rpn2c.compile(GRAPH.format(xi=xi), reference=reference)
+        held = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
+        mode = _Largest()
+        with torch.no_grad(), mode:
+            model(x, edges)
+        assert mode.most <= bound + held, (reference, mode.most, bound, held)
+    assert literal >= n * n

@@ -14,6 +14,7 @@ from rpn2c.errors import InputError
 from rpn2c.functional.structure._common import _to_sparse, SparseFormat
 from rpn2c.functional.structure.chain import _multihop
 from rpn2c.functional.structure.counts import pagerank_iterations  # noqa: F401  (also read by shape rules)
+from rpn2c.functional.scan import exporting
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -378,6 +379,7 @@ def pagerank_propagate(
     If ``‖A‖ ≤ 1`` in an operator norm (∞-norm for row, 1-norm for column, 2-norm for symmetric normalisation)
     then ``‖y_K - y*‖ ≤ (1-α)^{K+1} ‖x‖``; ``iters=None`` picks ``K = pagerank_iterations(α, tol)`` (98 for the
     defaults). Unnormalised ``A`` may diverge. ``"solve"``: exact, builds the dense ``n x n`` system (small n).
+    Under ``torch.export`` the steps on the edge list are one loop (:func:`_power_loop`).
     """
     if method == "solve":
         d = dim % x.dim()
@@ -391,7 +393,30 @@ def pagerank_propagate(
         raise ValueError(f"unknown method {method!r}")
     k = pagerank_iterations(alpha, tol) if iters is None else iters
     base = alpha * x
+    if operator is None and k > 1 and exporting():
+        return _power_loop(base, src, dst, w, n, alpha, k, dim)
     y = base
     for _ in range(k):
         y = base + (1.0 - alpha) * graph_propagate(y, src, dst, w, n, dim, operator)
     return y
+
+
+def _power_loop(base: Tensor, src: Tensor, dst: Tensor, w: Tensor | None, n, alpha: float, k: int,
+                dim: int) -> Tensor:
+    """PageRank's ``K`` power steps ``y ← αx + (1−α)Ây`` (``base`` = αx) as one ``torch.while_loop`` for
+    ``torch.export``: the program holds one step, as ONNX's ``Loop``, not ``K`` unrolled propagations (minutes to
+    trace and convert). The loop is the operator itself, every tensor its body reads passed in."""
+    weights = torch.ones_like(src, dtype=base.dtype) if w is None else w.to(base.dtype)
+    # copies: no input of the loop may alias another (src and dst are rows of one edge tensor, y starts at base)
+    src, dst, weights = src.clone(), dst.clone(), weights.clone()
+    carried = (torch.zeros((), dtype=torch.long, device=base.device), base.clone())
+
+    def step(i, y, base, src, dst, weights, k):
+        return i + 1, base + (1.0 - alpha) * graph_propagate(y, src, dst, weights, n, dim)
+
+    steps = torch.full((), k, device=base.device)
+    return torch.ops.higher_order.while_loop(_below, step, carried, (base.contiguous(), src, dst, weights, steps))[1]
+
+
+def _below(i, y, base, src, dst, weights, k):  # k: the step count as a 0-d tensor input
+    return i < k
