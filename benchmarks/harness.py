@@ -95,13 +95,21 @@ def calibrate(fn: Callable, min_time: float, timer: Callable[[], float] = time.p
 
 def compare(fn_a: Callable, fn_b: Callable, *, rounds: int, min_time: float, warmup: int,
             sync: Callable | None = None) -> dict:
-    """Warm up both, calibrate on the slower one, then :func:`abba` and :func:`summarize`."""
-    for _ in range(warmup):
+    """Warm up both, calibrate on the slower one, then :func:`abba` and :func:`summarize`. ``first_s``: the
+    seconds of each one's first call (a compiled module's compile and first step)."""
+    first = []
+    for fn in (fn_a, fn_b):
+        t0 = time.perf_counter()
+        fn()
+        if sync is not None:
+            sync()
+        first.append(time.perf_counter() - t0)
+    for _ in range(max(warmup - 1, 0)):
         fn_a()
         fn_b()
     number = max(calibrate(fn_a, min_time, sync=sync), calibrate(fn_b, min_time, sync=sync))
     out = summarize(abba(fn_a, fn_b, rounds, number, sync=sync))
-    out["number"] = number
+    out["number"], out["first_s"] = number, first
     return out
 
 
@@ -456,6 +464,10 @@ def markdown(rows: list[dict]) -> str:
     notes += [f"- {r['workload']} ({r['mode']}): tokens/s {_pair(r['tokens_per_s'], ',.0f')} (rpn2c / hand)"
               + (f", peak memory {_gib(r['memory'])}" if "spec" in r.get("memory", {}) else "")
               for r in rows if r.get("tokens_per_s")]
+    notes += [f"- {r['workload']} ({r['mode']}): first training step "
+              + " / ".join(f"{s:.1f}" for s in r["fwd_bwd"]["first_s"]) + " s "
+              "(rpn2c / hand; the compile included)" for r in rows
+              if r.get("mode", "").startswith("compile") and "first_s" in (r.get("fwd_bwd") or {})]
     return "\n".join(out + ([""] + notes if notes else []))
 
 
