@@ -133,7 +133,7 @@ def planned(args) -> list[str]:
 def parts(args, out: Path) -> list[Part]:
     """The window's three parts for ``args``."""
     py = sys.executable
-    tests = [py, "-m", "pytest", "-m", "gpu", "-q", "-rfE", "-p", "no:cacheprovider", "--disable-warnings",
+    tests = [py, "-m", "pytest", "-m", "gpu", "-rfE", "-p", "no:cacheprovider", "--disable-warnings",
              f"--junitxml={out / 'tests.xml'}", *gpu_test_files()]
     if not args.quick and importlib.util.find_spec("xdist") is not None:
         tests[5:5] = ["-n", str(args.test_workers)]  # the GPU tests compile models: in parallel, as before
@@ -158,8 +158,21 @@ def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def test_summary(part: Part) -> str:
-    """pytest's last summary line ("12 passed, 3 skipped in 40.1s"), or the part's status."""
+def test_summary(part: Part, junit: Path | None = None) -> str:
+    """The counts of pytest's junit XML ``junit`` where it was written, else pytest's last summary line ("12 passed,
+    3 skipped in 40.1s"), else the part's status."""
+    if junit is not None and junit.exists():
+        import xml.etree.ElementTree as ET
+
+        try:
+            root = ET.parse(junit).getroot()
+            suite = root if root.tag == "testsuite" else root.find("testsuite")
+            n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+            passed = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
+            return (f"{passed} passed, {n['failures']} failed, {n['errors']} errors, {n['skipped']} skipped "
+                    f"in {float(suite.get('time', 0)):.0f} s (junit)")
+        except (ET.ParseError, AttributeError, ValueError):
+            pass
     for text in reversed(part.tail):
         if re.search(r"\b(passed|failed|error|skipped|deselected|no tests ran)\b", text):
             return text.strip("= ")
@@ -174,7 +187,7 @@ def section(info: dict, done: list[Part], out: Path, planned: list[str]) -> str:
              f"`{info['command']}`: {sum(p.seconds for p in done):.0f} s in all.", ""]
     for p in done:
         if p.name == "tests":
-            lines += [f"**GPU tests** ({p.seconds:.0f} s, {p.status}): {test_summary(p)}", ""]
+            lines += [f"**GPU tests** ({p.seconds:.0f} s, {p.status}): {test_summary(p, out / 'tests.xml')}", ""]
             continue
         rows = read_rows(out / f"{p.name}.jsonl")
         missing = [n for n in planned if n not in {r["workload"] for r in rows}]

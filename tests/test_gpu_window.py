@@ -21,6 +21,10 @@ def test_a_part_out_of_time_is_stopped_and_keeps_its_output(tmp_path):
     done = G.run_part(G.Part("tests", [sys.executable, "-c", "print('3 passed in 1.0s')"], 30.0,
                              tmp_path / "tests.log"), {})
     assert done.rc == 0 and not done.timed_out and G.test_summary(done) == "3 passed in 1.0s"
+    junit = tmp_path / "tests.xml"
+    junit.write_text('<testsuites><testsuite name="pytest" errors="0" failures="1" skipped="2" tests="10" '
+                     'time="41.5"></testsuite></testsuites>')
+    assert G.test_summary(done, junit) == "7 passed, 1 failed, 0 errors, 2 skipped in 42 s (junit)"
 
 
 def test_rows_and_the_section(tmp_path):
