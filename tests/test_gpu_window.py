@@ -21,6 +21,10 @@ def test_a_part_out_of_time_is_stopped_and_keeps_its_output(tmp_path):
     done = G.run_part(G.Part("tests", [sys.executable, "-c", "print('3 passed in 1.0s')"], 30.0,
                              tmp_path / "tests.log"), {})
     assert done.rc == 0 and not done.timed_out and G.test_summary(done) == "3 passed in 1.0s"
+    junit = tmp_path / "tests.xml"
+    junit.write_text('<testsuites><testsuite name="pytest" errors="0" failures="1" skipped="2" tests="10" '
+                     'time="41.5"></testsuite></testsuites>')
+    assert G.test_summary(done, junit) == "7 passed, 1 failed, 0 errors, 2 skipped in 42 s (junit)"
 
 
 def test_rows_and_the_section(tmp_path):
@@ -59,7 +63,7 @@ def test_the_parts_commands_budgets_and_files(tmp_path):
     assert eager.cmd[eager.cmd.index("--device") + 1] == "cuda" and "--compile" not in eager.cmd
     order = eager.cmd[eager.cmd.index("--workload") + 1].split(",")
     assert order[:2] == ["lm", "lm-nanogpt"] and "gcn-2m" in order
-    assert {"--compile", "--train-only"} <= set(compiled.cmd) and "inductor" in compiled.cmd
+    assert {"--compile", "--train-only", "--no-check"} <= set(compiled.cmd) and "inductor" in compiled.cmd
     files = {tests.log.name, eager.log.name, compiled.log.name, "tests.xml", "eager.jsonl", "compile.jsonl",
              "summary.md"}
     assert len(files) <= 8 and all(re.fullmatch(r"[A-Za-z0-9._-]+", f) for f in files)
