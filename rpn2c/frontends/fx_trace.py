@@ -265,6 +265,7 @@ def trace(module: nn.Module, path: str, call: RecordedCall) -> tuple[fx.GraphMod
     original = type(module)
     module.eval()
     tracer = ExampleTracer(examples)
+    tracer.record_stack_traces = True  # node.meta["stack_trace"]: a refusal names the library's line
     try:
         module.__class__ = _wrapper_class(original, tensors, concrete)
         with _refusing_autograd_functions(path, module), fx_params.factory_sizes(), torch.no_grad():

@@ -118,6 +118,18 @@ class Link:
         return out
 
 
+@dataclass(frozen=True)
+class Stacked:
+    """compiled tensor = the parts' tensors (each a :class:`Link` to its own torch tensor) stacked on dim 0: the
+    packed ``in_proj_weight`` of attention made of a library's separate ``q_proj``, ``k_proj``, ``v_proj``."""
+
+    parts: tuple[Link, ...]
+    rows: tuple[int, ...]  # the rows of the compiled tensor each part fills
+
+    def pieces(self, g: torch.Tensor) -> list[tuple[Link, torch.Tensor]]:
+        return list(zip(self.parts, g.split(list(self.rows))))
+
+
 @dataclass
 class TorchSpec:
     """The result of :func:`from_torch`.
@@ -154,8 +166,9 @@ class TorchSpec:
             link = self.links.get(name)
             if link is None:
                 raise KeyError(f"'{name}' is not a tensor of this spec")
-            piece = link.scatter(t, self.source_shapes[link.source])
-            out[link.source] = out[link.source] + piece if link.source in out else piece
+            for part, g in (link.pieces(t) if isinstance(link, Stacked) else [(link, t)]):
+                piece = part.scatter(g, self.source_shapes[part.source])
+                out[part.source] = out[part.source] + piece if part.source in out else piece
         return out
 
 
@@ -593,6 +606,17 @@ class SpecBuilder:
         self.links[compiled] = link
         self.source_shapes[full] = tuple(src.shape)
         self.tensors[compiled] = link.apply(src.detach()).clone()
+
+    def link_stacked(self, compiled: str, parts: Sequence[tuple[str, nn.Module, str, bool]]) -> None:
+        """``compiled`` = the tensors ``(path, module, local, transpose)`` (each read whole) stacked on dim 0."""
+        links, tensors = [], []
+        for path, module, local, transpose in parts:
+            self.link(compiled, path, module, local, None, transpose, None)
+            links.append(self.links[compiled])
+            tensors.append(self.tensors[compiled])
+        del self.sources[compiled]  # no one torch tensor: weight sharing (sharing.py) leaves it alone
+        self.links[compiled] = Stacked(tuple(links), tuple(t.shape[0] for t in tensors))
+        self.tensors[compiled] = torch.cat(tensors)
 
     def next_call(self, module: nn.Module) -> RecordedCall | None:
         q = self.calls.get(id(module))
