@@ -28,7 +28,8 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from rpn2c.frontends.fx_match import Miss, calls as _is, is_meta as _is_meta, name as _name, shape as _shape
+from rpn2c.frontends.fx_match import Miss, ancestors, calls as _is, name as _name
+from rpn2c.frontends.fx_match import shape as _shape
 from rpn2c.frontends.fx_match import users as _users
 
 
@@ -334,7 +335,7 @@ def _theta(values: dict, cos: fx.Node, dims: int) -> float:
     """The rotary base θ whose cos table (``rpn2c.functional.rotary``) is the library's on the example."""
     from rpn2c.functional.rotary import frequencies, full_tables
 
-    freqs = [v for n, v in _ancestors(cos, values) if isinstance(v, torch.Tensor) and tuple(v.shape) == (dims // 2,)
+    freqs = [v for v in map(values.get, ancestors(cos)) if isinstance(v, torch.Tensor) and tuple(v.shape) == (dims // 2,)
              and v.is_floating_point()]
     if not freqs or dims < 4:
         raise Miss("the rotary cos/sin tables come from no frequency vector inv_freq [D/2]")
@@ -350,30 +351,9 @@ def _theta(values: dict, cos: fx.Node, dims: int) -> float:
     raise Miss("the rotary frequencies are not base^(−2i/D) of one base")
 
 
-def _ancestors(node: fx.Node, values: dict):
-    seen, todo = set(), [node]
-    while todo:
-        n = todo.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        yield n, values.get(n)
-        todo.extend(n.all_input_nodes)
-
-
 def _input_free(node: fx.Node) -> bool:
     """``node`` reads the model's inputs only through their sizes (a table made from positions 0..T−1)."""
-    seen, todo = set(), [node]
-    while todo:
-        n = todo.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        if n.op == "placeholder":
-            return False
-        if not _is_meta(n):
-            todo.extend(n.all_input_nodes)
-    return True
+    return all(n.op != "placeholder" for n in ancestors(node, through_sizes=False))
 
 
 def match(gm: fx.GraphModule, values: dict, core: fx.Node) -> Match:

@@ -53,6 +53,7 @@ from torch import nn
 
 from rpn2c.errors import Diagnostic, Span, SpecTypeError
 from rpn2c.frontends import fx_attention, fx_gelu, fx_layout, fx_norms, fx_params
+from rpn2c.frontends.fx_match import ancestors
 from rpn2c.frontends.fx_trace import _OWN_DIRS, _RPN2C_DIR, trace
 from rpn2c.frontends.torch_import import (
     ERROR_CODE, LENGTH_SYMBOLS, RESERVED, Context, RecordedCall, SpecBuilder, TorchImportError, Value, class_name, convert_module,
@@ -72,16 +73,6 @@ class FxImportError(TorchImportError):
         message = f"module '{path or '<root>'}' ({cls}): fx node '{node}' ({op}){where} is not supported: {why}"
         span = Span(f"<torch:{path or 'root'}:{node}>", 0, 0, 0, 0)
         SpecTypeError.__init__(self, [Diagnostic(ERROR_CODE, message, span)])
-
-
-def _ancestors(node: fx.Node) -> set[fx.Node]:
-    seen, todo = set(), [node]
-    while todo:
-        n = todo.pop()
-        if n not in seen:
-            seen.add(n)
-            todo.extend(n.all_input_nodes)
-    return seen
 
 
 def library_line(node: fx.Node) -> tuple[str, int, str] | None:
@@ -294,7 +285,7 @@ class _GraphConverter:
     def fail(self, node: fx.Node, why: str) -> NoReturn:
         path, cls = self._owner(node)
         near = sorted((self.order.get(core, 0), core.name, pattern, reason)  # the nearest miss downstream of node
-                      for core, (pattern, reason) in self.misses.items() if core is node or node in _ancestors(core))
+                      for core, (pattern, reason) in self.misses.items() if core is node or node in ancestors(core))
         miss = f"; the {near[0][2]} recogniser did not map '{near[0][1]}': {near[0][3]}" if near else ""
         raise FxImportError(path, cls, node.name, _op_name(node), why + miss, library_line(node))
 
@@ -366,14 +357,7 @@ class _GraphConverter:
 
     def needed(self) -> set[fx.Node]:
         """The nodes the output depends on."""
-        out = next(n for n in self.values if n.op == "output")
-        seen, todo = set(), [out]
-        while todo:
-            n = todo.pop()
-            if n not in seen:
-                seen.add(n)
-                todo.extend(n.all_input_nodes)
-        return seen
+        return ancestors(next(n for n in self.values if n.op == "output"))
 
     def output(self, node: fx.Node) -> Value:
         out = self.load(node.args[0])

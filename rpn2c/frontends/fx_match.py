@@ -38,3 +38,15 @@ def shape(values: dict, node: Any) -> tuple[int, ...] | None:
 
 def name(target: Any) -> str:
     return getattr(target, "__name__", str(target))
+
+
+def ancestors(node: fx.Node, through_sizes: bool = True) -> set[fx.Node]:
+    """``node`` and every node it reads, transitively (``through_sizes=False``: not past a read of sizes)."""
+    seen, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            if through_sizes or not is_meta(n):
+                todo.extend(n.all_input_nodes)
+    return seen
