@@ -29,6 +29,7 @@ import torch.fx as fx
 from torch import nn
 
 from rpn2c.frontends.fx_match import Miss, ancestors, calls as _is, name as _name
+from rpn2c.frontends.fx_masks import padding_mask
 from rpn2c.frontends.fx_match import shape as _shape
 from rpn2c.frontends.fx_match import users as _users
 
@@ -70,6 +71,7 @@ class Match:
     rotary: float | None = None
     nodes: set[fx.Node] = field(default_factory=set)
     core: fx.Node | None = None
+    padding: fx.Node | None = None  # the padding-mask input read as key_padding
 
 
 def is_sdpa(node: fx.Node) -> bool:
@@ -359,8 +361,12 @@ def _input_free(node: fx.Node) -> bool:
 def match(gm: fx.GraphModule, values: dict, core: fx.Node) -> Match:
     """The attention block around the SDPA call ``core`` (raises :class:`Miss`)."""
     o = _core(core)
+    causal, padding = bool(o["is_causal"]), None
     if o["attn_mask"] is not None:
-        raise Miss("an attn_mask (padding or a custom mask) is not mapped yet: only SDPA's is_causal")
+        if causal:
+            raise Miss("is_causal with an attn_mask")
+        padding = padding_mask(gm, values, o["attn_mask"])
+        causal = padding.causal
     if o["dropout_p"]:
         raise Miss(f"dropout_p={o['dropout_p']} drops attention weights in eval")
     q, k, v = (_operand(gm, values, o[n], n) for n in ("query", "key", "value"))
@@ -387,9 +393,9 @@ def match(gm: fx.GraphModule, values: dict, core: fx.Node) -> Match:
         theta = _theta(values, q.rotary[0], q.dims)
     merged, out_nodes = _merge(values, core)
     out, anchor = _output_projection(gm, values, merged)
-    nodes = q.nodes | k.nodes | v.nodes | out_nodes | out.nodes | {core}
-    return Match(q.proj.x, anchor, q.proj, k.proj, v.proj, out, q.heads, k.heads, q.dims, bool(o["is_causal"]),
-                 theta, nodes, core)
+    nodes = q.nodes | k.nodes | v.nodes | out_nodes | out.nodes | {core} | (padding.nodes if padding else set())
+    return Match(q.proj.x, anchor, q.proj, k.proj, v.proj, out, q.heads, k.heads, q.dims, causal, theta, nodes, core,
+                 padding.input if padding is not None else None)
 
 
 def find(gm: fx.GraphModule, values: dict) -> tuple[dict[fx.Node, Match], dict[fx.Node, str]]:
@@ -414,6 +420,7 @@ PATTERNS = {
     "repeat_kv": "x[:, :, None].expand(...).reshape(...) or SDPA's enable_gqa -> kv_heads = G",
     "packed": "c_attn(x).split(E, dim=2) (GPT-2's Conv1D) -> the packed in_proj_weight, transposed",
     "cache": "torch.cat([empty past, k], dim=-2) -> k",
+    "mask": "an attn_mask built from a padding-mask input [B, S] (probed) -> key_padding (keep_mask), causal",
     "merge": "o.transpose(1, 2).reshape(B, T, H·D) then a linear o_proj -> fusion = concat_linear",
 }
 
@@ -467,6 +474,13 @@ def emit(conv, node: fx.Node, m: Match):
     out_bias = _tensor(conv, m.out, "bias")
     xi = [f"rank = {m.rank}"] + (["causal = true"] if m.causal else []) + \
          ([f"rotary = {lit(m.rotary)}"] if m.rotary is not None else [])
+    uses = []
+    if m.padding is not None:  # 1 = attend, as the library reads it
+        pad = conv.value(node, conv.env[m.padding], "padding mask")
+        sym = x.items_from[0].item_dims.get(x.items_from[1]) if x.items_from else None
+        ctx.declare(pad, "mask", f"keep_mask[B, {sym if isinstance(sym, str) else pad.shape[1]}]")
+        xi.append(f"key_padding = {pad.name}")
+        uses.append(pad)
     before = len(conv.b.stmts)
     settings = ([f"heads = {m.heads}"] if m.heads > 1 else []) + \
                ([f"kv_heads = {m.kv_heads}"] if m.kv_heads != m.heads else [])
@@ -476,7 +490,7 @@ def emit(conv, node: fx.Node, m: Match):
                f"  q/k/v projections -> the packed in_proj_weight; {m.out.module or m.out.weight} -> concat_linear"]
     y = ctx.head(x, settings + ["xi_instance = attention(...)", f"out = {m.rank}", "bias = false",
                                 f"fusion = concat_linear(out = {e}{'' if out_bias else ', bias = false'})"],
-                 comment=comment, name=name, out_kind="items", out_shape=_shape(conv.values, node))
+                 comment=comment, name=name, out_kind="items", out_shape=_shape(conv.values, node), uses=uses)
     stmt = conv.b.stmts[before]
     biased = _link_packed(conv, f"{name}.in_proj_bias", [m.q, m.k, m.v], "bias")
     _link_packed(conv, f"{name}.in_proj_weight", [m.q, m.k, m.v], "weight")

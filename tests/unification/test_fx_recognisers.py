@@ -117,6 +117,64 @@ class _GeluNew(nn.Module):
         return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
+class _PaddedAttention(_Attention):
+    """Attention whose mask is built in forward from a padding mask [B, S] (1 = attend), as transformers'
+    masking_utils does: cast to bool, combined with the causal mask, expanded to [B, 1, T, S]."""
+
+    def __init__(self, causal, invert=False):
+        super().__init__(kv_heads=4, causal=False)
+        self.with_causal, self.invert = causal, invert
+
+    def forward(self, x, attention_mask):
+        b, t, _ = x.shape
+        keep = attention_mask.to(torch.bool)
+        keep = ~keep if self.invert else keep
+        mask = keep[:, None, None, :].expand(b, 1, t, t)
+        if self.with_causal:
+            mask = mask & torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        q, k, v = (p(x).view(b, t, -1, self.d).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))
+
+
+def _padding():
+    mask = torch.ones(2, 5, dtype=torch.long)
+    mask[1, 3:] = 0
+    return mask
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_mask_built_from_padding_is_key_padding(causal):
+    torch.manual_seed(0)
+    module = _PaddedAttention(causal)
+    x, mask = rand(2, 5, 16, seed=3), _padding()
+    spec = assert_same_model(module, (x, mask))
+    assert "input attention_mask: keep_mask[B, T]" in spec.text
+    assert ("causal = true, key_padding = attention_mask" if causal else "(rank = 4, key_padding = attention_mask)") \
+        in spec.text
+
+
+class _Masked(_Attention):
+    """A mask made from sizes in forward: causal (``tril``) converts as causal = true; anything else is refused."""
+
+    def __init__(self, kv_heads, upper=True):
+        super().__init__(kv_heads=kv_heads, causal=False)
+        self.upper = upper
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = (p(x).view(b, t, -1, self.d).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        ones = torch.ones(t, t, dtype=torch.bool)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=ones.triu() if self.upper else ones.tril())
+        return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))
+
+
+def test_a_causal_mask_made_from_sizes_is_causal():
+    torch.manual_seed(0)
+    spec = assert_same_model(_Masked(4, upper=False), (rand(2, 5, 16, seed=3),))
+    assert "attention(rank = 4, causal = true)" in spec.text
+
+
 def _spec_text(module, x):
     return rpn2c.from_torch(module.double().eval(), (x,)).text
 
@@ -188,14 +246,11 @@ def test_near_misses_are_refused_at_their_line_naming_the_pattern():
     assert err.library_file == __file__ and err.library_line == _T5Norm.forward.__code__.co_firstlineno + 1
     assert "RMSNorm recogniser" in str(err) and "T5LayerNorm's form" in str(err)
 
-    class _Masked(_Attention):
-        def forward(self, x):  # an explicit mask: not mapped, refused where the heads are split
-            b, t, _ = x.shape
-            q, k, v = (p(x).view(b, t, -1, self.d).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(t, t, dtype=torch.bool).tril())
-            return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))
-
-    with pytest.raises(TorchImportError) as info:
+    with pytest.raises(TorchImportError) as info:  # a mask made from sizes that is not causal
         rpn2c.from_torch(_Masked(kv_heads=4).double(), (rand(2, 5, 16, seed=3),))
-    assert "attention recogniser did not map" in str(info.value) and "attn_mask" in str(info.value)
+    assert "attention recogniser did not map" in str(info.value) and "is not causal" in str(info.value)
     assert info.value.library_file == __file__
+
+    with pytest.raises(TorchImportError) as info:  # 1 = blocked: not the padding the probes read
+        rpn2c.from_torch(_PaddedAttention(True, invert=True).double(), (rand(2, 5, 16, seed=3), _padding()))
+    assert "neither its key padding nor the key padding with the causal mask" in str(info.value)

@@ -70,10 +70,18 @@ def _ids(vocab=50, t=6):
     return lambda: (torch.randint(1, vocab, (2, t), generator=torch.Generator().manual_seed(3)),)
 
 
+def _padding(t=6):
+    """An attention mask [B, T] (1 = attend) with the second sequence right-padded after 4 tokens."""
+    mask = torch.ones(2, t, dtype=torch.long)
+    mask[1, 4:] = 0
+    return mask
+
+
 def _ids_and_types(vocab=50, t=6):
-    """BERT's inputs: the token ids, and the token type ids given by name (the library fills zeros from a buffer
-    when they are left out, a tensor made in forward that the spec cannot hold)."""
-    return lambda: (*_ids(vocab, t)(), {"token_type_ids": torch.zeros(2, t, dtype=torch.long)})
+    """BERT's inputs: the token ids, its padding mask and the token type ids given by name (the library fills
+    zeros from a buffer when they are left out, a tensor made in forward that the spec cannot hold)."""
+    return lambda: (*_ids(vocab, t)(), {"attention_mask": _padding(t),
+                                        "token_type_ids": torch.zeros(2, t, dtype=torch.long)})
 
 
 def _gpt2_mlp():
@@ -117,6 +125,10 @@ CASES: dict[str, Case] = {
     "hf_llama": Case("transformers", _hf("LlamaConfig", "LlamaModel", vocab_size=50, hidden_size=16,
                                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                          intermediate_size=32, max_position_embeddings=16), _ids()),
+    "hf_llama_padded": Case("transformers", _hf("LlamaConfig", "LlamaModel", vocab_size=50, hidden_size=16,
+                                                num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                                                intermediate_size=32, max_position_embeddings=16),
+                            lambda: (*_ids()(), {"attention_mask": _padding()}), slow=True),
     "hf_t5_encoder": Case("transformers", _hf("T5Config", "T5EncoderModel", vocab_size=50, d_model=16, d_kv=8,
                                               d_ff=32, num_layers=2, num_heads=2), _ids(), refuses=_T5, slow=True),
 }
