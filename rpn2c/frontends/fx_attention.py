@@ -462,7 +462,7 @@ def _link_packed(conv, compiled: str, parts: list[Projection], what: str) -> boo
 
 def emit(conv, node: fx.Node, m: Match):
     """The attention head statement for match ``m`` (at its anchor ``node``)."""
-    from rpn2c.frontends.torch_import import lit
+    from rpn2c.frontends.kit import lit
 
     x = conv.value(node, conv.env[m.x], "attention input")
     ctx = conv.ctx(node)

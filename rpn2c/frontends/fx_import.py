@@ -4,7 +4,7 @@
         def forward(self, x): ...
     spec = rpn2c.from_torch(Block(), (x,))                 # fx graph -> head/compress statements + add(...)
 
-How it works (``torch_import.convert_module`` calls :func:`convert_traced` for a module with no converter whose class
+How it works (``kit.convert_module`` calls :func:`convert_traced` for a module with no converter whose class
 defines ``forward`` outside torch):
 
 1. ``fx_trace.trace``: torch.fx with proxies that carry the example's values (control flow on sizes, ranks and
@@ -55,7 +55,7 @@ from rpn2c.errors import Diagnostic, Span, SpecTypeError
 from rpn2c.frontends import fx_attention, fx_gelu, fx_layout, fx_norms, fx_params
 from rpn2c.frontends.fx_match import ancestors
 from rpn2c.frontends.fx_trace import _OWN_DIRS, _RPN2C_DIR, trace
-from rpn2c.frontends.torch_import import (
+from rpn2c.frontends.kit import (
     ERROR_CODE, LENGTH_SYMBOLS, RESERVED, Context, RecordedCall, SpecBuilder, TorchImportError, Value, class_name, convert_module,
     find_converter, lit,
 )

@@ -113,7 +113,7 @@ def find(gm: fx.GraphModule, values: dict) -> tuple[dict[fx.Node, Match], dict[f
 
 def emit(conv, node: fx.Node, m: Match):
     """``rms_norm(x, eps = …)`` for match ``m`` (at its anchor ``node``), its weight linked."""
-    from rpn2c.frontends.torch_import import lit
+    from rpn2c.frontends.kit import lit
 
     ctx = conv.ctx(node)
     x = conv.typed(ctx, conv.value(node, conv.env[m.x], "norm input"))

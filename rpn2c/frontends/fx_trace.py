@@ -36,7 +36,7 @@ from torch import nn
 
 from rpn2c.errors import Diagnostic, Span, SpecTypeError
 from rpn2c.frontends import fx_params
-from rpn2c.frontends.torch_import import (
+from rpn2c.frontends.kit import (
     ERROR_CODE, RecordedCall, TorchImportError, class_name, find_converter, library_of,
 )
 
