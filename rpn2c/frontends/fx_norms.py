@@ -120,7 +120,8 @@ def emit(conv, node: fx.Node, m: Match):
     options = [f"eps = {lit(m.eps)}"] + (["upcast = true"] if m.upcast else []) + \
               ([] if m.weight else ["affine = false"])
     path, _ = conv._owner(node)
-    y = ctx.op("rms_norm", [x], ", ".join(options), prefix="norm",
+    local = path[len(conv.path):].lstrip(".") if conv.path else path
+    y = ctx.op("rms_norm", [x], ", ".join(options), name=conv.b.fresh(conv.base + local, "norm"),
                comment=f"[{path}] RMSNorm written out -> rms_norm"
                        + (": normalised in float32 and cast back, as the library does" if m.upcast else ""))
     if m.weight:
