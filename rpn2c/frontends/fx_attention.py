@@ -333,6 +333,65 @@ def _core(node: fx.Node) -> dict:
     return out
 
 
+_MATMUL = (torch.matmul, operator.matmul, "matmul")
+
+
+def _constant(values: dict, x: Any) -> float | None:
+    """A Python number, or a 0-d tensor made in forward from sizes alone (GPT-2's ``torch.full([], √D)``)."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return float(x)
+    v = values.get(x) if isinstance(x, fx.Node) else None
+    if isinstance(v, torch.Tensor) and v.dim() == 0 and _input_free(x):
+        return float(v)
+    return None
+
+
+def _eager(values: dict, node: fx.Node) -> tuple[dict, set[fx.Node]] | None:
+    """Attention written out: ``softmax(q @ k.transpose(-2, -1) · scale [+ mask], dim=-1) [dropout] @ v`` ->
+    the arguments SDPA would take, and the nodes of the core (None when ``node`` is no such product)."""
+    import torch.nn.functional as F
+
+    if not _is(node, *_MATMUL) or len(node.args) != 2:
+        return None
+    p, v = node.args
+    nodes = {node}
+    if _is(p, F.dropout) and not p.kwargs.get("training", p.args[2] if len(p.args) > 2 else True):
+        nodes.add(p)
+        p = p.args[0]
+    if _is(p, "to", "type_as"):
+        nodes.add(p)
+        p = p.args[0]
+    if not _is(p, F.softmax, torch.softmax, "softmax"):
+        return None
+    dim = p.kwargs.get("dim", p.args[1] if len(p.args) > 1 else None)
+    if dim not in (-1, 3):
+        return None
+    dtype = p.kwargs.get("dtype")
+    nodes.add(p)
+    scores, mask = p.args[0], None
+    if _is(scores, operator.add, torch.add) and len(scores.args) == 2:
+        a, b = scores.args
+        scores, mask = (a, b) if _is(a, *_MATMUL, operator.mul, operator.truediv) else (b, a)
+        nodes.add(p.args[0])
+    scale = 1.0
+    if _is(scores, operator.mul, operator.truediv) and _constant(values, scores.args[1]) is not None:
+        c = _constant(values, scores.args[1])
+        scale = c if scores.target is operator.mul else 1 / c
+        nodes.add(scores)
+        scores = scores.args[0]
+    if not _is(scores, *_MATMUL):
+        return None
+    q, kt = scores.args
+    if not (_is(kt, *_TRANSPOSE) and tuple(d % 4 for d in kt.args[1:3]) in ((2, 3), (3, 2))):
+        return None
+    if dtype is not None and dtype != values[scores].dtype:
+        raise Miss(f"the softmax runs in {dtype}, not the scores' {values[scores].dtype} (eager attention's float32 "
+                   "softmax: SDPA, attn_implementation='sdpa', converts)")
+    nodes |= {scores, kt}
+    return {"query": q, "key": kt.args[0], "value": v, "attn_mask": mask, "dropout_p": 0.0, "is_causal": False,
+            "scale": scale, "enable_gqa": False}, nodes
+
+
 def _theta(values: dict, cos: fx.Node, dims: int) -> float:
     """The rotary base θ whose cos table (``rpn2c.functional.rotary``) is the library's on the example."""
     from rpn2c.functional.rotary import frequencies, full_tables
@@ -358,9 +417,8 @@ def _input_free(node: fx.Node) -> bool:
     return all(n.op != "placeholder" for n in ancestors(node, through_sizes=False))
 
 
-def match(gm: fx.GraphModule, values: dict, core: fx.Node) -> Match:
-    """The attention block around the SDPA call ``core`` (raises :class:`Miss`)."""
-    o = _core(core)
+def match(gm: fx.GraphModule, values: dict, core: fx.Node, o: dict, core_nodes: set[fx.Node]) -> Match:
+    """The attention block around the attention core ``core`` (SDPA's arguments ``o``; raises :class:`Miss`)."""
     causal, padding = bool(o["is_causal"]), None
     if o["attn_mask"] is not None:
         if causal:
@@ -393,7 +451,7 @@ def match(gm: fx.GraphModule, values: dict, core: fx.Node) -> Match:
         theta = _theta(values, q.rotary[0], q.dims)
     merged, out_nodes = _merge(values, core)
     out, anchor = _output_projection(gm, values, merged)
-    nodes = q.nodes | k.nodes | v.nodes | out_nodes | out.nodes | {core} | (padding.nodes if padding else set())
+    nodes = q.nodes | k.nodes | v.nodes | out_nodes | out.nodes | core_nodes | (padding.nodes if padding else set())
     return Match(q.proj.x, anchor, q.proj, k.proj, v.proj, out, q.heads, k.heads, q.dims, causal, theta, nodes, core,
                  padding.input if padding is not None else None)
 
@@ -403,19 +461,20 @@ def find(gm: fx.GraphModule, values: dict) -> tuple[dict[fx.Node, Match], dict[f
     found: dict[fx.Node, Match] = {}
     misses: dict[fx.Node, str] = {}
     for node in gm.graph.nodes:
-        if is_sdpa(node):
-            try:
-                m = match(gm, values, node)
-            except Miss as err:
-                misses[node] = str(err)
-                continue
-            found[m.anchor] = m
+        try:
+            core = (_core(node), {node}) if is_sdpa(node) else _eager(values, node)
+            if core is not None:
+                m = match(gm, values, node, *core)
+                found[m.anchor] = m
+        except Miss as err:
+            misses[node] = str(err)
     return found, misses
 
 
 PATTERNS = {
     "heads": "x.view(B, T, H, D).transpose(1, 2) of a projection -> the heads of one attention head statement",
     "sdpa": "F.scaled_dot_product_attention(q, k, v, is_causal, scale = 1/√D) -> attention(rank = D, causal)",
+    "eager": "softmax(q @ k.transpose(-2, -1) · 1/√D [+ mask], -1) @ v, softmax in the scores' dtype -> the same",
     "rotary": "q·cos + rotate_half(q)·sin (cos/sin of positions 0..T−1) -> attention(rotary = θ)",
     "repeat_kv": "x[:, :, None].expand(...).reshape(...) or SDPA's enable_gqa -> kv_heads = G",
     "packed": "c_attn(x).split(E, dim=2) (GPT-2's Conv1D) -> the packed in_proj_weight, transposed",

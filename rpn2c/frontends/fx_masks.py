@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
-from rpn2c.frontends.fx_match import Miss, ancestors
+from rpn2c.frontends.fx_match import Miss, ancestors, is_meta, users
 
 
 @dataclass
@@ -33,6 +33,17 @@ def _dependents(gm: fx.GraphModule, source: fx.Node, target: fx.Node) -> list[fx
         if n not in down and any(a in down for a in n.all_input_nodes):
             down.add(n)
     return [n for n in gm.graph.nodes if n in up and n in down]
+
+
+def _feeding(gm: fx.GraphModule, mask: fx.Node) -> set[fx.Node]:
+    """The nodes computed only for ``mask`` (every data reader of each is one of them, or ``mask``'s own readers)."""
+    up = ancestors(mask, through_sizes=False)
+    own = {mask}
+    for n in reversed(gm.graph.nodes):
+        if n in up and n not in own and n.op != "placeholder" and not is_meta(n) and users(n) and \
+                all(u in own for u in users(n)):
+            own.add(n)
+    return own
 
 
 def _evaluate(gm: fx.GraphModule, values: dict, nodes: list[fx.Node], probe: torch.Tensor) -> torch.Tensor:
@@ -82,7 +93,7 @@ def padding_mask(gm: fx.GraphModule, values: dict, mask: fx.Node) -> PaddingMask
     t, s = values[mask].shape[-2:]
     causal = torch.ones(t, s, dtype=torch.bool).tril(s - t)
     if not inputs and _reads_as(values[mask], causal):  # a causal mask made from sizes
-        return PaddingMask(None, True, set())
+        return PaddingMask(None, True, _feeding(gm, mask))
     if len(inputs) != 1:
         raise Miss(f"the attn_mask '{mask.name}' is made from {len(inputs)} model inputs and is not causal (a "
                    "padding mask [B, S] maps to key_padding, a causal mask made from sizes to causal)")

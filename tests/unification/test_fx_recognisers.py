@@ -175,6 +175,32 @@ def test_a_causal_mask_made_from_sizes_is_causal():
     assert "attention(rank = 4, causal = true)" in spec.text
 
 
+class _Eager(_Attention):
+    """Attention written out with matmul, softmax and matmul (scaled by a 0-d tensor, as GPT-2's eager form), an
+    additive causal mask made from sizes, dropout."""
+
+    def __init__(self, divide=True):
+        super().__init__(kv_heads=4, causal=False)
+        self.divide = divide
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = (p(x).view(b, t, -1, self.d).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        scores = q @ k.transpose(-2, -1)
+        scores = scores / torch.full([], math.sqrt(self.d), dtype=x.dtype) if self.divide else scores * 0.3
+        scores = scores + torch.full((t, t), float("-inf"), dtype=x.dtype).triu(1)
+        weights = F.dropout(torch.softmax(scores, dim=-1), p=0.1, training=self.training)
+        return self.o_proj((weights @ v).transpose(1, 2).reshape(b, t, -1))
+
+
+def test_eager_attention_converts_and_a_wrong_scale_is_refused():
+    torch.manual_seed(0)
+    spec = assert_same_model(_Eager(), (rand(2, 5, 16, seed=3),))
+    assert "attention(rank = 4, causal = true)" in spec.text and spec.text.count("= head(") == 1
+    with pytest.raises(TorchImportError, match="scale=0.3, not 1/√4"):
+        rpn2c.from_torch(_Eager(divide=False).double(), (rand(2, 5, 16, seed=3),))
+
+
 def _spec_text(module, x):
     return rpn2c.from_torch(module.double().eval(), (x,)).text
 
