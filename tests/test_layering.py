@@ -3,8 +3,8 @@
 Each package of ``rpn2c`` has a rank; a module may import (at any depth, type-only imports included) only from
 its own package or from packages of lower rank, and the stages after the checker read only the IR: ``passes``,
 ``lower`` and ``train`` never import ``check`` or ``syntax``. A new wrong-way import fails here with file and line.
-Inside a package imports form no circle either (outside ``frontends``): a module's shared helpers sit one layer
-below both of its users, never in one of them.
+Inside a package imports form no circle either: a module's shared helpers sit one layer below both of its users,
+never in one of them (``frontends``: the converter kit below the converters, recognisers and the driver).
 """
 
 from __future__ import annotations
@@ -106,16 +106,8 @@ def import_cycles() -> list[list[str]]:
     return sorted(sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1)
 
 
-# frontends/ is restructured on its own (the converter kit apart from the from_torch driver); its circle is reported
-CYCLES_EXEMPT = ("rpn2c.frontends",)
-
-
 def test_no_import_cycles_inside_the_package():
-    cycles = import_cycles()
-    exempt = [c for c in cycles if all(m.startswith(CYCLES_EXEMPT) for m in c)]
-    if exempt:
-        print(f"exempt import cycles: {len(exempt)} ({', '.join(f'{len(c)} modules' for c in exempt)})")
-    assert [c for c in cycles if c not in exempt] == []
+    assert import_cycles() == []
 
 
 def test_the_cycle_count_sees_function_level_and_relative_imports(tmp_path, monkeypatch):

@@ -249,6 +249,8 @@ class RMSNorm(Processing):
         eps: float = Field(1e-6, gt=0)
         affine: bool = True
         offset: float = Field(0.0, description="γ + offset scales the items (Gemma: 1, with γ initialised to 0)")
+        upcast: bool = Field(False, description="normalise in float32 for every input dtype, then cast back before "
+                                                "γ (transformers' LlamaRMSNorm: a float64 model too)")
 
     shape = LayerNorm.shape
     check = LayerNorm.check
@@ -259,7 +261,7 @@ class RMSNorm(Processing):
     def build(self, t):
         from rpn2c.components.impl.processing import RMSNormModule
 
-        return RMSNormModule(self.shape(t), self.hp.eps, self.hp.affine, self.hp.offset)
+        return RMSNormModule(self.shape(t), self.hp.eps, self.hp.affine, self.hp.offset, self.hp.upcast)
 
 
 @register

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rpn2c.frontends.torch_import import Context, Value, lit, register_converter
+from rpn2c.frontends.kit import Context, Value, lit, register_converter
 from rpn2c.frontends.fx_params import CausalMask
 
 

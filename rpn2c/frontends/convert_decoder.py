@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from rpn2c.frontends.convert_attention import _attention, _ffn_activation, _head_comment, feed_forward, link_norm
-from rpn2c.frontends.torch_import import (
+from rpn2c.frontends.kit import (
     Context, RecordedCall, Value, find_converter, lit, register_converter,
 )
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rpn2c.frontends.torch_import import Context, Link, Value, convert_module, register_converter
+from rpn2c.frontends.kit import Context, Link, Value, convert_module, register_converter
 
 
 def _node_inputs(ctx: Context, f: int, batched: bool = True) -> tuple[Value, Value]:

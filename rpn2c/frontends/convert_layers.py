@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rpn2c.frontends.torch_import import LENGTH_SYMBOLS, Context, Value, lit, per_axis, register_converter
+from rpn2c.frontends.kit import LENGTH_SYMBOLS, Context, Value, lit, per_axis, register_converter
 
 
 def _tuple(v, rank: int) -> tuple[int, ...]:

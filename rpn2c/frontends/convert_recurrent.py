@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from rpn2c.frontends.torch_import import Context, Value, lit, register_converter
+from rpn2c.frontends.kit import Context, Value, lit, register_converter
 
 _CELLS = {"RNN_TANH": "rnn", "RNN_RELU": 'rnn(nonlinearity = "relu")', "GRU": "gru", "LSTM": "lstm"}
 _GATES = {"RNN_TANH": "h_t = tanh(a + r)", "RNN_RELU": "h_t = relu(a + r)",

@@ -1,7 +1,7 @@
 """The built-in converters (importing this module registers them; torch_geometric's once it is imported)."""
 
 from rpn2c.frontends import convert_attention, convert_decoder, convert_layers, convert_recurrent
-from rpn2c.frontends.torch_import import _lazy
+from rpn2c.frontends.kit import _lazy
 
 
 def _register_graph() -> None:

@@ -4,7 +4,7 @@
         def forward(self, x): ...
     spec = rpn2c.from_torch(Block(), (x,))                 # fx graph -> head/compress statements + add(...)
 
-How it works (``torch_import.convert_module`` calls :func:`convert_traced` for a module with no converter whose class
+How it works (``kit.convert_module`` calls :func:`convert_traced` for a module with no converter whose class
 defines ``forward`` outside torch):
 
 1. ``fx_trace.trace``: torch.fx with proxies that carry the example's values (control flow on sizes, ranks and
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import inspect
 import operator
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -51,9 +52,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpn2c.errors import Diagnostic, Span, SpecTypeError
-from rpn2c.frontends import fx_layout, fx_params
-from rpn2c.frontends.fx_trace import trace
-from rpn2c.frontends.torch_import import (
+from rpn2c.frontends import fx_attention, fx_gelu, fx_layout, fx_norms, fx_params
+from rpn2c.frontends.fx_match import ancestors
+from rpn2c.frontends.fx_trace import _OWN_DIRS, _RPN2C_DIR, trace
+from rpn2c.frontends.kit import (
     ERROR_CODE, LENGTH_SYMBOLS, RESERVED, Context, RecordedCall, SpecBuilder, TorchImportError, Value, class_name, convert_module,
     find_converter, lit,
 )
@@ -63,12 +65,22 @@ class FxImportError(TorchImportError):
     """An fx node with no exact spec form: ``module_path`` / ``module_class`` name the innermost module whose
     ``forward`` holds the node, ``node`` the fx node, ``op`` its operation (``operator.add``, ``Tensor.view``)."""
 
-    def __init__(self, path: str, cls: str, node: str, op: str, why: str):
+    def __init__(self, path: str, cls: str, node: str, op: str, why: str, at: tuple[str, int, str] | None = None):
         self.module_path, self.module_class, self.option = path, cls, op
         self.node, self.op = node, op
-        message = f"module '{path or '<root>'}' ({cls}): fx node '{node}' ({op}) is not supported: {why}"
+        self.library_file, self.library_line = (at[0], at[1]) if at else (None, None)
+        where = f" at {at[0]}:{at[1]} ({at[2]})" if at else ""
+        message = f"module '{path or '<root>'}' ({cls}): fx node '{node}' ({op}){where} is not supported: {why}"
         span = Span(f"<torch:{path or 'root'}:{node}>", 0, 0, 0, 0)
         SpecTypeError.__init__(self, [Diagnostic(ERROR_CODE, message, span)])
+
+
+def library_line(node: fx.Node) -> tuple[str, int, str] | None:
+    """The file, line and code of the model's (or library's) source that made ``node``: the innermost frame of
+    its recorded stack that is neither torch's nor rpn2c's."""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)', node.meta.get("stack_trace") or "")
+    mine = [f for f in frames if not f[0].startswith((*_OWN_DIRS, _RPN2C_DIR)) and not f[0].startswith("<")]
+    return (mine[-1][0], int(mine[-1][1]), mine[-1][2].strip()) if mine else None
 
 
 # ================================================================================================ values
@@ -94,9 +106,22 @@ def _is_value(x: Any) -> bool:
     return isinstance(x, Value)
 
 
+@dataclass(eq=False)
+class _Absorbed:
+    """A node inside a recognised pattern (attention, RMSNorm): its pattern's anchor stands for it."""
+
+    node: fx.Node
+    pattern: str
+
+
+# the recognisers run over the traced graph before conversion: (pattern, find, emit at the anchor node)
+RECOGNISERS = (("attention", fx_attention.find, fx_attention.emit), ("RMSNorm", fx_norms.find, fx_norms.emit),
+               ("tanh GELU", fx_gelu.find, fx_gelu.emit))
+
+
 def _is_traced(x: Any) -> bool:
     """``x`` is computed from the model inputs (a Value, or a leaf's tuple output / RNN state awaiting an index)."""
-    return isinstance(x, (Value, _Tuple, _FinalState, _Lifted, _Parts, fx_params.Rows))
+    return isinstance(x, (Value, _Tuple, _FinalState, _Lifted, _Parts, fx_params.Rows, _Absorbed))
 
 
 def _flat(args: Any) -> list:
@@ -239,6 +264,7 @@ class _GraphConverter:
         self.base = f"{base}_" if base else ""
         self.env: dict[fx.Node, Any] = {}
         self.order = {n: i for i, n in enumerate(values)}
+        self.matches, self.absorbed, self.misses = {}, {}, {}
 
     # -------------------------------------------------------------------------------------------- naming, errors
     def _qual(self, local: str) -> str:
@@ -258,7 +284,10 @@ class _GraphConverter:
 
     def fail(self, node: fx.Node, why: str) -> NoReturn:
         path, cls = self._owner(node)
-        raise FxImportError(path, cls, node.name, _op_name(node), why)
+        near = sorted((self.order.get(core, 0), core.name, pattern, reason)  # the nearest miss downstream of node
+                      for core, (pattern, reason) in self.misses.items() if core is node or node in ancestors(core))
+        miss = f"; the {near[0][2]} recogniser did not map '{near[0][1]}': {near[0][3]}" if near else ""
+        raise FxImportError(path, cls, node.name, _op_name(node), why + miss, library_line(node))
 
     # -------------------------------------------------------------------------------------------- arguments
     def concrete(self, a: Any) -> Any:
@@ -280,20 +309,42 @@ class _GraphConverter:
                             "broadcast it")
         if isinstance(x, fx_layout.WRAPPERS):
             self.fail(node, f"the {what}: {fx_layout.held_message(x)}")
+        if isinstance(x, _Absorbed):
+            self.fail(node, f"the {what} '{x.node.name}' is inside a recognised {x.pattern} pattern, whose "
+                            "intermediate values have no spec form")
         if not _is_value(x):
             self.fail(node, f"the {what} is a constant ({type(x).__name__}), not a value computed from the inputs: "
                             "a spec has no constant tensors or scalars (use a module, e.g. nn.Linear)")
         return x
 
     # -------------------------------------------------------------------------------------------- driver
+    def recognise(self) -> None:
+        """Run the recognisers: their matches by anchor node, the nodes they absorb, and the misses' reasons."""
+        self.matches: dict[fx.Node, tuple[Callable, Any]] = {}
+        self.absorbed: dict[fx.Node, str] = {}
+        self.misses: dict[fx.Node, tuple[str, str]] = {}
+        for pattern, find, emit in RECOGNISERS:
+            found, misses = find(self.gm, self.values)
+            self.misses.update({core: (pattern, reason) for core, reason in misses.items()})
+            for anchor, m in found.items():
+                self.matches[anchor] = (emit, m)
+                self.absorbed.update(dict.fromkeys(m.nodes - {anchor}, pattern))
+
     def run(self, placeholders: dict[str, Any]) -> Value:
         names = iter(placeholders)
         needed = self.needed()
+        self.recognise()
         for node in self.values:
             if node.op == "placeholder":
                 result = placeholders[next(names)]
             elif node.op == "output":
                 return self.output(node)
+            elif node in self.absorbed:
+                self.env[node] = _Absorbed(node, self.absorbed[node])
+                continue
+            elif node in self.matches and node in needed:
+                emit, m = self.matches[node]
+                result = emit(self, node, m)
             elif node not in needed:  # unread (``_, h = gru(x)``), or an assert: nothing to emit
                 self.check_in_place(node, dead=True)
                 continue
@@ -306,14 +357,7 @@ class _GraphConverter:
 
     def needed(self) -> set[fx.Node]:
         """The nodes the output depends on."""
-        out = next(n for n in self.values if n.op == "output")
-        seen, todo = set(), [out]
-        while todo:
-            n = todo.pop()
-            if n not in seen:
-                seen.add(n)
-                todo.extend(n.all_input_nodes)
-        return seen
+        return ancestors(next(n for n in self.values if n.op == "output"))
 
     def output(self, node: fx.Node) -> Value:
         out = self.load(node.args[0])

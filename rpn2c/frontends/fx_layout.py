@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from rpn2c.frontends.torch_import import Value, lit
+from rpn2c.frontends.kit import Value, lit
 
 PASS = object()  # "not a layout node": fx_import converts it by its own table
 

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpn2c.frontends import fx_layout
-from rpn2c.frontends.torch_import import Context, Value
+from rpn2c.frontends.kit import Context, Value
 
 PASS = object()  # "reads no parameter": fx_import converts the node by its own tables
 

@@ -36,7 +36,7 @@ from torch import nn
 
 from rpn2c.errors import Diagnostic, Span, SpecTypeError
 from rpn2c.frontends import fx_params
-from rpn2c.frontends.torch_import import (
+from rpn2c.frontends.kit import (
     ERROR_CODE, RecordedCall, TorchImportError, class_name, find_converter, library_of,
 )
 
@@ -265,6 +265,7 @@ def trace(module: nn.Module, path: str, call: RecordedCall) -> tuple[fx.GraphMod
     original = type(module)
     module.eval()
     tracer = ExampleTracer(examples)
+    tracer.record_stack_traces = True  # node.meta["stack_trace"]: a refusal names the library's line
     try:
         module.__class__ = _wrapper_class(original, tensors, concrete)
         with _refusing_autograd_functions(path, module), fx_params.factory_sizes(), torch.no_grad():

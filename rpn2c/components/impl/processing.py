@@ -58,22 +58,29 @@ class _BatchNorm(nn.Module):
 class RMSNormModule(nn.Module):
     """y = x / √(mean(x²) + ε) · (γ + offset) over the trailing ``shape`` (``F.rms_norm``, torch's fused kernel);
     γ starts at 1 − offset, so a fresh norm scales by 1. Half-precision inputs are normalised in float32 and cast
-    back before the scale, as transformers' Llama and T5 norms do (wider inputs keep their precision)."""
+    back before the scale, as transformers' Llama and T5 norms do (wider inputs keep their precision); ``upcast``
+    does so for every dtype, in LlamaRMSNorm's order of operations (a float64 input is normalised in float32)."""
 
-    def __init__(self, shape: tuple[int, ...], eps: float, affine: bool, offset: float):
+    def __init__(self, shape: tuple[int, ...], eps: float, affine: bool, offset: float, upcast: bool = False):
         super().__init__()
-        self.shape, self.eps, self.offset = tuple(shape), eps, offset
+        self.shape, self.eps, self.offset, self.upcast = tuple(shape), eps, offset, upcast
         self.weight = nn.Parameter(torch.full(self.shape, 1.0 - offset)) if affine else None
 
     def forward(self, x):
         w = self.weight if self.weight is None or not self.offset else self.weight + self.offset
+        if self.upcast:
+            h = x.to(torch.float32)
+            dims = tuple(range(-len(self.shape), 0))
+            y = (h * torch.rsqrt(h.pow(2).mean(dims, keepdim=True) + self.eps)).to(x.dtype)
+            return y if w is None else w * y
         if x.dtype in (torch.float16, torch.bfloat16):
             y = F.rms_norm(x.float(), self.shape, None, self.eps).to(x.dtype)
             return y if w is None else w * y
         return F.rms_norm(x, self.shape, w, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.shape}, eps={self.eps}" + (f", offset={self.offset}" if self.offset else "")
+        return (f"{self.shape}, eps={self.eps}" + (f", offset={self.offset}" if self.offset else "")
+                + (", upcast" if self.upcast else ""))
 
 
 class RReLUModule(nn.RReLU):
