@@ -102,6 +102,7 @@ TARGETS = {
     "gather_patches": "  input x: volume[B, 1, 3, 4, 4]\n  y = head(x) { xi_attribute = grid_patch(size = 2)"
                       "  kappa = taylor(d = 2)  out = 2 }",
     "pool": IMG + "  y = compress(x) { kappa = patch_mean(size = 2) }",
+    "unfold_kappa": IMG + "  y = compress(x) { kappa = patch_expansion(size = 3, pad = 1, stride = 2) }",
     "project_first": SEQ + "  y = head(x) { xi_instance = chain(hops = 2)  kappa = chebyshev(d = 3)  out = 2 }",
     "shared_kappa": SEQ + "  y = head(x) { xi_attribute = chain()  kappa = chebyshev(d = 2)  channels = 3"
                           "  out = 2 }",

@@ -50,6 +50,7 @@ TAYLOR_D1 = _use("taylor", "expansion", d=1)
 TAYLOR_SYM = _use("taylor", "expansion", d=2, symmetric=True)
 KAPPA_ID = _use("identity", "expansion")
 PATCH_MAX = _use("patch_max", "compression", size=2)
+PATCH_EXP = _use("patch_expansion", "expansion", size=3, pad=1)
 PSI = _use("identity", "reconciliation")
 GRID = _use("grid_patch", "interdependence", size=3, pad=1)
 GRID_SUM = _use("grid_patch", "interdependence", size=3, mode="aggregation")
@@ -128,6 +129,8 @@ CASES: tuple[Case, ...] = (
     _c("unfold_patches", lambda b: b.patches(), "unfold[grid_patch](input(x))", {PATCHES}),
     _c("gather_patches", lambda b: b.patches(), "gather_patches[grid_patch](input(x))", {PATCHES}),
     _c("pool", lambda b: b.expand(b.x(), PATCH_MAX, grid=True), "pool[patch_max](input(x))", {EXPAND}),
+    _c("unfold_kappa", lambda b: b.expand(b.x(), PATCH_EXP, grid=True), "kappa_unfold[patch_expansion](input(x))",
+       {EXPAND}),
     _c("degree_blocks", lambda b: b.head(b.expand(b.x(), TAYLOR)), "degree_linear[tied](input(x))",
        {BIAS, RECONCILE, EXPAND}),
     _c("project_first", lambda b: b.t("reconcile", b.xi(b.x(), GRAPH), use=PSI, line=RECONCILE),
@@ -186,6 +189,8 @@ MISSES: tuple[Miss, ...] = (
     Miss("pool", lambda b: b.expand(b.x(), PATCH_MAX), "no grid flag"),
     Miss("pool", lambda b: b.expand(b.x(), PATCH_MAX, grid=False), "grid flag false"),
     Miss("pool", lambda b: b.patches(), "patches, not expand"),
+    Miss("unfold_kappa", lambda b: b.expand(b.x(), PATCH_MAX, grid=True), "a patch compression, not an expansion"),
+    Miss("unfold_kappa", lambda b: b.expand(b.x(), PATCH_EXP), "no grid flag"),
     Miss("degree_blocks", lambda b: b.head(b.expand(b.x())), "a Chebyshev κ"),
     Miss("degree_blocks", lambda b: b.head(b.expand(b.x(), TAYLOR_D1)), "Taylor of degree 1"),
     Miss("degree_blocks", lambda b: b.head(b.expand(b.x(), TAYLOR_SYM)), "symmetric Taylor"),
