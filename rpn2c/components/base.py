@@ -240,6 +240,11 @@ class Interdependence(Component):
         budget at check and again, with the inputs' sizes, at run time."""
         return 1
 
+    def one_hop(self) -> bool:
+        """Its literal matrix is a sparse 1-hop adjacency, whose edge list its module's ``support`` gives (a hybrid
+        ξ's Hadamard product runs on it: kernel ``edge_hadamard``)."""
+        return False
+
     def affine(self) -> bool:
         """ξ adds a learned bias after its matrix, ``A z + b 1ᵀ`` (the matrix ``[A | b]`` on the items with a
         constant item of ones): it does not commute with ψ, and its matrix alone is not the map."""

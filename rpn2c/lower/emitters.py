@@ -3,7 +3,7 @@
 An emitter ``EMITTERS[op](term, site)`` is called once, when the layer is built, with the term and the plain facts
 of its head (``Site``); it returns ``run(layer, *args)``, the op's torch computation, which reads the layer's
 parameters at call time (so moving, converting or loading the model needs nothing else). Semantic ops that no rule
-rewrote run their general form, never a structural matrix (``xi`` by its module's ``apply``, ``patches`` by index);
+rewrote run their general form (``xi`` by its module's ``apply``, ``patches`` by index: no padding matrix);
 kernel ops run their kernel. The paper's literal forms are the oracle's alone (``lower/reference.py``, which this
 module never imports). ``lower/program.py`` orders the calls. A kernel whose choice
 depends on run-time facts declares its fallback as a predicate on its record (``rpn2c.ir.kernels``), which the
@@ -352,7 +352,7 @@ def _box_sum(t: Term, s: Site):
 
 # ------------------------------------------------------------------------------------------------ the table
 EMITTERS: dict[str, Callable[[Term, Site], Callable]] = {
-    # semantic ops (what runs where no rule rewrote them: each op's general form, never a structural matrix; the
+    # semantic ops (what runs where no rule rewrote them: each op's general form, the module's own; the
     # paper's literal forms are the oracle's, lower/reference.py)
     "xi": _xi_with(None),
     "patches": _gather_patches,

@@ -110,6 +110,11 @@ TARGETS = {
     "structured_xi": SEQ + '  y = head(x) { xi_instance = chain(direction = "bidirectional")  out = 4 }',
     "causal_sdpa": SEQ + "  y = head(x) { xi_instance = low_rank_bilinear(rank = 2, causal = true)  out = 4 }",
     "flex_window": SEQ + "  y = head(x) { xi_instance = low_rank_bilinear(rank = 2, window = 1)  out = 4 }",
+    "fused_parts": SEQ + '  y = head(x) { xi_instance = hybrid(parts = ["chain", "pearson_correlation"], '
+                         'fusion = "sum")  out = 3 }',
+    "edge_hadamard": "  input x: nodes[N, 3]\n  input edges: edges[2, E]\n"
+                     '  y = head(x) { xi_instance = hybrid(parts = ["graph", "low_rank_bilinear"], edges = edges, '
+                     'rank = 2, normalize = "softmax")  out = 2 }',
     "linear_attention": SEQ + "  y = head(x) { xi_instance = linear_attention(rank = 2, causal = true)  out = 4 }",
     "fused_heads": SEQ + "  y = head(x) { heads = 3  xi_instance = low_rank_bilinear(rank = 2, causal = true)"
                          "  out = 4  fusion = concat_linear(out = 4) }",
