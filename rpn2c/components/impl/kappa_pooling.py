@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rpn2c.components.grid import Geometry, ceil_extension, native_pooling
+from rpn2c.components.grid import Geometry, ceil_extension
 from rpn2c.components.kappa import ignore_fill, pad_pairs
 from rpn2c.functional import compression as FC
 from rpn2c.functional import structure
@@ -47,7 +47,7 @@ class PatchPoolModule(nn.Module):
         self.register_buffer("index", index, persistent=False)
         self.register_buffer("outside", ~valid, persistent=False)
         self.register_buffer("count", valid.sum(-1).clamp(min=1), persistent=False)
-        if native_pooling(geo, metric) and metric in ("sum", "mean"):
+        if metric in ("sum", "mean"):  # the box-sum convolution's kernel, should the rule ``pool`` choose it
             self.register_buffer("mask", geo.kernel_mask().to(torch.get_default_dtype()), persistent=False)
 
     def _mean_ignoring(self, s):
