@@ -78,6 +78,10 @@ class Kappa(Component):
         """A patch compression torch's pooling computes natively on a ``rank``-D grid (rule ``pool``)."""
         return False
 
+    def unfolds(self, rank: int) -> bool:
+        """A patch expansion im2col (``F.unfold``) computes on a ``rank``-D grid (rule ``unfold_kappa``)."""
+        return False
+
     def stacked_basis(self, x: torch.Tensor, axis: int) -> torch.Tensor | None:
         """Elementwise κ: the degrees computed straight into a new axis ``axis`` of ``x``, or None (then
         ``basis`` and a copy)."""
@@ -114,7 +118,7 @@ class Kappa(Component):
         resource guard charges it (``rpn2c.check.budget``)."""
         return 0
 
-    def build(self, feat: tuple[int, ...], reference: bool = False) -> nn.Module:
+    def build(self, feat: tuple[int, ...]) -> nn.Module:
         from rpn2c.components.impl.base import _Elementwise
 
         return _Elementwise(self) if self.elementwise else self.module(feat)
@@ -235,6 +239,11 @@ class Interdependence(Component):
         """Propagations ξ runs one after another in a forward pass (a multi-hop graph's hops); charged to the work
         budget at check and again, with the inputs' sizes, at run time."""
         return 1
+
+    def one_hop(self) -> bool:
+        """Its literal matrix is a sparse 1-hop adjacency, whose edge list its module's ``support`` gives (a hybrid
+        ξ's Hadamard product runs on it: kernel ``edge_hadamard``)."""
+        return False
 
     def affine(self) -> bool:
         """ξ adds a learned bias after its matrix, ``A z + b 1ᵀ`` (the matrix ``[A | b]`` on the items with a

@@ -32,7 +32,6 @@ class Hopfield(Op):
     aliases = ("hopfield_update",)
     HP = _HopfieldHP
     arity = (2, 2)
-    lowering_aware = True  # built with ``reference=`` (W built, or applied from the patterns)
     example = example_model("input x: vector[B, 8]", "input p: sequence[B, 3, 8]",
                             "y = hopfield(x, p, steps = 2)", "return y")
 
@@ -50,9 +49,7 @@ class Hopfield(Op):
                                  f"the same batch symbol (or one set of patterns, batch 1)", arg=1)
         return x
 
-    def build(self, inputs: list[TensorType], reference: bool = False):
-        from rpn2c.components.impl.ops import _Lambda
-        from rpn2c.functional import hopfield
+    def build(self, inputs: list[TensorType]):
+        from rpn2c.components.impl.ops import HopfieldModule
 
-        hp = self.hp
-        return _Lambda(lambda x, p: hopfield.update(p, x, hp.steps, hp.update, hp.threshold, literal=reference))
+        return HopfieldModule(self.hp.steps, self.hp.update, self.hp.threshold)

@@ -334,12 +334,6 @@ def pad_pairs(geo: Geometry) -> list[int]:
     return pads
 
 
-def literal_patches(x: torch.Tensor, geo: Geometry, spatial: tuple[int, ...]) -> torch.Tensor:
-    """Reference form of the patch gather: ``x_flat @ A`` with the paper's padding-mode matrix, [B, C, P, p]."""
-    a = structure.padding_matrix(**geo.structure_args(spatial, x.device), device=x.device, dtype=x.dtype)
-    return (x.flatten(2) @ a).unflatten(-1, (-1, geo.patch_size))
-
-
 # ------------------------------------------------------------------------------------------------ composites
 def parts_hp(families: tuple[str, ...]) -> type[HP]:
     """Schema of a composite: ``parts`` = inner κ by name and options, validated against ``families``."""
@@ -419,13 +413,13 @@ class Composite(Kappa):
         own = sum(k.scratch((feat[0] if self.concat else w,)) for k, w in zip(self.components, widths))
         return own + (0 if self.concat else sum(widths[1:-1]))
 
-    def build(self, feat, reference=False):
+    def build(self, feat):
         from rpn2c.components.impl.kappa import _Chain
 
         if self.elementwise:
-            return super().build(feat, reference)
+            return super().build(feat)
         if len(feat) != 1:
             raise ShapeRuleError(f"{self.name} needs flat features, got a grid {feat}; flatten() first")
         widths = self._feats(feat[0])
-        mods = [k.build((feat[0] if self.concat else w,), reference) for k, w in zip(self.components, widths)]
+        mods = [k.build((feat[0] if self.concat else w,)) for k, w in zip(self.components, widths)]
         return _Chain(mods, self.concat)

@@ -133,7 +133,7 @@ class Flatten(Kappa):
     def features_out(self, feat):
         return (math.prod(feat),)
 
-    def build(self, feat, reference=False):
+    def build(self, feat):
         from rpn2c.components.impl.kappa_compression import _FlattenModule
 
         return _FlattenModule()

@@ -23,16 +23,21 @@ class _PatchExpansion(Kappa):
         hp = self.hp
         return hp.to_geometry(rank) if hasattr(hp, "to_geometry") else hp.geometry(rank)
 
+    def unfolds(self, rank: int) -> bool:
+        """A zero-padded box of taps on a lattice of a 2-D grid: im2col's patches."""
+        geo = self.geometry(rank)
+        return rank == 2 and geo.taps is None and geo.padding_mode == "zeros" and not geo.staggered
+
     def features_out(self, feat):
         if len(feat) < 2:
             raise ShapeRuleError(f"{self.name} gathers patches of a grid; the input has flat features {feat}")
         geo = self.geometry(len(feat) - 1)
         return (feat[0] * geo.patch_size, *geo.out_spatial(tuple(feat[1:])))
 
-    def build(self, feat, reference=False):
+    def build(self, feat):
         from rpn2c.components.impl.kappa_patches import PatchGatherModule
 
-        return PatchGatherModule(self.geometry(len(feat) - 1), tuple(feat[1:]), reference)
+        return PatchGatherModule(self.geometry(len(feat) - 1), tuple(feat[1:]))
 
 
 @register

@@ -87,7 +87,7 @@ class _PatchPool(Kappa):
     def native_pooling(self, rank: int) -> bool:
         return native_pooling(self.geometry(rank), self.metric)
 
-    def build(self, feat, reference=False):
+    def build(self, feat):
         from rpn2c.components.impl.kappa_pooling import PatchPoolModule
 
         hp = self.hp
@@ -95,7 +95,7 @@ class _PatchPool(Kappa):
         ignore = hp.ignores_outside() if hasattr(hp, "ignores_outside") else \
             (hp.outside == "ignore" or (hp.outside == "auto" and self.metric in ("max", "min")))
         self.features_out(tuple(feat))  # the ceil_mode checks
-        return PatchPoolModule(self.geometry(len(feat) - 1), tuple(feat[1:]), self.metric, kw, ignore, reference,
+        return PatchPoolModule(self.geometry(len(feat) - 1), tuple(feat[1:]), self.metric, kw, ignore,
                                self.ceil_mode)
 
 
@@ -269,7 +269,7 @@ class AdaptivePool(Kappa):
             raise ShapeRuleError(f"{self.name} pools over a grid; the input has flat features {feat}")
         return (feat[0], *self.out_size(len(feat) - 1))
 
-    def build(self, feat, reference=False):
+    def build(self, feat):
         from rpn2c.components.impl.kappa_pooling import AdaptivePoolModule
 
-        return AdaptivePoolModule(tuple(feat[1:]), self.out_size(len(feat) - 1), self.hp.metric, reference)
+        return AdaptivePoolModule(tuple(feat[1:]), self.out_size(len(feat) - 1), self.hp.metric)

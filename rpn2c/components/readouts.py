@@ -59,14 +59,13 @@ class Item(Op):
 
     name, family = "item", "op"
     HP = _ItemHP
-    lowering_aware = True  # built with ``reference=``: the unit row e_kᵀ, or indexing
     example = example_model("input x: sequence[B, 5, 4]", "y = item(x, index = 1)", "return y")
 
     def infer(self, ins):
         return read_type(ins[0], self.hp.index, f"item(index = {self.hp.index})")
 
-    def build(self, ins, reference: bool = False):
+    def build(self, ins):
         from rpn2c.components.impl.readouts import ItemModule
 
         axis, _ = read_axis(ins[0], self.name)
-        return ItemModule(self.hp.index, axis, f"item(index = {self.hp.index})", needed(self.hp.index), reference)
+        return ItemModule(self.hp.index, axis, f"item(index = {self.hp.index})", needed(self.hp.index))

@@ -6,7 +6,8 @@ declares, in one place:
 - ``HP``: its pydantic hyper-parameter schema (``extra="forbid"``, defaults and bounds);
 - the docstring's first line: the one-line doc with the formula;
 - the family's shape rule and parameter-count rule (methods);
-- ``build(...)``: the ``nn.Module`` implementing it (both lowerings; ``reference=True`` asks for the literal form);
+- ``build(...)``: the ``nn.Module`` implementing it (the default form; the reference lowering puts its literal
+  forms in place, ``rpn2c/lower/literal_forms.py``);
 - ``example``: a minimal runnable spec using it in its slot (docs, ``rpn2c components NAME`` and the compile tests
   use the same text). The family's ``example_template()`` fits most entries: ``{call}`` stands for
   ``example_call`` (default: the bare name; ``{name}`` stands for the name, so a shared base can declare it), so an
@@ -84,7 +85,6 @@ class Component:
     example_call: ClassVar[str] = ""  # how the example writes this entry, e.g. ``patch_max(size = 2)``
     compile_limitation: ClassVar[str | None] = None  # why fullgraph torch.compile fails (a torch limitation)
     reads_tokens: ClassVar[bool] = False  # an op that may read integer token ids (the checker refuses all others)
-    lowering_aware: ClassVar[bool] = False  # ``build`` takes ``reference=`` (the literal or the default form)
     kernels: ClassVar[tuple] = ()  # the kernel ops it implements (``rpn2c.ir.kernels.Kernel``), its module's methods
 
     def __init__(self, hp: HP):

@@ -46,7 +46,6 @@ class Relation(Op):
     name, family = "relation", "op"
     HP = _RelationHP
     arity = (1, 2)
-    lowering_aware = True  # built with ``reference=`` (the literal or the default form)
     example = example_model("input x: sequence[B, 5, 4]", "input c: sequence[B, 6, 3]",
                             "r = relation(x, c, xi = attention(rank = 2))", "y = apply(r, c)", "return y")
 
@@ -76,7 +75,7 @@ class Relation(Op):
             n = types[0].items
         return matrix(types[0].batch, n, ctx.size), xi.count(ctx)
 
-    def build(self, inputs: list[TensorType], reference: bool = False):
+    def build(self, inputs: list[TensorType]):
         from rpn2c.components.impl.relation import RelationModule
 
         keys = [k for k, _ in self.hp.xi.component.value_refs()]
@@ -84,7 +83,7 @@ class Relation(Op):
         ctx = self.context(data, dict(zip(keys, inputs[len(data):])))
         module = self.hp.xi.component.build(ctx)
         module.axis = "instance"
-        return RelationModule(module, len(data) > 1, keys, reference, self.hp.swap)
+        return RelationModule(module, len(data) > 1, keys, self.hp.swap)
 
 
 def _one_batch(a: TensorType, b: TensorType, what: str) -> None:

@@ -185,16 +185,15 @@ class _ReadItem(Op):
     (``rpn2c.components.readouts``)."""
 
     index: ClassVar[int] = 0
-    lowering_aware = True  # built with ``reference=``: the unit row e_kᵀ, or indexing
 
     def infer(self, ins):
         return read_type(ins[0], self.index, self.name)
 
-    def build(self, ins, reference: bool = False):
+    def build(self, ins):
         from rpn2c.components.impl.readouts import ItemModule
 
         axis, _ = read_axis(ins[0], self.name)
-        return ItemModule(self.index, axis, f"{self.name}(x)", needed(self.index), reference)
+        return ItemModule(self.index, axis, f"{self.name}(x)", needed(self.index))
 
 
 @register

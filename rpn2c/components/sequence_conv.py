@@ -33,7 +33,6 @@ class CausalConv(Op):
     name, family = "causal_conv", "op"
     aliases = ("short_conv",)
     HP = _CausalConvHP
-    lowering_aware = True  # built with ``reference=``: the Toeplitz matrices or the grouped convolution
     example = example_model("input x: sequence[B, 6, 4]", "y = causal_conv(x, kernel = 3)", "return y")
 
     def infer(self, ins):
@@ -48,7 +47,7 @@ class CausalConv(Op):
         c = ins[0].features
         return c * self.hp.kernel + (c if self.hp.bias else 0)
 
-    def build(self, ins, reference: bool = False):
+    def build(self, ins):
         from rpn2c.components.impl.sequence_conv import CausalConvModule
 
-        return CausalConvModule(ins[0].features, self.hp.kernel, self.hp.bias, reference)
+        return CausalConvModule(ins[0].features, self.hp.kernel, self.hp.bias)

@@ -177,7 +177,6 @@ class PatchMerge(Op):
     aliases = ("patch_merging",)
     synonyms = dict.fromkeys(("swin_patch_merging", "space_to_depth_items"), "patch_merge(x, grid = [gh, gw])")
     HP = _MergeHP
-    lowering_aware = True  # built with ``reference=``: the selection matrices or the reshape
     example = example_model("input x: sequence[B, 16, 3]", "y = patch_merge(x, grid = [4, 4])", "return y")
 
     def infer(self, ins):
@@ -187,7 +186,7 @@ class PatchMerge(Op):
         c = t.features
         return t.with_shape((t.batch, gh * gw // 4, 4 * c if is_known(c) else f"4*{c}"))
 
-    def build(self, ins, reference: bool = False):
+    def build(self, ins):
         from rpn2c.components.impl.windows import PatchMergeModule
 
-        return PatchMergeModule(tuple(self.hp.grid), reference)
+        return PatchMergeModule(tuple(self.hp.grid))

@@ -75,12 +75,15 @@ class Graph(Interdependence):
     def scratch(self, ctx):
         return edge_messages(ctx)
 
+    def one_hop(self) -> bool:
+        return self.hp.hops == 1 and self.hp.mode == "power"
+
     def steps(self, ctx):
         return max(self.hp.hops, 1)  # one propagation per hop (at most log2(hops) squarings on a small graph)
 
     def build(self, ctx):
         from rpn2c.components.impl.xi_graph import _GraphXi
 
-        return _GraphXi(self.hp, ctx.axis)
+        return _GraphXi(self.hp, ctx.axis, self.one_hop())
 
 

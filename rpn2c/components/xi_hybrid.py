@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from rpn2c.components.base import Interdependence, ShapeRuleError, XiContext
 from rpn2c.components.registry import HP, REGISTRY, ValueRef, register
 from rpn2c.components.xi_kernels import KERNEL_ENTRIES, NORMS
+from rpn2c.ir.kernels import XI_ARGS, Kernel, Predicate
 from rpn2c.ir.types import dim_add, dim_mul, is_known
 
 
@@ -108,6 +109,26 @@ def _hybrid_parts(hp) -> list[tuple[Interdependence, dict]]:
     return out
 
 
+def _linear_in_parts(xi) -> bool:
+    return xi.hp.normalize == "none" and xi.hp.fusion in ("sum", "mean", "weighted", *_CONCAT)
+
+
+def _on_edges(xi) -> bool:
+    norm = xi.hp.normalize
+    return (xi.hp.fusion == "hadamard" and any(p.one_hop() for p, _ in xi.parts)
+            and (norm in ("none", "row", "column", "symmetric") or (norm.startswith("softmax") and xi.hp.mask_zeros)))
+
+
+# the hybrid ξ's two kernels: its module's methods ``apply_parts`` and ``hadamard_on_edges`` (rules/items.py)
+FUSED_PARTS = Kernel("fused_parts", XI_ARGS, "apply_parts", Predicate(
+    _linear_in_parts, "an unnormalised sum, mean, weighted or concatenating fusion is linear in the matrices: each "
+                      "part's own A_i z (its kernel), then the outputs fused; never the fused matrix"))
+EDGE_HADAMARD = Kernel("edge_hadamard", XI_ARGS, "hadamard_on_edges", Predicate(
+    _on_edges, "a Hadamard product with a 1-hop graph part (unnormalised, row, column or symmetric normalised, or "
+               "a softmax over the non-zero entries): on the graph's edge list, the other parts' entries taken at "
+               "its edges (GAT-like), never an N x N matrix"))
+
+
 @register
 class Hybrid(Interdependence):
     """Hybrid ξ: A = fusion(A_1, …, A_k) (eq 85), Hadamard A_g ∘ A_b (eq 86–87, e.g. graph mask ∘ bilinear), Σ w_i A_i, mean, max, min, median, Σ α_i A_i (eq 114), (⊔ A_i) W (eq 119) or (⊔ A_i) P Qᵀ (eq 120); optional normalisation.
@@ -116,16 +137,17 @@ class Hybrid(Interdependence):
     normalisation under Aᵀ is our row = output). weighted, median, concat_linear and concat_lowrank are the fusion
     entries of those names applied to the matrices, ⊔ along their output axis (A_i ∈ R^{m x m'} side by side,
     W ∈ R^{k·m' x n'}); learnable (weighted), fusion_out, fusion_rank, fusion_bias (concat) configure them.
-    Default lowering: sums, weighted sums and concatenations are the fusion of the parts' outputs A_i z (never a
-    fused matrix; a concat bias b adds (Σ z) bᵀ); a Hadamard product with a 1-hop graph part runs on its edge list
-    (entries of the other parts gathered at the edges, segment softmax, index_add) — GAT-like without an N x N
-    matrix; otherwise (max, min, median, normalised fusions) dense. Keys: plain keys go to every part declaring
+    Default lowering: sums, weighted sums and concatenations are the fusion of the parts' outputs A_i z (kernel
+    fused_parts: never a fused matrix; a concat bias b adds (Σ z) bᵀ); a Hadamard product with a 1-hop graph part
+    runs on its edge list (kernel edge_hadamard: entries of the other parts gathered at the edges, segment softmax,
+    index_add) — GAT-like without an N x N matrix; otherwise (max, min, median, normalised fusions) dense. Keys: plain keys go to every part declaring
     them, p<i>_<key> to part i (1-based).
     """
 
     name, family = "hybrid", "interdependence"
     example_call = 'hybrid(parts = ["chain", "pearson_correlation"])'
     HP = _HybridHP
+    kernels = (FUSED_PARTS, EDGE_HADAMARD)
 
     def __init__(self, hp):
         super().__init__(hp)

@@ -94,9 +94,12 @@ class CompiledModel(nn.Module):
             return RecurrentModule(node.layer, x.features, node.trace["recurrent"], op)
         args = [g.node(preds[f"arg{i}"]).type for i in range(len(preds))]
         comp = node.op.component
-        if comp.lowering_aware:  # a relation: the literal matrix or the default form
-            return comp.build(args, reference=self.reference)
-        return comp.build(args) if node.op.component.family == "op" else comp.build(args[0])
+        module = comp.build(args) if comp.family == "op" else comp.build(args[0])
+        if self.reference:  # the oracle: an op module that has a literal form computes by it
+            from rpn2c.lower.literal_forms import literal
+
+            return literal(module)
+        return module
 
     def _tie_parameters(self) -> None:
         """``tie = c1``: the tied node's module holds ``c1``'s very parameter and buffer objects at the same paths,

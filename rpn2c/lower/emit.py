@@ -34,7 +34,7 @@ def emit(model: nn.Module, graph, inline: bool = True) -> tuple[Callable, str]:
             if memo is not None:
                 aux["_memo"] = memo
             ctx = env[preds["context"]] if "context" in preds else None
-            if inline and not module.reference:
+            if inline and module.program:  # the default lowering's layer: its steps inlined
                 y = _emit_program(g, path, module, {preds["x"]: env[preds["x"]], preds.get("context"): ctx}, aux)
             else:
                 y = g.call_module(path, (env[preds["x"]], ctx, aux))

@@ -3,8 +3,9 @@
 An emitter ``EMITTERS[op](term, site)`` is called once, when the layer is built, with the term and the plain facts
 of its head (``Site``); it returns ``run(layer, *args)``, the op's torch computation, which reads the layer's
 parameters at call time (so moving, converting or loading the model needs nothing else). Semantic ops that no rule
-rewrote run as the paper writes them (``xi`` by its matrix, ``patches`` by the padding matrix, ``recur`` by the
-reference recurrence); kernel ops run their kernel. ``lower/program.py`` orders the calls. A kernel whose choice
+rewrote run their general form (``xi`` by its module's ``apply``, ``patches`` by index: no padding matrix);
+kernel ops run their kernel. The paper's literal forms are the oracle's alone (``lower/reference.py``, which this
+module never imports). ``lower/program.py`` orders the calls. A kernel whose choice
 depends on run-time facts declares its fallback as a predicate on its record (``rpn2c.ir.kernels``), which the
 emitter calls.
 """
@@ -24,8 +25,8 @@ from rpn2c.functional import structure
 from rpn2c.functional.expansion import taylor_reconcile
 from rpn2c.ir.kernels import ATTEND_ARGS, XI_ARGS, Kernel, declared
 from rpn2c.ir.terms import SEMANTIC_OPS, Term
-from rpn2c.lower import reference as literal
 from rpn2c.lower.attention import packed_attention
+from rpn2c.lower.parts import channel, fuse, fuse_channels
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
@@ -94,7 +95,7 @@ def _remainder(t: Term, s: Site):
 
 
 def _fuse_heads(t: Term, s: Site):
-    return lambda layer, *ys: literal.fuse(layer.fusion, list(ys), s.grid_out)
+    return lambda layer, *ys: fuse(layer.fusion, list(ys), s.grid_out)
 
 
 def _head_posts(layer, outs):
@@ -115,7 +116,7 @@ def _fused_sdpa(t: Term, s: Site):
                                kernel)
         if fuse_out:
             return out
-        return literal.fuse(layer.fusion, _head_posts(layer, out), s.grid_out)
+        return fuse(layer.fusion, _head_posts(layer, out), s.grid_out)
 
     return run
 
@@ -130,32 +131,31 @@ def _stacked_linear(t: Term, s: Site):
         weight = torch.cat([hd.psi.weight for hd in holders])
         bias = torch.cat([hd.bias for hd in holders]) if holders[0].bias is not None else None
         ys = F.linear(k, weight, bias).split([hd.psi.weight.shape[0] for hd in holders], dim=-1)
-        return literal.fuse(layer.fusion, list(ys), s.grid_out)
+        return fuse(layer.fusion, list(ys), s.grid_out)
 
     return run
 
 
 # ------------------------------------------------------------------------------------------------ ξ ops
-def _xi_with(kernel: Kernel | None, literal_form: bool = False):
-    """ξ on ``z`` (query ``q``, context ``c``): by its matrix (``literal_form``), its module's ``apply``, or the
-    declared ``kernel`` bound to its module (``Kernel.bind``: the method, or its fallback where the fallback's
-    predicate holds). A vector head's ξ sees its one item as ``[B, 1, M]``."""
+def _xi_with(kernel: Kernel | None):
+    """ξ on ``z`` (query ``q``, context ``c``): by its module's ``apply`` (its own form: structured where the ξ
+    is, its matrix where the matrix is the parameter; an affine ξ by its GEMM and bias), or the declared
+    ``kernel`` bound to its module (``Kernel.bind``: the method, or its fallback where the fallback's predicate
+    holds). A vector head's ξ sees its one item as ``[B, 1, M]``."""
 
     @reads(*XI_ARGS)
     def build(t: Term, s: Site):
-        slot, channel = t.info["slot"], t.info["channel"]
+        slot, ch = t.info["slot"], t.info["channel"] or 0
         vec = s.trace.view == "vector"
 
         def run(layer, z, q, c, aux):
-            m = literal.channel(getattr(s.holder(layer), slot), channel or 0)
+            m = channel(getattr(s.holder(layer), slot), ch)
             if vec:
                 z, q, c = z.unsqueeze(1), q.unsqueeze(1), c.unsqueeze(1)
             own = own_aux(m, aux)
             if s.share is not None and "_memo" in aux:
                 own["_share"] = (aux["_memo"], s.share)
-            if literal_form and m.offset() is None:
-                y = literal.interdependence(m, z, q, c, own)
-            elif kernel is None:  # (an affine ξ by its GEMM and bias, not [A | b] on z with ones appended)
+            if kernel is None:
                 y = m.apply(z, q, c, own)
             elif kernel.args == ATTEND_ARGS:  # an attention kernel: on the projected queries and keys
                 y = m.apply(z, q, c, own, attend=kernel.bind(m))
@@ -190,11 +190,15 @@ def _pool(t: Term, s: Site):
     return lambda layer, x: s.holder(layer).kappa.pool(x)
 
 
+def _kappa_unfold(t: Term, s: Site):
+    return lambda layer, x: s.holder(layer).kappa.im2col(x)
+
+
 def _reconcile(t: Term, s: Site):
     c, g = t.info["channel"] or 0, s.spec.groups
 
     def run(layer, k):
-        psi = literal.channel(s.holder(layer).psi, c)
+        psi = channel(s.holder(layer).psi, c)
         if g == 1:
             return psi.apply(k)
         w = psi.matrix().unflatten(0, (g, -1))  # [g, n/g, D/g]: ψ block-diagonal over the feature groups
@@ -228,7 +232,7 @@ def _linear(t: Term, s: Site):
 
     def run(layer, k):
         hd = s.holder(layer)
-        return F.linear(k, literal.channel(hd.psi, c).weight, hd.bias)
+        return F.linear(k, channel(hd.psi, c).weight, hd.bias)
 
     return _on_grid(s, run)
 
@@ -239,13 +243,13 @@ def _degree_linear(t: Term, s: Site):
 
     def run(layer, z):
         hd = s.holder(layer)
-        return taylor_reconcile(z, literal.channel(hd.psi, c).weight, hd.bias, d=d)
+        return taylor_reconcile(z, channel(hd.psi, c).weight, hd.bias, d=d)
 
     return _on_grid(s, run)
 
 
 def _fuse_channels(t: Term, s: Site):
-    return lambda layer, *ys: literal.fuse_channels(s.holder(layer), list(ys), s.grid_out)
+    return lambda layer, *ys: fuse_channels(s.holder(layer), list(ys), s.grid_out)
 
 
 # ------------------------------------------------------------------------------------------------ grid ops
@@ -283,7 +287,7 @@ def _conv(t: Term, s: Site):
             xp, padding = _pad(x, geo), 0
             if kappa.name != "identity":
                 xp = hd.kappa(xp, grid=True)  # [B, C·d, ...]; padded cells read κ(0)
-        w = literal.channel(hd.psi, c).matrix()  # [n, (C/g)·p·d]
+        w = channel(hd.psi, c).matrix()  # [n, (C/g)·p·d]
         n, cg = w.shape[0], x.shape[1] // g
         if d > 1:
             w = w.reshape(n, cg, p, d).transpose(2, 3)
@@ -299,11 +303,6 @@ def _conv(t: Term, s: Site):
         return y
 
     return run
-
-
-def _patches_literal(t: Term, s: Site):
-    geo, mode = s.trace.geometry, t.info["mode"]
-    return lambda layer, x: literal.patches(x, geo, mode, tuple(x.shape[2:]))
 
 
 def _gather_patches(t: Term, s: Site):
@@ -353,9 +352,10 @@ def _box_sum(t: Term, s: Site):
 
 # ------------------------------------------------------------------------------------------------ the table
 EMITTERS: dict[str, Callable[[Term, Site], Callable]] = {
-    # semantic ops (what runs where no rule rewrote them: the paper's literal forms)
-    "xi": _xi_with(None, literal_form=True),
-    "patches": _patches_literal,
+    # semantic ops (what runs where no rule rewrote them: each op's general form, the module's own; the
+    # paper's literal forms are the oracle's, lower/reference.py)
+    "xi": _xi_with(None),
+    "patches": _gather_patches,
     "expand": _expand,
     "reconcile": _reconcile,
     "bias": _bias,
@@ -370,6 +370,7 @@ EMITTERS: dict[str, Callable[[Term, Site], Callable]] = {
     "unfold": _unfold,
     "gather_patches": _gather_patches,
     "pool": _pool,
+    "kappa_unfold": _kappa_unfold,
     "linear": _linear,
     "degree_linear": _degree_linear,
     "fused_sdpa": _fused_sdpa,

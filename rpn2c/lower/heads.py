@@ -30,7 +30,7 @@ def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, dat
     holder.spec, holder.trace = h, t
     c = h.channels
     feat = (t.mz,) if not t.grid_kappa else (data.features, *data.spatial)
-    holder.kappa = h.kappa.component.build(feat, False)
+    holder.kappa = h.kappa.component.build(feat)
     n = h.out if h.out is not None else t.d
     if not t.grid_kappa:
         psis = [h.psi.component.build(n, t.d // h.groups) for _ in range(c)]
@@ -51,7 +51,7 @@ def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, dat
     if geo is not None and geo.taps is not None:  # kernel-box positions of a patch's taps, built once
         pos = torch.tensor([_flat(tp, geo.kernel) for tp in geo.tap_positions()], dtype=torch.long)
         holder.register_buffer("tap_pos", pos, persistent=False)
-    if geo is not None and "gather_patches" in ops and all(isinstance(v, int) for v in data.spatial):
+    if geo is not None and ("gather_patches" in ops or "patches" in ops) and all(isinstance(v, int) for v in data.spatial):
         # hoisted: the (patch, tap) source index of a known grid is built once, not on every call
         holder.register_buffer("patch_index", geo.patch_index(tuple(data.spatial)), persistent=False)
     if h.bias == "tied":
@@ -66,8 +66,6 @@ def _build_head(holder: nn.Module, h: HeadSpec, t: HeadTrace, x: TensorType, dat
 
 
 class LayerModule(nn.Module):
-    reference = False
-
     """One IR ``layer`` node: ``post(fuse_h(fuse_c(A_i κ(Z A_a) ψ_cᵀ + b)) + π(x))``."""
 
     def __init__(self, spec: LayerSpec, traces: list[HeadTrace], x: TensorType, ctx: TensorType | None,

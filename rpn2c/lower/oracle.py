@@ -1,7 +1,8 @@
 """The reference lowering's layer, built on its own: the oracle the default lowering is checked against.
 
-``ReferenceLayer`` builds every part from the registry's literal forms (``component.build(..., reference=True)``)
-and computes each head with ``lower/reference.py`` (every matrix materialised as the paper writes it). It shares
+``ReferenceLayer`` builds every part from the registry, puts the literal form of each part that has one in place
+(``lower/literal_forms.py``: the padding matrix of a patch κ, the pooling matrices, ...) and computes each head with
+``lower/reference.py`` (every matrix materialised as the paper writes it). It shares
 no construction code with the default layer (``lower/heads.py``): the differential tests load one ``state_dict``
 into two independent builds, so a wrong shape, slot, tie or packing in either shows. It names its tensors as the
 IR's layouts say (``rpn2c/ir/layout.py``: identical attention heads packed as torch packs them), which both
@@ -16,8 +17,10 @@ from torch import nn
 from rpn2c.components.base import XiContext
 from rpn2c.ir.graph import head_slots
 from rpn2c.ir.layout import AttentionLayout, attention_layout
-from rpn2c.lower import reference as literal
+from rpn2c.lower import reference
 from rpn2c.lower.attention import per_head_keys, migrate_per_head
+from rpn2c.lower.literal_forms import literal
+from rpn2c.lower.parts import fuse
 
 
 def _head_type(out, width: int):
@@ -29,8 +32,7 @@ def _head_type(out, width: int):
 class ReferenceLayer(nn.Module):
     """``post(fuse_h(fuse_c(A_i κ(Z A_a) ψ_cᵀ + b)) + π(x))``, literally."""
 
-    reference = True
-    program = ()
+    program = ()  # nothing to inline: the generated program calls the layer
 
     def __init__(self, spec, traces, x, ctx, aux_types: dict, out):
         super().__init__()
@@ -53,13 +55,14 @@ class ReferenceLayer(nn.Module):
         self.layout = attention_layout(spec, traces, x.features, data.features, aux_types)
         if self.layout is not None:
             self._pack(self.layout)
+        literal(self)  # every part that has a literal form computes by it
         self.bind_views()
 
     @staticmethod
     def _literal_head(hd: nn.Module, h, t, x, data, aux_types, out, place: tuple[int, int]) -> None:
         """Head ``place[0]`` of ``place[1]`` (a per-head attention mask gives it its slice)."""
         hd.spec, hd.trace = h, t
-        hd.kappa = h.kappa.component.build((data.features, *data.spatial) if t.grid_kappa else (t.mz,), True)
+        hd.kappa = h.kappa.component.build((data.features, *data.spatial) if t.grid_kappa else (t.mz,))
         width = t.d if h.out is None else h.out
         if not t.grid_kappa:
             psi = [h.psi.component.build(width, t.d // h.groups) for _ in range(h.channels)]
@@ -162,11 +165,11 @@ class ReferenceLayer(nn.Module):
 
         outs = []
         for hd in self._holders():
-            y = literal.head(hd, x, data, aux_of, grid)
+            y = reference.head(hd, x, data, aux_of, grid)
             for p in getattr(hd, "head_post", ()):
                 y = p(y)
             outs.append(y)
-        y = literal.fuse(self.fusion, outs, grid) if self.fusion is not None else outs[0]
+        y = fuse(self.fusion, outs, grid) if self.fusion is not None else outs[0]
         if self.pi is not None:
             y = y + (self.pi(raw.movedim(1, -1)).movedim(-1, 1) if self.x_kind == "grid" else self.pi(raw))
         for p in self.post:

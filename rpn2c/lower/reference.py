@@ -3,19 +3,21 @@
 ``head`` evaluates ``A_i κ(Z A_a) ψ_cᵀ + b_c`` per channel (grid heads: ``κ(X A_patch) ψᵀ``) and fuses the
 channels, from its literal terms: interdependence ``z A`` / ``A z`` with ``A`` from the ξ module's ``matrix``,
 reconciliation ``k ψ(w)ᵀ`` with ψ (block-diagonal for groups) materialised, and grid patches ``x A_patch`` with
-the padding or aggregation matrix (the padding one is κ's literal patch gather, ``kappa.literal_patches``).
-Nothing here reads an optimiser decision or shares a code path with the default lowering's heads
-(``lower/heads.py``); the component modules supply κ, ψ's parameters, the fusions and the ξ matrices. The default
-lowering's kernels are checked against this.
+the padding or aggregation matrix (the padding one is :func:`literal_patches`). Nothing here reads an optimiser
+decision or shares a code path with the default lowering (``lower/heads.py``, ``lower/emitters.py``, which never
+import this module); the component modules supply κ (in their literal forms, ``lower/literal_forms.py``), ψ's
+parameters, the fusions and the ξ matrices. The default lowering's kernels are checked against this.
 """
 
 from __future__ import annotations
 
 import torch
 
-from rpn2c.components.kappa import literal_patches
+from rpn2c.components.grid import Geometry
 from rpn2c.components.xi import aggregation_matrix
+from rpn2c.functional import structure
 from rpn2c.ir.graph import slots_after, slots_before
+from rpn2c.lower.parts import channel, fuse_channels
 
 
 def interdependence(m, z, q, data, aux):
@@ -40,6 +42,12 @@ def reconciliation(psi, k, groups: int = 1):
         return k @ psi.matrix().transpose(-1, -2)
     w = psi.matrix().unflatten(0, (groups, -1))  # [g, n/g, D/g]
     return k @ torch.block_diag(*w.unbind(0)).transpose(-1, -2)
+
+
+def literal_patches(x: torch.Tensor, geo: Geometry, spatial: tuple[int, ...]) -> torch.Tensor:
+    """The patch gather as the paper writes it: ``x_flat @ A`` with the padding-mode matrix, ``[B, C, P, p]``."""
+    a = structure.padding_matrix(**geo.structure_args(spatial, x.device), device=x.device, dtype=x.dtype)
+    return (x.flatten(2) @ a).unflatten(-1, (-1, geo.patch_size))
 
 
 def patches(x, geo, mode: str, spatial):
@@ -93,21 +101,3 @@ def _grid_head(hd, x, grid_out):
 def _interdependence(mod, c, z, q, data, aux_of):
     m = channel(mod, c)
     return interdependence(m, z, q, data, aux_of(m))
-
-
-# shared with the default heads: where a part lives and which axis a fusion reads, no kernel
-def fuse_channels(hd, ys, grid):
-    """A head's channel outputs fused (one channel: itself)."""
-    return ys[0] if len(ys) == 1 else fuse(hd.channel_fusion, ys, grid)
-
-
-def channel(mod, c):
-    """Channel ``c``'s module of a per-channel part (a ModuleList), or the part itself when shared."""
-    return mod[c] if isinstance(mod, torch.nn.ModuleList) else mod
-
-
-def fuse(fusion, ys, grid):
-    """Fusions act on the feature axis: the last one for items/vectors, the channel axis (1) for grids."""
-    if not grid:
-        return fusion(ys)
-    return fusion([y.movedim(1, -1) for y in ys]).movedim(-1, 1)

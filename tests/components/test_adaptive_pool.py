@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from rpn2c.components.base import ShapeRuleError
 from rpn2c.components.registry import REGISTRY
 from rpn2c.functional import compression as FC
+from rpn2c.lower.literal_forms import literal
 
 F64 = torch.float64
 ADAPTIVE = {("mean", 1): F.adaptive_avg_pool1d, ("mean", 2): F.adaptive_avg_pool2d, ("mean", 3): F.adaptive_avg_pool3d,
@@ -37,7 +38,7 @@ def assert_equals_torch(name, feat, want_fn, hp, seed=0, native=False):
     k = kappa(name, **hp)
     assert k.features_out(tuple(feat)) == tuple(want.shape[1:])
     assert k.count(tuple(feat)) == 0
-    mods = [k.build(tuple(feat), reference).to(F64) for reference in (False, True)]
+    mods = [k.build(tuple(feat)).to(F64), literal(k.build(tuple(feat))).to(F64)]  # default, reference
     runs = [m.forward for m in mods] + ([mods[0].pool] if native else [])
     for run in runs:
         got = run(x)
@@ -88,7 +89,8 @@ def test_adaptive_bins_and_pooling_matrix():
 def test_adaptive_pool_gradcheck(metric):
     x = rand(1, 2, 5, 4).requires_grad_()
     for reference in (False, True):
-        mod = kappa("adaptive_pool", size=[3, 3], metric=metric).build((2, 5, 4), reference).to(F64)
+        mod = kappa("adaptive_pool", size=[3, 3], metric=metric).build((2, 5, 4)).to(F64)
+        mod = literal(mod) if reference else mod
         assert torch.autograd.gradcheck(mod, (x,), eps=1e-6, atol=1e-5)
 
 
@@ -118,7 +120,7 @@ def test_ceil_mode_mean_equals_torch_divisor(rank, spatial, k, s, p, d, outside)
 
 def test_ceil_mode_other_metrics_and_errors():
     x = rand(1, 2, 5, 5)
-    y = kappa("patch_pool", metric="sum", size=2, ceil_mode=True).build((2, 5, 5), True).to(F64)(x)
+    y = literal(kappa("patch_pool", metric="sum", size=2, ceil_mode=True).build((2, 5, 5))).to(F64)(x)
     torch.testing.assert_close(y, F.avg_pool2d(x, 2, ceil_mode=True, divisor_override=1))
     with pytest.raises(ShapeRuleError, match="cannot skip"):
         kappa("patch_pool", metric="median", size=2, ceil_mode=True).features_out((2, 5, 5))

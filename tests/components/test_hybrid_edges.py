@@ -135,7 +135,7 @@ def test_graph_bilinear_hybrid_allocates_o_of_edges_not_n_squared(monkeypatch, p
     mod = _gat_module(n, part, **hp)
     x = _rand(1, n, 8).requires_grad_()
     with _MaxNumel() as rec:
-        y = mod.apply(x, x, x, {"edges": edges})
+        y = mod.hadamard_on_edges(x, x, x, {"edges": edges})
         y.square().sum().backward()
     assert y.shape == (1, n, 8) and x.grad.abs().sum() > 0
     assert rec.max <= e * 8 < n * n // 100
@@ -149,11 +149,11 @@ def test_duplicate_merge_is_cached_for_a_fixed_graph(monkeypatch):
     calls = []
     merge = structure.coalesce_edges
     monkeypatch.setattr(structure, "coalesce_edges", lambda *a, **k: calls.append(1) or merge(*a, **k))
-    y1 = mod.apply(x, x, x, {"edges": edges})
-    y2 = mod.apply(x, x, x, {"edges": edges})
+    y1 = mod.hadamard_on_edges(x, x, x, {"edges": edges})
+    y2 = mod.hadamard_on_edges(x, x, x, {"edges": edges})
     assert len(calls) == 1 and torch.equal(y1, y2)
     edges[1, 0] = 4  # modified in place: merged again, and the result follows the new graph
-    y3 = mod.apply(x, x, x, {"edges": edges})
+    y3 = mod.hadamard_on_edges(x, x, x, {"edges": edges})
     assert len(calls) == 2
     torch.testing.assert_close(y3, mod.matrix(x, x, {"edges": edges}, n) @ x)
 

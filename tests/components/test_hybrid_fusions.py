@@ -17,11 +17,18 @@ from rpn2c.components import REGISTRY
 from rpn2c.components.base import XiContext
 from rpn2c.components.registry import ValueRef
 from rpn2c.errors import SpecError
+from rpn2c.ir.kernels import offered
 from tests.test_lowering_equivalence import _rand, assert_equivalent
 
 EDGES = torch.tensor([[0, 1, 2, 3, 3, 4, 1, 1, 2], [1, 2, 3, 0, 4, 4, 0, 0, 2]])
 PARTS = {"instance": '["chain", "gaussian_rbf_kernel", "low_rank_bilinear"], rank = 2',
          "attribute": '["chain", "pearson_correlation"]'}
+
+
+def forms(comp, mod):
+    """Every form the default lowering may run for the hybrid ξ: ``apply`` (the fused matrix) and each kernel its
+    record offers for these hyper-parameters (``fused_parts``, ``edge_hadamard``)."""
+    return [mod.apply] + [k.bind(mod) for k in type(comp).kernels if offered(comp, k)]
 
 
 def _build(axis, n=5, m=4, **hp):
@@ -87,7 +94,11 @@ def test_fused_matrix_equals_the_formula_on_the_parts(axis, fusion, extra):
     got = mod.matrix(x, x, {}, size)
     torch.testing.assert_close(got, _outputs_last(want, axis))
     z = _rand(2, 5, 4, seed=5)
-    torch.testing.assert_close(mod.apply(z, x, x, {}), z @ got if axis == "attribute" else got @ z)
+    runs = forms(comp, mod)
+    assert len(runs) == (2 if fusion in ("sum", "mean", "weighted", "concat_linear", "concat_lowrank")
+                         and extra.get("normalize", "none") == "none" else 1)
+    for run in runs:
+        torch.testing.assert_close(run(z, x, x, {}), z @ got if axis == "attribute" else got @ z)
     # parameter count: the parts' plus the fusion's
     parts_count = sum(p.count(ctx) for p, _ in comp.parts)
     n_out = extra.get("fusion_out", size)
@@ -167,8 +178,8 @@ def test_graph_bilinear_without_softmax_has_no_scale(part, hp):
     (eq 182) is used (docs/semantics.md, "Bilinear scale")."""
     n, m = 5, 4
     for softmax in (False, True):
-        _, _, mod = _build("instance", n=n, m=m, parts=["graph", part], edges=ValueRef("edges"), softmax=softmax,
-                           **hp)
+        comp, _, mod = _build("instance", n=n, m=m, parts=["graph", part], edges=ValueRef("edges"),
+                              softmax=softmax, **hp)
         bil = mod.parts[1]
         x = _rand(2, n, m)
         if part == "parameterized_bilinear":
@@ -185,7 +196,10 @@ def test_graph_bilinear_without_softmax_has_no_scale(part, hp):
         a_g = mod.parts[0].matrix(x, x, {"edges": EDGES}, n)
         torch.testing.assert_close(mod.matrix(x, x, {"edges": EDGES}, n), a_g * want_b)
         z = _rand(2, n, 3, seed=4)
-        torch.testing.assert_close(mod.apply(z, x, x, {"edges": EDGES}), (a_g * want_b) @ z)
+        runs = forms(comp, mod)
+        assert len(runs) == 2  # apply and edge_hadamard
+        for run in runs:
+            torch.testing.assert_close(run(z, x, x, {"edges": EDGES}), (a_g * want_b) @ z)
 
 
 def test_explicit_scale_is_kept_without_softmax():

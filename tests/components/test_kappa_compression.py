@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import rpn2c
 from rpn2c.components.registry import REGISTRY, all_entries
 from rpn2c.functional import structure
+from rpn2c.lower.literal_forms import literal
 
 try:
     from threadpoolctl import threadpool_limits
@@ -33,7 +34,9 @@ def kappa(name: str, **hp):
 
 
 def build(name: str, feat, reference: bool = False, **hp):
-    return kappa(name, **hp).build(tuple(feat), reference).to(F64)
+    """The default form, or with ``reference`` the oracle's literal form (``lower/literal_forms.py``)."""
+    module = kappa(name, **hp).build(tuple(feat)).to(F64)
+    return literal(module) if reference else module
 
 
 def rand(*shape, seed=0):

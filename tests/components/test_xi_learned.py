@@ -161,6 +161,7 @@ def test_gat_like_hybrid_sparse_path_equals_dense_masked_form(normalize):
         torch.testing.assert_close(a.sum(-1)[:, g.sum(-1) > 0], torch.ones(2, 5, dtype=F64)[:, g.sum(-1) > 0])
     elif normalize == "none":
         torch.testing.assert_close(a, fused)
+    torch.testing.assert_close(mod.hadamard_on_edges(z, x, x, {"edges": EDGES}), a @ z)  # kernel edge_hadamard
     torch.testing.assert_close(mod.apply(z, x, x, {"edges": EDGES}), a @ z)
 
 
@@ -168,7 +169,7 @@ def test_sparse_hadamard_path_never_builds_the_graph_matrix(monkeypatch):
     mod, x, z = _hybrid_pair("softmax")
     monkeypatch.setattr(type(mod.parts[0]), "matrix", lambda *a, **k: pytest.fail("dense graph matrix built"))
     monkeypatch.setattr(type(mod.parts[1]), "matrix", lambda *a, **k: pytest.fail("dense bilinear built"))
-    y = mod.apply(z, x, x, {"edges": EDGES})
+    y = mod.hadamard_on_edges(z, x, x, {"edges": EDGES})
     assert y.shape == (2, 5, 3)
 
 
@@ -190,7 +191,7 @@ def test_gat_like_hybrid_allocates_nothing_n_by_n():
             return out
 
     with Rec():
-        mod.apply(z, x, x, {"edges": ring})
+        mod.hadamard_on_edges(z, x, x, {"edges": ring})
     assert shapes and not [s for s in shapes if sum(d >= n for d in s) >= 2]
 
 

@@ -125,4 +125,4 @@ def test_the_default_lowering_scans_and_never_builds_the_matrices(monkeypatch):
     assert sorted(set(built)) == ["L", "toeplitz"]
     built.clear()
     torch.testing.assert_close(fast(ids), want, rtol=0, atol=1e-12)
-    assert built == [] and "lowering=scan" in repr(fast) and "lowering=conv1d" in repr(fast)
+    assert built == [] and "lowering=scan" in repr(fast) and "CausalConvModule(" in repr(fast)

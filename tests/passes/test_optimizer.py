@@ -102,6 +102,7 @@ TARGETS = {
     "gather_patches": "  input x: volume[B, 1, 3, 4, 4]\n  y = head(x) { xi_attribute = grid_patch(size = 2)"
                       "  kappa = taylor(d = 2)  out = 2 }",
     "pool": IMG + "  y = compress(x) { kappa = patch_mean(size = 2) }",
+    "unfold_kappa": IMG + "  y = compress(x) { kappa = patch_expansion(size = 3, pad = 1, stride = 2) }",
     "project_first": SEQ + "  y = head(x) { xi_instance = chain(hops = 2)  kappa = chebyshev(d = 3)  out = 2 }",
     "shared_kappa": SEQ + "  y = head(x) { xi_attribute = chain()  kappa = chebyshev(d = 2)  channels = 3"
                           "  out = 2 }",
@@ -109,6 +110,11 @@ TARGETS = {
     "structured_xi": SEQ + '  y = head(x) { xi_instance = chain(direction = "bidirectional")  out = 4 }',
     "causal_sdpa": SEQ + "  y = head(x) { xi_instance = low_rank_bilinear(rank = 2, causal = true)  out = 4 }",
     "flex_window": SEQ + "  y = head(x) { xi_instance = low_rank_bilinear(rank = 2, window = 1)  out = 4 }",
+    "fused_parts": SEQ + '  y = head(x) { xi_instance = hybrid(parts = ["chain", "pearson_correlation"], '
+                         'fusion = "sum")  out = 3 }',
+    "edge_hadamard": "  input x: nodes[N, 3]\n  input edges: edges[2, E]\n"
+                     '  y = head(x) { xi_instance = hybrid(parts = ["graph", "low_rank_bilinear"], edges = edges, '
+                     'rank = 2, normalize = "softmax")  out = 2 }',
     "linear_attention": SEQ + "  y = head(x) { xi_instance = linear_attention(rank = 2, causal = true)  out = 4 }",
     "fused_heads": SEQ + "  y = head(x) { heads = 3  xi_instance = low_rank_bilinear(rank = 2, causal = true)"
                          "  out = 4  fusion = concat_linear(out = 4) }",

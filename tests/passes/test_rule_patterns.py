@@ -50,6 +50,7 @@ TAYLOR_D1 = _use("taylor", "expansion", d=1)
 TAYLOR_SYM = _use("taylor", "expansion", d=2, symmetric=True)
 KAPPA_ID = _use("identity", "expansion")
 PATCH_MAX = _use("patch_max", "compression", size=2)
+PATCH_EXP = _use("patch_expansion", "expansion", size=3, pad=1)
 PSI = _use("identity", "reconciliation")
 GRID = _use("grid_patch", "interdependence", size=3, pad=1)
 GRID_SUM = _use("grid_patch", "interdependence", size=3, mode="aggregation")
@@ -58,6 +59,11 @@ GRAPH = _use("graph", "interdependence", edges=ValueRef("edges"))
 CAUSAL = _use("bilinear", "interdependence", causal=True)
 WINDOW = _use("bilinear", "interdependence", window=2)
 LINEAR_ATTN = _use("linear_attention", "interdependence", rank=2, causal=True)
+HYBRID_SUM = _use("hybrid", "interdependence", parts=["chain", "pearson_correlation"], fusion="sum")
+HYBRID_MAX = _use("hybrid", "interdependence", parts=["chain", "pearson_correlation"], fusion="max")
+HYBRID_GAT = _use("hybrid", "interdependence", parts=["graph", "low_rank_bilinear"], edges=ValueRef("edges"), rank=2,
+                  normalize="softmax")
+HYBRID_HADAMARD = _use("hybrid", "interdependence", parts=["chain", "pearson_correlation"])  # no graph part
 PARAM_XI = _use("parameterized", "interdependence")
 PARAM_XI_AFFINE = _use("parameterized", "interdependence", bias=True)
 XI_ID = _use("identity", "interdependence")
@@ -128,6 +134,8 @@ CASES: tuple[Case, ...] = (
     _c("unfold_patches", lambda b: b.patches(), "unfold[grid_patch](input(x))", {PATCHES}),
     _c("gather_patches", lambda b: b.patches(), "gather_patches[grid_patch](input(x))", {PATCHES}),
     _c("pool", lambda b: b.expand(b.x(), PATCH_MAX, grid=True), "pool[patch_max](input(x))", {EXPAND}),
+    _c("unfold_kappa", lambda b: b.expand(b.x(), PATCH_EXP, grid=True), "kappa_unfold[patch_expansion](input(x))",
+       {EXPAND}),
     _c("degree_blocks", lambda b: b.head(b.expand(b.x(), TAYLOR)), "degree_linear[tied](input(x))",
        {BIAS, RECONCILE, EXPAND}),
     _c("project_first", lambda b: b.t("reconcile", b.xi(b.x(), GRAPH), use=PSI, line=RECONCILE),
@@ -147,6 +155,8 @@ CASES: tuple[Case, ...] = (
        "sdpa_causal[bilinear](expand[chebyshev](input(x)))", {XI}),
     _c("flex_window", lambda b: b.xi(b.expand(b.x()), WINDOW, op="xi_kernel", prov=("structured_xi",)),
        "flex_attention[bilinear](expand[chebyshev](input(x)))", {XI}, ("structured_xi", "flex_window")),
+    _c("fused_parts", lambda b: b.xi(b.x(), HYBRID_SUM), "fused_parts[hybrid](input(x))", {XI}),
+    _c("edge_hadamard", lambda b: b.xi(b.x(), HYBRID_GAT), "edge_hadamard[hybrid](input(x))", {XI}),
     _c("linear_attention", lambda b: b.xi(b.expand(b.x()), LINEAR_ATTN),
        "linear_attention[linear_attention](expand[chebyshev](input(x)))", {XI}),
     _c("fused_heads", lambda b: b.layer("fuse_heads", b.head(b.x(), head="a"), b.head(b.x(), head="b"),
@@ -186,6 +196,8 @@ MISSES: tuple[Miss, ...] = (
     Miss("pool", lambda b: b.expand(b.x(), PATCH_MAX), "no grid flag"),
     Miss("pool", lambda b: b.expand(b.x(), PATCH_MAX, grid=False), "grid flag false"),
     Miss("pool", lambda b: b.patches(), "patches, not expand"),
+    Miss("unfold_kappa", lambda b: b.expand(b.x(), PATCH_MAX, grid=True), "a patch compression, not an expansion"),
+    Miss("unfold_kappa", lambda b: b.expand(b.x(), PATCH_EXP), "no grid flag"),
     Miss("degree_blocks", lambda b: b.head(b.expand(b.x())), "a Chebyshev κ"),
     Miss("degree_blocks", lambda b: b.head(b.expand(b.x(), TAYLOR_D1)), "Taylor of degree 1"),
     Miss("degree_blocks", lambda b: b.head(b.expand(b.x(), TAYLOR_SYM)), "symmetric Taylor"),
@@ -211,6 +223,8 @@ MISSES: tuple[Miss, ...] = (
     Miss("flex_window", lambda b: b.xi(b.x(), WINDOW, slot="xi_attribute_post"), "attribute post slot"),
     Miss("flex_window", lambda b: b.expand(b.x()), "not a ξ"),
     Miss("linear_attention", lambda b: b.xi(b.x(), CAUSAL), "softmax attention, not linear"),
+    Miss("fused_parts", lambda b: b.xi(b.x(), HYBRID_MAX), "a max fusion is not linear in the matrices"),
+    Miss("edge_hadamard", lambda b: b.xi(b.x(), HYBRID_HADAMARD), "a Hadamard product with no graph part"),
     Miss("fused_heads", lambda b: b.t("fuse_channels", b.head(b.x(), 0), b.head(b.x(), 1), use=CONCAT),
          "channels, not heads"),
     Miss("stacked_heads", lambda b: b.t("fuse_channels", b.head(b.x(), 0), b.head(b.x(), 1), use=CONCAT),

@@ -63,6 +63,11 @@ class XiModule(nn.Module):
         """The matrix's entries ``A[dst, src]`` without building it, or None where only the matrix gives them."""
         return None
 
+    def relation(self, q, c, aux) -> torch.Tensor:
+        """The matrix as a value (``relation(x, xi = ...)``'s default form): :meth:`matrix`, unless the ξ computes
+        its matrix without a structural one (a bilinear ξ's masks from item indices)."""
+        return self.matrix(q, c, aux)
+
     def offset(self) -> torch.Tensor | None:
         """An affine ξ's learned bias ``b`` (``A z + b 1ᵀ``, one entry per output item or feature), else None."""
         return None

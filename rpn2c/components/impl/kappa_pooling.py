@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rpn2c.components.grid import Geometry, ceil_extension, native_pooling
-from rpn2c.components.kappa import ignore_fill, literal_patches, pad_pairs
+from rpn2c.components.grid import Geometry, ceil_extension
+from rpn2c.components.kappa import ignore_fill, pad_pairs
 from rpn2c.functional import compression as FC
 from rpn2c.functional import structure
 
@@ -21,13 +20,12 @@ class PatchPoolModule(nn.Module):
     Default lowering: max/min by native max pooling of the explicitly padded grid (pad value 0, or ∓inf when
     out-of-grid taps are ignored), sum/mean by a depthwise convolution with the patch mask (any patch shape);
     every other metric, patch or padding mode by a gather + :func:`rpn2c.functional.compression.patch_reduce`.
-    Reference lowering: the paper's padding matrix, ``x A`` (one-hot columns, zero for out-of-grid taps), then φ.
+    (The reference lowering's form, the paper's padding matrix ``x A`` then φ, is ``lower/literal_forms.py``'s.)
     """
 
-    def __init__(self, geo: Geometry, spatial, metric: str, kw: dict, ignore: bool, reference: bool,
-                 ceil_mode: bool = False):
+    def __init__(self, geo: Geometry, spatial, metric: str, kw: dict, ignore: bool, ceil_mode: bool = False):
         super().__init__()
-        self.metric, self.kw, self.reference = metric, kw, reference
+        self.metric, self.kw = metric, kw
         self.prepad: list[int] = []
         extra = ceil_extension(geo, spatial) if ceil_mode else (0,) * geo.rank
         if any(extra):
@@ -49,7 +47,7 @@ class PatchPoolModule(nn.Module):
         self.register_buffer("index", index, persistent=False)
         self.register_buffer("outside", ~valid, persistent=False)
         self.register_buffer("count", valid.sum(-1).clamp(min=1), persistent=False)
-        if not reference and native_pooling(geo, metric) and metric in ("sum", "mean"):
+        if metric in ("sum", "mean"):  # the box-sum convolution's kernel, should the rule ``pool`` choose it
             self.register_buffer("mask", geo.kernel_mask().to(torch.get_default_dtype()), persistent=False)
 
     def _mean_ignoring(self, s):
@@ -75,81 +73,45 @@ class PatchPoolModule(nn.Module):
         return y
 
     def forward(self, x, grid=True):
-        """φ over every patch by gather + reduce (the reference: by the padding matrix)."""
+        """φ over every patch by gather + reduce."""
         if self.prepad:
             x = F.pad(x, self.prepad)
-        b, c = x.shape[:2]
-        geo, metric = self.geo, self.metric
-        mean_ignore = metric == "mean" and self.ignore
-        if self.reference:
-            taps = literal_patches(x, geo, self.spatial)  # [B, C, P, p]
-            if self.ignore and self.fill != 0.0:
-                taps = taps.masked_fill(self.outside, self.fill)
-            y = FC.reduce(taps, "sum" if mean_ignore else metric, -1, **self.kw)
-        else:
-            y = FC.patch_reduce(x.flatten(2), self.index, "sum" if mean_ignore else metric, pad_value=self.fill,
-                                **self.kw)
-        if mean_ignore:
+        y = FC.patch_reduce(x.flatten(2), self.index, self.reduction, pad_value=self.fill, **self.kw)
+        return self.finish(y, x.shape[:2])
+
+    @property
+    def reduction(self) -> str:
+        """The φ each patch is reduced by: a mean that ignores out-of-grid taps sums, then divides by the count."""
+        return "sum" if self.metric == "mean" and self.ignore else self.metric
+
+    def finish(self, y, batch_channels):
+        """The reduced patches ``[B, C, P]`` on the output grid (the ignoring mean divided by each count)."""
+        if self.metric == "mean" and self.ignore:
             y = self._mean_ignoring(y)
-        return y.reshape(b, c, *self.out_spatial)
+        return y.reshape(*batch_channels, *self.out_spatial)
 
     def extra_repr(self):
         return (f"{self.metric}, kernel={self.geo.kernel}, p={self.geo.patch_size}, stride={self.geo.stride}, "
-                f"ignore_outside={self.ignore}, reference={self.reference}"
+                f"ignore_outside={self.ignore}"
                 + (f", prepad={self.prepad}" if self.prepad else ""))
 
 
 class AdaptivePoolModule(nn.Module):
     """Grid [B, C, *S] -> [B, C, *size]: the mean or max of every adaptive bin.
 
-    Default lowering: ``F.adaptive_avg_pool{n}d`` / ``F.adaptive_max_pool{n}d``. Reference lowering: the mean as
-    the pooling matrix ``x P`` (:func:`rpn2c.functional.compression.adaptive_pool_matrix`; the bin membership
-    product first, then the division by |bin| in x's dtype), the max as the bins
-    gathered by a one-hot matrix ``x A`` then reduced, slots past a bin's end ignored.
+    ``F.adaptive_avg_pool{n}d`` / ``F.adaptive_max_pool{n}d`` (the reference lowering's pooling matrix is
+    ``lower/literal_forms.py``'s).
     """
 
-    def __init__(self, spatial, size, metric: str, reference: bool):
+    def __init__(self, spatial, size, metric: str):
         super().__init__()
-        self.spatial, self.size, self.metric, self.reference = tuple(spatial), tuple(size), metric, reference
-        self.known = all(isinstance(v, int) for v in self.spatial)  # else the reference builds P per input size
-        if reference and self.known:
-            matrix, extra = self._literal(self.spatial)
-            self.register_buffer("matrix", matrix, persistent=False)
-            self.register_buffer("count" if metric == "mean" else "outside", extra, persistent=False)
-
-    def _literal(self, spatial):
-        """The reference's matrix for an input grid ``spatial``: (P's membership, |bin|) for the mean, (the one-hot
-        gather, the slots past a bin's end) for the max."""
-        if self.metric == "mean":  # the pooling matrix P = membership / |bin|, its 1/|bin| applied in x's dtype
-            member = FC.adaptive_pool_matrix(spatial, self.size, dtype=torch.float64)
-            return (member > 0).to(torch.get_default_dtype()), (member > 0).sum(0)
-        index = FC.adaptive_bin_index(spatial, self.size)
-        n = 1
-        for v in spatial:
-            n *= v
-        valid = (index >= 0).flatten()
-        onehot = torch.zeros(n, index.numel(), dtype=torch.get_default_dtype())
-        onehot[index.flatten()[valid], torch.arange(index.numel())[valid]] = 1.0
-        return onehot, ~valid.reshape(index.shape)
+        self.spatial, self.size, self.metric = tuple(spatial), tuple(size), metric
 
     def forward(self, x, grid=True):
-        b, c = x.shape[:2]
-        if not self.reference:
-            rank = len(self.size)
-            if self.metric == "mean":
-                return (F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, F.adaptive_avg_pool3d)[rank - 1](x, self.size)
-            return (F.adaptive_max_pool1d, F.adaptive_max_pool2d, F.adaptive_max_pool3d)[rank - 1](x, self.size)
-        if self.known:
-            matrix, extra = self.matrix, self.count if self.metric == "mean" else self.outside
-        else:
-            matrix, extra = (t.to(x.device) for t in self._literal(tuple(x.shape[2:])))
-        flat = x.flatten(2) @ matrix.to(x.dtype)
+        rank = len(self.size)
         if self.metric == "mean":
-            flat = flat / extra.to(x.dtype)
-        else:
-            taps = flat.unflatten(-1, extra.shape).masked_fill(extra, -math.inf)
-            flat = taps.amax(-1)
-        return flat.reshape(b, c, *self.size)
+            return (F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, F.adaptive_avg_pool3d)[rank - 1](x, self.size)
+        return (F.adaptive_max_pool1d, F.adaptive_max_pool2d, F.adaptive_max_pool3d)[rank - 1](x, self.size)
 
     def extra_repr(self):
-        return f"{self.metric}, size={self.size}, reference={self.reference}"
+        return f"{self.metric}, size={self.size}"

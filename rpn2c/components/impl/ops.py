@@ -6,6 +6,23 @@ import torch
 from torch import nn
 
 
+class HopfieldModule(nn.Module):
+    """``hopfield(x, p)``: ``steps`` sign updates of the state x with the couplings of the patterns p, ``(n W) X``
+    applied as ``Pᵀ(P X) − (Σ_t p_ti²) X_i`` (:func:`rpn2c.functional.hopfield.update`), never the n x n matrix."""
+
+    def __init__(self, steps: int, update: str, threshold: float):
+        super().__init__()
+        self.steps, self.update, self.threshold = steps, update, threshold
+
+    def forward(self, x, p):
+        from rpn2c.functional import hopfield
+
+        return hopfield.update(p, x, self.steps, self.update, self.threshold)
+
+    def extra_repr(self) -> str:
+        return f"steps={self.steps}, update={self.update}, threshold={self.threshold}"
+
+
 class _Lambda(nn.Module):
     def __init__(self, fn):
         super().__init__()

@@ -14,19 +14,18 @@ class RelationModule(nn.Module):
     """R = ξ(q, c) per sample, ``[B, N, M]``. ``forward(q, [c], *aux)``: the context when the relation has one, then
     ξ's value inputs (masks) in the order of ``keys``."""
 
-    def __init__(self, xi: nn.Module, has_context: bool, keys: list[str], reference: bool, swap: bool):
+    def __init__(self, xi: nn.Module, has_context: bool, keys: list[str], swap: bool):
         super().__init__()
         self.xi = xi
-        self.has_context, self.keys, self.reference, self.swap = has_context, list(keys), reference, swap
+        self.has_context, self.keys, self.swap = has_context, list(keys), swap
+
+    def operands(self, q: torch.Tensor, rest: tuple) -> tuple[torch.Tensor, dict]:
+        """The context (``q`` itself without one) and ξ's value inputs by hyper-parameter name."""
+        return (rest[0] if self.has_context else q), dict(zip(self.keys, rest[int(self.has_context):]))
 
     def forward(self, q: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
-        c = rest[0] if self.has_context else q
-        aux = dict(zip(self.keys, rest[int(self.has_context):]))
-        if self.reference or not hasattr(self.xi, "attend"):
-            a = self.xi.matrix(q, c, aux)  # the literal matrix (masks as structural matrices)
-        else:  # a softmax-bilinear ξ: its masks from item indices (no band matrix)
-            a = self.xi.matrix(q, c, aux, literal=False)
-        return a.expand(q.shape[0], *a.shape[-2:]) if a.dim() == 2 else a
+        c, aux = self.operands(q, rest)
+        return batched(self.xi.relation(q, c, aux), q)  # ξ's matrix as a value (XiModule.relation)
 
     def tie_to(self, source: "RelationModule") -> None:
         """Use ``source``'s ξ tensors (``tie = r0``); with ``swap`` its query factors as keys and its key factors
@@ -37,7 +36,12 @@ class RelationModule(nn.Module):
             self.xi._parameters[name] = theirs[other]
 
     def extra_repr(self) -> str:
-        return ("literal" if self.reference else "default") + (", swapped" if self.swap else "")
+        return "swapped" if self.swap else ""
+
+
+def batched(a: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """A relation ``[N, M]`` shared by the samples as ``[B, N, M]``."""
+    return a.expand(q.shape[0], *a.shape[-2:]) if a.dim() == 2 else a
 
 
 class ApplyModule(nn.Module):

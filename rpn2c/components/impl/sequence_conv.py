@@ -7,24 +7,23 @@ import math
 import torch
 from torch import nn
 
-from rpn2c.functional.causal_conv import causal_conv, causal_conv_by_matrix
+from rpn2c.functional.causal_conv import causal_conv
 
 
 class CausalConvModule(nn.Module):
     """``weight [C, 1, k]`` and ``bias [C]`` as ``nn.Conv1d(C, C, k, groups = C)`` holds and draws them
-    (U(±1/√k)); ``reference``: the per-channel Toeplitz matrices, else the grouped convolution."""
+    (U(±1/√k)); one grouped convolution (the reference lowering's Toeplitz matrices are
+    ``lower/literal_forms.py``'s)."""
 
-    def __init__(self, channels: int, taps: int, bias: bool, reference: bool):
+    def __init__(self, channels: int, taps: int, bias: bool):
         super().__init__()
-        self.reference = reference
         bound = 1 / math.sqrt(taps)
         self.weight = nn.Parameter(torch.empty(channels, 1, taps).uniform_(-bound, bound))
         self.bias = nn.Parameter(torch.empty(channels).uniform_(-bound, bound)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (causal_conv_by_matrix if self.reference else causal_conv)(x, self.weight, self.bias)
+        return causal_conv(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         c, _, k = self.weight.shape
-        lowering = "reference" if self.reference else "conv1d"
-        return f"channels={c}, kernel={k}, bias={self.bias is not None}, lowering={lowering}"
+        return f"channels={c}, kernel={k}, bias={self.bias is not None}"

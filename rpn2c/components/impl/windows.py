@@ -44,6 +44,10 @@ class WindowXi(_BilinearXi):
             logits = logits + bias[self.head][place[:, None], place[None, :]]
         return torch.softmax(logits.masked_fill(~keep, float("-inf")), dim=-1)
 
+    def relation(self, q, c, aux):
+        """The N x N matrix (its windows and shift from the grid: no structural matrix to spare)."""
+        return self.matrix(q, c, aux)
+
     def entries(self, q, c, aux, dst, src):
         """The entries A[dst, src] (a hybrid's edges), read off the matrix."""
         return self.matrix(q, c, aux)[..., dst, src]
@@ -103,21 +107,21 @@ class WindowBiasModule(nn.Module):
 
 
 class PatchMergeModule(nn.Module):
-    """Swin's 2 x 2 neighbourhood concatenation ``[B, N, C] -> [B, N/4, 4C]``: a reshape, or (``reference``) the
-    four selection matrices ``[S_1 X | … | S_4 X]``."""
+    """Swin's 2 x 2 neighbourhood concatenation ``[B, N, C] -> [B, N/4, 4C]``: a reshape (the reference lowering's
+    four selection matrices ``[S_1 X | … | S_4 X]`` are ``lower/literal_forms.py``'s)."""
 
-    def __init__(self, grid: tuple[int, int], reference: bool = False):
+    def __init__(self, grid: tuple[int, int]):
         super().__init__()
-        self.grid, self.reference = grid, reference
+        self.grid = grid
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def check(self, x: torch.Tensor) -> None:
         if x.shape[-2] != self.grid[0] * self.grid[1] and not torch.compiler.is_compiling():
             raise InputError(f"patch_merge on grid = {list(self.grid)} reads {self.grid[0] * self.grid[1]} items, "
                              f"got {x.shape[-2]}")
-        if not self.reference:
-            return windows.merge_patches(x, self.grid)
-        s = windows.merge_selections(self.grid, x.dtype, x.device)  # [4, N/4, N]
-        return torch.cat(list((s.unsqueeze(1) @ x.unsqueeze(0)).unbind(0)), dim=-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.check(x)
+        return windows.merge_patches(x, self.grid)
 
     def extra_repr(self) -> str:
-        return f"grid={list(self.grid)}" + (", reference" if self.reference else "")
+        return f"grid={list(self.grid)}"

@@ -150,10 +150,14 @@ class _BilinearXi(XiModule):
         mask = self._additive_mask(aux, q.shape[-2], c.shape[-2], q.dtype, q.device, literal=literal)
         return _masked_softmax(logits, mask, self.hp.softmax)
 
+    def relation(self, q, c, aux):
+        """The matrix with the rotary tables and the masks from item indices (no band or rotation matrix)."""
+        return self.matrix(q, c, aux, literal=False)
+
     def apply(self, z, q, c, aux, attend=None):
         """``A z``; with softmax by ``attend(qq, kk, z, aux)`` (a kernel's bound method; default :meth:`attend`)."""
         if not self.hp.softmax:
-            return self.matrix(q, c, aux) @ z
+            return self.relation(q, c, aux) @ z
         qq, kk = self._qk(q, c, aux)
         if qq.shape[-1] != kk.shape[-1]:  # pragma: no cover - shapes are checked statically
             raise RuntimeError("query/key width mismatch")

@@ -9,9 +9,9 @@ from rpn2c.functional import structure
 
 
 class _GraphXi(XiModule):
-    def __init__(self, hp, axis="instance"):
+    def __init__(self, hp, axis="instance", one_hop: bool = False):
         super().__init__()
-        self.hp, self.axis = hp, axis
+        self.hp, self.axis, self.one_hop = hp, axis, one_hop  # one_hop: the entry's ``one_hop()``
 
     def edge_list(self, aux, n, dtype, device):
         """(src, dst, w) with self-loops and normalisation applied: A[dst, src] = w. O(E).
@@ -38,7 +38,7 @@ class _GraphXi(XiModule):
 
     def support(self, aux, n, dtype, device):
         """The edge list of the literal matrix when it is the 1-hop adjacency (hybrid's sparse path), else None."""
-        if self.hp.hops != 1 or self.hp.mode != "power":
+        if not self.one_hop:
             return None
         structure.check_edge_ids(aux["edges"], n, self.hp.edges.name, self.axis)
         return self.edge_list(aux, n, dtype, device)

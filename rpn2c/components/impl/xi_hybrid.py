@@ -60,42 +60,33 @@ class _HybridXi(XiModule):
         r = kernels.normalize_matrix(r, self.hp.normalize, self.hp.softmax_scale, self.hp.mask_zeros)
         return r if self.axis == "instance" else r.transpose(-1, -2)
 
-    def apply(self, z, q, c, aux):
-        f, norm = self.hp.fusion, self.hp.normalize
-        if f in ("sum", "mean") and norm == "none":
+    # ``apply`` (inherited): the fused matrix times z, for every fusion. The kernels below avoid the matrix where
+    # their record (components/xi_hybrid.py) applies; the rules fused_parts and edge_hadamard choose them.
+    def apply_parts(self, z, q, c, aux):
+        """Kernel ``fused_parts`` (sum, mean, weighted, concat_*; unnormalised): the parts' outputs A_i z fused."""
+        f = self.hp.fusion
+        if f in ("sum", "mean"):
             w = self.weights or [1.0] * len(self.parts)
             if f == "mean":
                 w = [wi / len(self.parts) for wi in w]
             ys = [wi * p.apply(z, q, c, self._aux(i, aux)) for i, (wi, p) in enumerate(zip(w, self.parts))]
             return sum(ys[1:], ys[0])
-        if self.fusion is not None and f != "median" and norm == "none":  # linear in the matrices: fuse A_i z
-            y = self._entry_fuse([p.apply(z, q, c, self._aux(i, aux)) for i, p in enumerate(self.parts)])
-            b = self._concat_bias()
-            if b is None:
-                return y
-            # (⊔ A_i W + 1 bᵀ) applied to z adds (Σ z) bᵀ; the fusion entry added b once
-            if self.axis == "attribute":
-                return y + (z.sum(-1, keepdim=True) - 1) * b
-            return y + (z.sum(-2, keepdim=True) - 1) * b[:, None]
-        if f == "hadamard" and (norm in ("none", "row", "column", "symmetric")
-                                or (norm.startswith("softmax") and self.hp.mask_zeros)):
-            y = self._sparse_hadamard(z, q, c, aux)
-            if y is not None:
-                return y
-        return super().apply(z, q, c, aux)
+        y = self._entry_fuse([p.apply(z, q, c, self._aux(i, aux)) for i, p in enumerate(self.parts)])
+        b = self._concat_bias()
+        if b is None:
+            return y
+        # (⊔ A_i W + 1 bᵀ) applied to z adds (Σ z) bᵀ; the fusion entry added b once
+        if self.axis == "attribute":
+            return y + (z.sum(-1, keepdim=True) - 1) * b
+        return y + (z.sum(-2, keepdim=True) - 1) * b[:, None]
 
-    # ------------------------------------------------------------------------------------ sparse Hadamard path
-    def _sparse_hadamard(self, z, q, c, aux):
+    def hadamard_on_edges(self, z, q, c, aux):
+        """Kernel ``edge_hadamard``: the product on the edge list of the first part that has one (a 1-hop graph
+        part), the other parts' entries taken at its edges, then the normalisation over those entries."""
         zz = z if self.axis == "instance" else z.transpose(-1, -2)
         n = zz.shape[-2]
-        sup = None
-        for i, p in enumerate(self.parts):
-            sup = p.support(self._aux(i, aux), n, zz.dtype, zz.device)
-            if sup is not None:
-                first = i
-                break
-        if sup is None:
-            return None
+        first, sup = next((i, s) for i, p in enumerate(self.parts)
+                          if (s := p.support(self._aux(i, aux), n, zz.dtype, zz.device)) is not None)
         dst, src, vals = self._merged(*sup, n)  # duplicate entries merged: A[dst, src] is their sum
         for i, p in enumerate(self.parts):
             if i != first:

@@ -3,7 +3,8 @@
 Slot ``grid``: how ``κ(X·A_patch)·ψᵀ`` is computed — one convolution (the whole term
 ``bias(reconcile(expand(patches(x))))``), or the ``patches`` term alone as a box-sum convolution, im2col, or a
 patch gather (any rank).
-Slot ``pool``: a patch compression κ (``expand`` on the grid, ψ = eye) as native max/avg pooling.
+Slot ``pool``: a patch κ on the grid (``expand`` on the grid): a patch compression as native max/avg pooling, a
+patch expansion as im2col.
 """
 
 from __future__ import annotations
@@ -68,6 +69,17 @@ def _pool_cost(s: Site) -> Cost:
     return Cost(c * n_in * p_out * p, c * p_out * p, 8 * (n_in * p_out * p + c * p_out * p), 8 * c * p_out)
 
 
+def _patch_kappa(t) -> bool:
+    """An ``expand`` on the grid by a patch expansion κ (its patches as channels)."""
+    k = t.info["use"].component
+    return t.info.get("grid", False) and k.grid_only and k.family == "expansion"
+
+
+def _unfolds(s: Site) -> bool:
+    k = s.head.kappa.component
+    return s.trace.grid_kappa and k.grid_only and k.family == "expansion" and k.unfolds(len(s.data.spatial))
+
+
 def _native_pool(s: Site) -> bool:
     k = s.head.kappa.component
     return (s.trace.grid_kappa and k.grid_only and k.family == "compression"
@@ -100,4 +112,9 @@ GRID_RULES: tuple[Rule, ...] = (
          "a max/min/sum/mean patch compression with zero padding = native pooling (max_pool / depthwise conv)",
          "RPN 2 §7.2 geometric compression, eq (90)", benefit=2, cost=_pool_cost,
          pattern=P("expand", "x", where=lambda t: t.info.get("grid", False)), rewrite=to("pool")),
+    Rule("unfold_kappa", "head", "pool", _unfolds,
+         "a patch expansion κ with a zero-padded box of taps on a 2-D grid = im2col (F.unfold after padding): a "
+         "strided copy whose backward is col2im, not a gather by index and its index scatter",
+         "RPN 2 §7.1 geometric expansion, eq (63)-(67); im2col", benefit=2,
+         pattern=P("expand", "x", where=_patch_kappa), rewrite=to("kappa_unfold")),
 )

@@ -6,6 +6,8 @@ Slot ``share``: one ``expand`` term for all channels when ξ has no parameters (
 and interning merges them).
 Slot ``psi``: ``bias(reconcile(k))`` with an identity ψ → ``linear(k)``.
 Slot ``xi``: ``xi`` → ``xi_kernel``: structured interdependence through its own kernel, not the literal matrix.
+Slot ``xi`` also: a hybrid ξ by its own kernels (``fused_parts``: the parts' outputs fused; ``edge_hadamard``: a
+Hadamard product on a graph part's edge list).
 Slot ``graph``: a graph ξ's propagation as one SpMM (``spmm``; CSR, or dense GEMM for dense graphs) instead of
 gather/scatter.
 """
@@ -13,6 +15,7 @@ gather/scatter.
 from __future__ import annotations
 
 from rpn2c.components.xi_graph import SPMM
+from rpn2c.components.xi_hybrid import EDGE_HADAMARD, FUSED_PARTS
 from rpn2c.ir.kernels import offered
 from rpn2c.passes.cost import HINTS, Cost, size
 from rpn2c.passes.rewrite import Match
@@ -70,6 +73,12 @@ def _graph_term(t) -> bool:
     return offered(t.info["use"].component, SPMM)
 
 
+def _offers(kernel):
+    """A rule's guard and a pattern's test: a ξ of the head (of the term) implements ``kernel``, which applies."""
+    return (lambda s: _items(s) and any(offered(u.component, kernel) for u in s.head.xi.values()),
+            lambda t: offered(t.info["use"].component, kernel))
+
+
 def _reorder(m: Match):
     """``reconcile(xi(k))`` → ``xi(reconcile(k))``."""
     xi = m.root.args[0]
@@ -117,4 +126,10 @@ ITEMS_RULES: tuple[Rule, ...] = (
          "gather/scatter_add remains for edge weights that need gradients",
          "RPN 2 eq (81)-(84); other_seeds §sparse-matrix view (ξ as a sparse matrix)", benefit=1, cost=_spmm_cost,
          pattern=P(("xi", "xi_kernel"), "k", where=_graph_term), rewrite=to(SPMM)),
+    Rule("fused_parts", "head", "xi", _offers(FUSED_PARTS)[0], FUSED_PARTS.applies.text,
+         "RPN 2 eq (85), (114), (119)-(120) hybrid fusions; linearity of the product in A", benefit=2,
+         pattern=P(("xi", "xi_kernel"), "k", where=_offers(FUSED_PARTS)[1]), rewrite=to(FUSED_PARTS)),
+    Rule("edge_hadamard", "head", "xi", _offers(EDGE_HADAMARD)[0], EDGE_HADAMARD.applies.text,
+         "RPN 2 eq (86)-(87) graph mask ∘ bilinear; GAT (Veličković et al.) on the edge list", benefit=2,
+         pattern=P(("xi", "xi_kernel"), "k", where=_offers(EDGE_HADAMARD)[1]), rewrite=to(EDGE_HADAMARD)),
 )
