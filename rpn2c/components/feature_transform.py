@@ -34,12 +34,13 @@ class Transform(Op):
 
     def infer(self, inputs):
         x, t = inputs
-        if x.kind != "items":
-            raise ShapeRuleError(f"transform applies a matrix to the features of every item, got {x}", arg=0)
+        if x.kind != "items" or not x.batched:
+            raise ShapeRuleError(f"transform applies a matrix to the features of every item of a batched set or "
+                                 f"sequence [B, M, k], got {x}", arg=0)
         if t.kind != "matrix":
             raise ShapeRuleError(f"transform's second input is a matrix[B, k, c] (as_matrix(v, rows = k)), got {t}",
                                  arg=1)
-        if str(t.batch) != str(x.batch) and "1" not in (str(t.batch), str(x.batch)):
+        if str(t.batch) not in (str(x.batch), "1"):
             raise ShapeRuleError(f"transform applies each sample's own matrix: {x} and {t} have different batch "
                                  f"sizes ({x.batch} and {t.batch})", arg=1)
         k, c = t.shape[1:]
