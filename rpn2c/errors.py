@@ -165,6 +165,14 @@ CATALOG: dict[str, ErrorCode] = _codes(
       "{value}: the index must lie in [{low}, {high}]",
       "give an index within the axis (negative counts from the end: -1 is the last item or step), or lengthen the "
       "input; with a symbolic length the same is checked when the model runs"),
+    E("E0360", "a vector that is not the matrix asked for", "{why}",
+      "as_matrix(v, rows = k) reads k rows of equal length: give v k·c features (a k x k T-net predicts k·k); "
+      "identity = true needs c = k"),
+    E("E0361", "a transform for other features", "{why}",
+      "transform(x, t) multiplies each item's k features by T ∈ R^{k x c}: make t with rows = the features of x "
+      "(as_matrix(v, rows = k) of a head with out = k·c)"),
+    E("E0362", "an orthogonality regulariser on a non-square transform", "{why}",
+      "‖I − T Tᵀ‖ regularises a square transform: give as_matrix columns = rows (out = k·k), or drop orthogonality"),
     E("E0390", "cannot import a torch module", "{path} {cls}: {why}",
       "the message names the module and option; rewrite it as a spec or use a supported option"),
     # ---- E04xx shapes

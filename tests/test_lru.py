@@ -24,18 +24,25 @@ from tests.test_selective_scan import _equal_to_spec, _forms, _text, assert_same
 SPECS = Path(__file__).resolve().parents[1] / "examples" / "specs"
 
 
-def _lru(x, p, h0):
-    """The LRU paper's forward written with complex tensors, one step at a time."""
-    lam = torch.exp(-torch.exp(p["nu_log"]) + 1j * torch.exp(p["theta_log"]))
-    gamma = torch.sqrt(1 - torch.abs(lam) ** 2)
-    b = (p["B_re"] + 1j * p["B_im"]) * gamma[:, None]
-    c = p["C_re"] + 1j * p["C_im"]
-    h = torch.zeros(x.shape[0], lam.shape[0], dtype=lam.dtype)
-    outs = []
-    for t in range(x.shape[1]):
-        h = lam * h + x[:, t].to(b.dtype) @ b.T
-        outs.append((h @ c.T).real + x[:, t] @ p["D"].T + p.get("bias", 0))
-    return torch.stack(outs, 1)
+def _lru_by(gamma):
+    """The LRU paper's forward written with complex tensors, one step at a time; ``gamma(p, λ)`` its γ."""
+
+    def run(x, p, h0):
+        lam = torch.exp(-torch.exp(p["nu_log"]) + 1j * torch.exp(p["theta_log"]))
+        b = (p["B_re"] + 1j * p["B_im"]) * gamma(p, lam)[:, None]
+        c = p["C_re"] + 1j * p["C_im"]
+        h = torch.zeros(x.shape[0], lam.shape[0], dtype=lam.dtype)
+        outs = []
+        for t in range(x.shape[1]):
+            h = lam * h + x[:, t].to(b.dtype) @ b.T
+            outs.append((h @ c.T).real + x[:, t] @ p["D"].T + p.get("bias", 0))
+        return torch.stack(outs, 1)
+
+    return run
+
+
+_lru = _lru_by(lambda p, lam: torch.sqrt(1 - torch.abs(lam) ** 2))  # eq 7: γ from λ
+_lru_learned = _lru_by(lambda p, lam: torch.exp(p["gamma_log"]))  # the paper's code: γ = exp(γ_log), a parameter
 
 
 @given(F_=st.integers(1, 3), H=st.integers(1, 3), N=st.integers(1, 4), L=st.integers(1, 2), bi=st.booleans(),
@@ -48,6 +55,29 @@ def test_lru_equals_a_hand_written_complex_lru_in_every_form(F_, H, N, L, bi, bi
     assert rpn2c.check(text).param_count == sum(per_layer) * (2 if bi else 1)
     for model in _forms(text):
         assert_same(model(x), by_hand(model, "y", _lru, x, None, L, bi), list(model.parameters()))
+
+
+@given(F_=st.integers(1, 3), H=st.integers(1, 3), N=st.integers(1, 4), bi=st.booleans(), bias=st.booleans(),
+       T=st.sampled_from([1, 3, 8]))
+@settings(max_examples=_n(10), deadline=None)
+def test_a_learned_gamma_equals_the_papers_implementation_in_every_form(F_, H, N, bi, bias, T):
+    """``gamma = "learned"``: γ_log is a parameter (N more per direction), initialised to log sqrt(1 − |λ|²), and
+    the cell is the paper's code with γ moved away from that value (values and gradients, γ_log's included)."""
+    text = _text(f'lru(d_state = {N}, gamma = "learned")', F_, H, 1, bi, bias, False)
+    computed = _text(f"lru(d_state = {N})", F_, H, 1, bi, bias, False)
+    assert rpn2c.check(text).param_count == rpn2c.check(computed).param_count + N * (2 if bi else 1)
+    x = _rand(2, T, F_, seed=1)
+    for k, model in enumerate(_forms(text)):
+        params = {n[:-3]: v for n, v in model.y.named_parameters() if n.endswith("_l0")}
+        lam, _ = LRU.eigenvalues({n: v for n, v in params.items() if n != "gamma_log"})
+        if k == 0:
+            assert_close(torch.exp(params["gamma_log"]), torch.sqrt(1 - lam.abs() ** 2))
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "gamma_log" in name:
+                    p.add_(0.3 * _rand(*p.shape, seed=3))
+        assert_same(model(x), by_hand(model, "y", _lru_learned, x, None, 1, bi), list(model.parameters()))
+    assert any(("gamma_log" in n) for n, _ in model.named_parameters())
 
 
 @given(nu=st.floats(-30, 5), theta=st.floats(-30, 5))

@@ -12,7 +12,7 @@ the layer for one input as ``y_t = Σ_{s≤t} Re(R_t diag(L[t, s]) G_s) x_s + E 
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -245,6 +245,9 @@ class _LRUHP(HP):
     r_min: float = Field(0.5, ge=0, lt=1, description="initial |λ| drawn in the ring [r_min, r_max]")
     r_max: float = Field(0.99, gt=0, lt=1, description="initial |λ| upper radius")
     max_phase: float = Field(2 * math.pi, gt=0, description="initial arg λ drawn in [0, max_phase]")
+    gamma: Literal["computed", "learned"] = Field(
+        "computed", json_schema_extra={"hash": "omit_default"},
+        description="γ = sqrt(1 − |λ|²) from λ, or a learned γ = exp(γ_log) initialised there (the paper's code)")
 
 
 @register
@@ -252,7 +255,8 @@ class LRU(SelectiveCell):
     """Linear recurrent unit: h_t = λ ⊙ h_{t−1} + γ ⊙ (B x_t), y_t = Re(C h_t) + D x_t, λ = exp(−exp(ν) + i·exp(θ)).
 
     Complex diagonal λ ∈ C^N (|λ| < 1 for every ν), normalisation γ = sqrt(1 − |λ|²) computed from λ (Orvieto et
-    al. 2023, eq. 7), B ∈ C^{N×D} and C ∈ C^{H×N} stored as real and imaginary parts (``B_re``, ``B_im``, ``C_re``,
+    al. 2023, eq. 7) or, ``gamma = "learned"``, γ = exp(γ_log) with γ_log a parameter initialised to
+    log sqrt(1 − |λ|²) (the paper's implementation), B ∈ C^{N×D} and C ∈ C^{H×N} stored as real and imaginary parts (``B_re``, ``B_im``, ``C_re``,
     ``C_im``), D ∈ R^{H×D}; ``bias`` adds b ∈ R^H to y. Time-invariant: the default lowering scans with torch's
     complex dtypes, the reference lowering builds the complex block lower-triangular matrix of blocks λ^{i−j}.
     Init: the paper's ring init for ν, θ; B ~ N(0, 1/(2D)), C ~ N(0, 1/N) per part.
@@ -267,7 +271,8 @@ class LRU(SelectiveCell):
 
     def parameter_shapes(self, hidden, d_in, d_state, bias):
         n = self.hp.d_state
-        return ({"nu_log": (n,), "theta_log": (n,), "B_re": (n, d_in), "B_im": (n, d_in), "C_re": (hidden, n),
+        learned = {"gamma_log": (n,)} if self.hp.gamma == "learned" else {}
+        return ({"nu_log": (n,), "theta_log": (n,)} | learned | {"B_re": (n, d_in), "B_im": (n, d_in), "C_re": (hidden, n),
                  "C_im": (hidden, n), "D": (hidden, d_in)} | ({"bias": (hidden,)} if bias else {}))
 
     def init(self, prefix, shape, hidden, d_in):
@@ -276,7 +281,10 @@ class LRU(SelectiveCell):
         hp = self.hp
         if prefix == "nu_log":
             r2 = torch.rand(shape) * (hp.r_max ** 2 - hp.r_min ** 2) + hp.r_min ** 2
+            self._r2 = r2  # the learned γ starts at sqrt(1 − |λ|²) of this draw (its parameter comes next)
             return torch.log(-0.5 * torch.log(r2))
+        if prefix == "gamma_log":
+            return 0.5 * torch.log(1 - self._r2)
         if prefix == "theta_log":
             return torch.log(hp.max_phase * torch.rand(shape).clamp(min=1e-4))
         if prefix in ("B_re", "B_im"):
@@ -287,12 +295,13 @@ class LRU(SelectiveCell):
 
     @staticmethod
     def eigenvalues(w):
-        """``(λ, γ)``: ``λ = exp(−exp(ν) + i·exp(θ))`` (complex) and ``γ = sqrt(1 − |λ|²)``."""
+        """``(λ, γ)``: ``λ = exp(−exp(ν) + i·exp(θ))`` (complex) and ``γ = sqrt(1 − |λ|²)`` (or ``exp(γ_log)``,
+        learned)."""
         import torch
 
         radius, phase = torch.exp(-torch.exp(w["nu_log"])), torch.exp(w["theta_log"])  # |λ|, arg λ: real maths,
         lam = torch.complex(radius * torch.cos(phase), radius * torch.sin(phase))  # which ONNX can also run
-        return lam, torch.sqrt(1 - radius ** 2)
+        return lam, torch.exp(w["gamma_log"]) if "gamma_log" in w else torch.sqrt(1 - radius ** 2)
 
     def terms(self, x, w):
         import torch

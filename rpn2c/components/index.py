@@ -214,6 +214,9 @@ BY_MODULE = {
         'hopfield': (
             'hopfield', 'hopfield_update',
         ),
+        'feature_transform': (
+            'transform',
+        ),
     },
 }
 INDEX = {family: {name: module for module, names in modules.items() for name in names}

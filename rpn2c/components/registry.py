@@ -247,6 +247,7 @@ MODULES = (
     "xi_spectral",  # spectral graph ξ (ChebNet)
     "hopfield",  # the classical Hopfield network
     "xi_preprocessed",  # ξ's input pre-processing (§5.1.1)
+    "feature_transform",  # a predicted matrix on every item's features (PointNet's T-nets)
 )
 
 _LOADED: list[bool] = []  # [True] once every component module is imported

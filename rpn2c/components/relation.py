@@ -10,7 +10,7 @@ pairwise score Ψ, transposed (DRRT's β from Ψᵀ, seed 002 eq 4). docs/semant
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from pydantic import Field
 
@@ -148,24 +148,51 @@ class Rows(Op):
         return Identity()
 
 
+class _AsMatrixHP(HP):
+    rows: Optional[int] = Field(None, ge=1, description="read a vector[B, rows·c] as matrix[B, rows, c], row-major "
+                                                         "(a predicted transform, PointNet's T-net)")
+    identity: bool = Field(False, description="add I to the matrix (square only): T = reshape(v) + I, the T-net's "
+                                              "identity at zero weights")
+
+
 @register
 class AsMatrix(Op):
-    """A sequence read as a relation: items[B, N, M] -> matrix[B, N, M] (row i = item i), e.g. a map after a recurrence over its rows."""
+    """A value read as a matrix: items[B, N, M] -> matrix[B, N, M] (row i = item i); with ``rows = k`` a vector[B, k·c] -> matrix[B, k, c] row-major, ``identity = true`` adding I.
+
+    ``as_matrix(y)`` reads a map back after a recurrence over its rows; ``as_matrix(v, rows = k, identity = true)``
+    is PointNet's T-net output, T = reshape_{k x k}(v) + I, which ``transform(x, t)`` applies to every point.
+    """
 
     name, family = "as_matrix", "op"
+    HP = _AsMatrixHP
     example = example_model("input x: sequence[B, 5, 4]", "r = relation(x, xi = attention(rank = 2))",
                             "h = rows(r)", "m = as_matrix(h)", "y = apply(m, x)", "return y")
 
     def infer(self, inputs):
         (t,) = inputs
-        if t.kind != "items" or not t.batched:
-            raise ShapeRuleError(f"as_matrix reads a batched sequence [B, N, M], got {t}", arg=0)
-        return matrix(*t.shape)
+        k = self.hp.rows
+        if k is not None:
+            if t.kind != "vector":
+                raise ShapeRuleError(f"as_matrix(rows = {k}) reads a vector[B, rows·c], got {t}", arg=0)
+            f = t.features
+            if not isinstance(f, int) or f % k:
+                raise ShapeRuleError(f"as_matrix(rows = {k}) needs a vector whose {f} features are {k} rows of "
+                                     f"equal length", arg=0, code="E0360")
+            shape = (t.batch, k, f // k)
+        else:
+            if t.kind != "items" or not t.batched:
+                raise ShapeRuleError(f"as_matrix reads a batched sequence [B, N, M] (or a vector with rows = k), "
+                                     f"got {t}", arg=0)
+            shape = tuple(t.shape)
+        if self.hp.identity and not _same(shape[1], shape[2]):
+            raise ShapeRuleError(f"as_matrix(identity = true) adds I to a square matrix, but {t} is read as "
+                                 f"{shape[1]} x {shape[2]}", arg=0, code="E0360")
+        return matrix(*shape)
 
     def build(self, inputs):
-        from rpn2c.components.impl.identity import Identity
+        from rpn2c.components.impl.relation import AsMatrixModule
 
-        return Identity()
+        return AsMatrixModule(self.hp.rows, self.hp.identity)
 
 
 class _GivenHP(HP):

@@ -136,6 +136,26 @@ def _stacked_linear(t: Term, s: Site):
     return run
 
 
+@reads("context", "aux")
+def _chebyshev_sum(t: Term, s: Site):
+    """A ChebNet layer, Σ_h T_{k_h}(L̃) ψ_h(κ_h(X)) + Σ_h b_h, as one Clenshaw recurrence over the heads' orders
+    (K − 1 propagations for orders 0 … K − 1; the heads' own terms, k propagations each, do not run)."""
+
+    def run(layer, data, aux):
+        ys, bias, xi = {}, None, None
+        for hd in layer._holders():
+            xi = literal.channel(hd.xi_instance, 0)
+            y = literal.channel(hd.psi, 0).apply(hd.kappa(data))
+            k = xi.hp.order
+            ys[k] = ys[k] + y if k in ys else y
+            if hd.bias is not None:
+                bias = hd.bias if bias is None else bias + hd.bias
+        out = xi.polynomial_sum(ys, own_aux(xi, aux))
+        return out if bias is None else out + bias
+
+    return run
+
+
 # ------------------------------------------------------------------------------------------------ ξ ops
 def _xi_with(kernel: Kernel | None):
     """ξ on ``z`` (query ``q``, context ``c``): by its module's ``apply`` (its own form: structured where the ξ
@@ -375,6 +395,7 @@ EMITTERS: dict[str, Callable[[Term, Site], Callable]] = {
     "degree_linear": _degree_linear,
     "fused_sdpa": _fused_sdpa,
     "stacked_linear": _stacked_linear,
+    "chebyshev_sum": _chebyshev_sum,
 }
 
 

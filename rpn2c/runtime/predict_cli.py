@@ -82,11 +82,6 @@ def _read_array(path: str):
 
 @_guard
 def cmd_predict(args) -> int:
-    import torch
-
-    from rpn2c.train.binding import Binding, bind, samples_from_array
-    from rpn2c.train.loop import predict
-
     if (args.data is None) == (args.input is None):
         raise _Usage("give exactly one of --data NAME or --input FILE")
     ckpt = _load_checkpoint(args.checkpoint)
@@ -95,6 +90,30 @@ def cmd_predict(args) -> int:
     task = info["task"]
     device = _device(args.device)
     model.to(device)
+    if ckpt["config"].get("objective") == "mlm":
+        rows = _mlm_rows(args, ckpt, graph, model, device)
+    else:
+        rows = _task_rows(args, ckpt, graph, model, device, task, info)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["index"], lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    if args.out is None:
+        sys.stdout.write(buf.getvalue())
+    else:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(buf.getvalue(), encoding="utf-8")
+        _err(f"wrote {len(rows)} predictions to {args.out}")
+    return EXIT_OK
+
+
+def _task_rows(args, ckpt, graph, model, device, task, info) -> list[dict]:
+    """The CSV rows of a task checkpoint: one per sample (or masked node)."""
+    import torch
+
+    from rpn2c.train.binding import Binding, bind, samples_from_array
+    from rpn2c.train.loop import predict
+
     targets = index = None
     if args.input is not None:
         if task == "node_classification":
@@ -121,18 +140,47 @@ def cmd_predict(args) -> int:
         else:
             out = predict(model, binding, split[0])
             targets, index = split[1], torch.arange(out.shape[0])
-    rows = _prediction_rows(task, out.cpu(), index.cpu(), None if targets is None else targets.cpu())
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["index"], lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    if args.out is None:
-        sys.stdout.write(buf.getvalue())
-    else:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(buf.getvalue(), encoding="utf-8")
-        _err(f"wrote {len(rows)} predictions to {args.out}")
-    return EXIT_OK
+    return _prediction_rows(task, out.cpu(), index.cpu(), None if targets is None else targets.cpu())
+
+
+def _mlm_rows(args, ckpt, graph, model, device) -> list[dict]:
+    """The CSV rows of a masked-LM checkpoint: one per filled token — ``index`` (the sample), ``position``, the
+    ``input`` id there, the ``target`` (with --data), the ``prediction`` and its ``probability``. With --data the
+    split is masked as ``rpn2c eval`` masks it (rpn2c.train.mlm); with --input the positions holding the [MASK]
+    id are filled."""
+    from dataclasses import replace
+
+    from rpn2c.train import mlm
+    from rpn2c.train.binding import Binding, bind, feature_input, samples_from_array
+    from rpn2c.train.loop import predict
+
+    cfg = ckpt["config"]
+    rate = cfg.get("mask_rate", 0.15)
+    with _named_dims(graph, args, _trained_params(args, ckpt), trained=True):
+        if args.input is not None:
+            vocab = graph.node(graph.outputs[0]).type.shape[-1]
+            mask_id = vocab - 1 if cfg.get("mask_id") is None else cfg["mask_id"]
+            inputs = samples_from_array(_read_array(args.input), graph, f"--input {args.input}", args.spec)
+            binding = replace(Binding(ckpt["data"]["task"], feature_input(graph, args.spec)[0]),
+                              mlm=(vocab, mask_id, rate))
+            labels = None
+        else:
+            seed = cfg["seed"] if args.seed is None else args.seed
+            dataset = _dataset(args.data, seed, _data_options(args.data_option) or _same_options(args.data, cfg))
+            binding = bind(graph, dataset, args.spec, "mlm", rate, cfg.get("mask_id"))
+            vocab, mask_id, _ = binding.mlm
+            ids = (dataset.train if args.split == "train" else dataset.test)[0]
+            inputs, labels = mlm.evaluation_split(ids, rate, mask_id, vocab, cfg.get("eval_batch_size", 1024))
+    logits = predict(model, binding, inputs.to(device)).cpu()
+    filled = mlm.fill(logits, inputs == mask_id if labels is None else labels != mlm.IGNORE)
+    rows = []
+    for k, (i, t) in enumerate(zip(filled["sample"].tolist(), filled["position"].tolist())):
+        row = {"index": i, "position": t, "input": int(inputs[i, t])}
+        if labels is not None:
+            row["target"] = int(labels[i, t])
+        row.update(prediction=int(filled["prediction"][k]), probability=round(float(filled["probability"][k]), 8))
+        rows.append(row)
+    return rows
 
 
 def _prediction_rows(task, out, index, targets) -> list[dict]:

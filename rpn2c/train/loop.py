@@ -1,6 +1,7 @@
 """fit / evaluate / predict for a compiled spec on a bound dataset.
 
-Loss: cross-entropy on logits for (node) classification, mean squared error for regression. Node
+Loss: cross-entropy on logits for (node) classification, mean squared error for regression, plus the model's own
+loss terms (a transform's orthogonality regulariser, `components.impl.feature_transform.regularisation`). Node
 classification trains full-batch on the training mask; other tasks draw shuffled mini-batches (a seeded
 generator, or a seeded ``DistributedSampler`` under torchrun). The learning rate follows
 ``lr · ½(1 + cos(π·t/T))`` over the T optimiser steps (``schedule="cosine"``) or stays constant. ``fit`` scores
@@ -24,6 +25,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
+from rpn2c.components.impl.feature_transform import regularisation
 from rpn2c.data import Dataset, make_loader
 
 from . import distributed, holdout, metrics, mlm
@@ -257,7 +259,7 @@ def fit(model: nn.Module, dataset: Dataset, binding: Binding, config: TrainConfi
                 with torch.no_grad():
                     stats += mlm.sums(out.detach(), y).to(stats.device)
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
+                _with_penalties(loss, train_module).backward()
                 opt.step()
                 sched.step()
                 if bar is not None:
@@ -265,7 +267,7 @@ def fit(model: nn.Module, dataset: Dataset, binding: Binding, config: TrainConfi
                 continue
             loss = loss_fn(dataset.task, out, y)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            _with_penalties(loss, train_module).backward()
             opt.step()
             sched.step()
             with torch.no_grad():
@@ -309,6 +311,13 @@ def fit(model: nn.Module, dataset: Dataset, binding: Binding, config: TrainConfi
         bar.close()
     history.stopped = _stopped(reason or "stop_after", history, dataset.task, config.patience)
     return model, history
+
+
+def _with_penalties(loss: torch.Tensor, model: nn.Module) -> torch.Tensor:
+    """The loss to differentiate: the task's loss plus the model's loss terms of this forward (a transform's
+    orthogonality regulariser); the epoch's reported loss is the task's alone."""
+    extra = regularisation(model)
+    return loss if extra is None else loss + extra.to(loss.dtype)
 
 
 def _finished(history: list[dict], config: TrainConfig, best_epoch: int | None) -> str | None:

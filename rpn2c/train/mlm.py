@@ -7,7 +7,9 @@ For a batch of token ids ``x ∈ [0, V−1)^{B x T}`` and a spec returning logit
 The loss is the mean cross-entropy over the chosen positions; the reported perplexity is ``exp`` of the mean
 cross-entropy per masked token over an evaluation split, and the accuracy the share of masked tokens predicted.
 Training masks come from torch's global generator (seeded by the run, restored by ``--resume``); validation and
-test masks from a generator seeded with 0, so every epoch and ``rpn2c eval`` score the same masked tokens.
+test masks from a generator seeded with 0, so every epoch, ``rpn2c eval`` and ``rpn2c predict`` score the same
+masked tokens. ``predict`` fills each chosen position (or, on the user's ids, each [MASK]) with the arg max of its
+logits, ``ŷ_t = argmax_v softmax(z_t)_v``.
 """
 
 from __future__ import annotations
@@ -69,3 +71,20 @@ def evaluation_batches(ids: torch.Tensor, rate: float, mask_id: int, vocab: int,
     gen = torch.Generator().manual_seed(0)
     for i in range(0, ids.shape[0], batch_size):
         yield mask_tokens(ids[i:i + batch_size], rate, mask_id, vocab, gen)
+
+
+def evaluation_split(ids: torch.Tensor, rate: float, mask_id: int, vocab: int, batch_size: int):
+    """``(inputs, labels)`` of a whole split: the batches of :func:`evaluation_batches`, concatenated."""
+    parts = list(evaluation_batches(ids, rate, mask_id, vocab, batch_size))
+    if not parts:
+        return ids, torch.full_like(ids, IGNORE)
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
+def fill(logits: torch.Tensor, chosen: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The filled positions of ``chosen [n, T]`` (row-major): ``sample``, ``position``, ``prediction`` (the arg max
+    of the logits ``[n, T, V]``) and its ``probability`` (softmax)."""
+    sample, position = chosen.nonzero(as_tuple=True)
+    prob = torch.softmax(logits[sample, position].double(), dim=-1)
+    best, prediction = prob.max(-1)
+    return {"sample": sample, "position": position, "prediction": prediction, "probability": best}

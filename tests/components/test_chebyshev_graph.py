@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from numpy.polynomial import chebyshev as npcheb
 from numpy.polynomial import polynomial as nppoly
 from torch.testing import assert_close
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import rpn2c
 from rpn2c.functional.structure import chebyshev
@@ -186,3 +187,103 @@ def test_bad_settings_are_located_errors(setting, code, at, says):
     d = err.value.diagnostics[0]
     assert d.code == code and f"{d.span.line}:{d.span.col}" == at, (d.code, d.span, d.message)
     assert says in d.message
+
+
+class _CountScatters(TorchDispatchMode):
+    """Counts the sparse propagations a forward runs: each is one ``scatter_add`` over the edge list."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in (torch.ops.aten.scatter_add, torch.ops.aten.scatter_add_):
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _layer(orders, norm="sym", basis="chebyshev", widths=(5, 3)):
+    heads = "".join(f"    head t{i} {{\n      xi_instance = chebyshev_graph(edges = edges, order = {k}, norm = \"{norm}\", "
+                    f"basis = \"{basis}\")\n      out = {widths[1]}\n{'' if i == 0 else '      bias = false' + chr(10)}"
+                    f"    }}\n" for i, k in enumerate(orders))
+    return (f"model m {{\n  input x: nodes[N, {widths[0]}]\n  input edges: edges[2, E]\n  y = layer(x) {{\n{heads}"
+            f"    fusion = sum\n  }}\n  return y\n}}\n")
+
+
+def _compiled(text, reference=False, disable=()):
+    from rpn2c.lower.build import CompiledModel
+    from rpn2c.passes import optimize
+
+    return CompiledModel(optimize(rpn2c.check(text), disable=disable), reference=reference).double().eval()
+
+
+def _propagations(model, *inputs):
+    with _CountScatters() as counter:
+        out = model(*inputs)
+    return out, counter.count
+
+
+@pytest.mark.parametrize("k", [2, 3, 5, 8])
+def test_a_chebnet_layer_runs_k_minus_one_propagations(k):
+    """K heads of orders 0 … K−1 share one recurrence: K − 1 sparse propagations (PyG's ChebConv runs K − 1),
+    where the heads one by one run Σ_k k = K(K − 1)/2 (the rule switched off); the values are the oracle's."""
+    torch.manual_seed(k)
+    edges = torch.randint(0, 8, (2, 20))
+    x = torch.randn(8, 5, dtype=torch.float64)
+    text = _layer(range(k))
+    fast, slow, oracle = _compiled(text), _compiled(text, disable={"chebyshev_heads"}), _compiled(text, True)
+    slow.load_state_dict(fast.state_dict())
+    oracle.load_state_dict(fast.state_dict())
+    got, n_fast = _propagations(fast, x, edges)
+    want, n_slow = _propagations(slow, x, edges)
+    assert (n_fast, n_slow) == (k - 1, k * (k - 1) // 2)
+    assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert_close(got, oracle(x, edges), rtol=1e-12, atol=1e-12)
+
+
+def test_the_shipped_chebnet_runs_two_propagations_per_layer():
+    edges = torch.tensor([[0, 1, 1, 2, 2, 3], [1, 0, 2, 1, 3, 2]])
+    _, count = _propagations(_chebnet(False), torch.randn(4, 34, dtype=torch.float64), edges)
+    assert count == 2 * 2  # two layers of K = 3
+
+
+@settings(max_examples=25, deadline=None)
+@given(orders=st.lists(st.integers(0, 6), min_size=2, max_size=4), norm=st.sampled_from(["sym", "rw", "none"]),
+       basis=st.sampled_from(["chebyshev", "power"]), graph=_graphs())
+def test_any_orders_sum_by_one_recurrence_equal_to_the_oracle(orders, norm, basis, graph):
+    """Orders in any order, repeated or with gaps, either basis: the layer is Σ_h T_{k_h}(L̃) X Θ_h + b (numpy),
+    with max k_h propagations; outputs and gradients equal the reference lowering's."""
+    n, edges, _ = graph
+    text = _layer(orders, norm, basis)
+    fast, oracle = _compiled(text), _compiled(text, True)
+    oracle.load_state_dict(fast.state_dict())
+    x = torch.randn(n, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(n), requires_grad=True)
+    e = torch.tensor(edges)
+    got, count = _propagations(fast, x, e)
+    assert count == max(orders)
+    m = _numpy_operator(edges, np.ones(edges.shape[1]), n, norm, 2.0, True)
+    want = sum(_numpy_filter(m, k, basis) @ x.detach().numpy() @ fast.y.heads[f"t{i}"].psi.weight.detach().numpy().T
+               for i, k in enumerate(orders)) + fast.y.heads["t0"].bias.detach().numpy()
+    assert_close(got, torch.tensor(want), rtol=1e-10, atol=1e-10)
+    ref = oracle(x, e)
+    assert_close(got, ref, rtol=1e-12, atol=1e-12)
+    w = torch.randn_like(got)
+    mine = torch.autograd.grad((got * w).sum(), [x, *fast.parameters()])
+    theirs = torch.autograd.grad((ref * w).sum(), [x, *oracle.parameters()])
+    for a, b in zip(mine, theirs):
+        assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_heads_that_are_not_one_chebnet_filter_keep_their_own_terms():
+    """Two Laplacians, a fusion other than sum, or a head with its own activation: no shared recurrence."""
+    from rpn2c.passes import optimize
+
+    def fired(text):
+        return any("chebyshev_heads" in n.plan for n in optimize(rpn2c.check(text)).nodes())
+
+    base = _layer([0, 1, 2])
+    assert fired(base)
+    assert not fired(base.replace('order = 2, norm = "sym"', 'order = 2, norm = "rw"'))
+    assert not fired(base.replace("fusion = sum", "fusion = concat"))
+    assert not fired(base.replace("      bias = false\n    }\n    head t2", "      bias = false\n      post = [relu]\n"
+                                                                          "    }\n    head t2"))

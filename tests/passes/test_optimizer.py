@@ -121,6 +121,10 @@ TARGETS = {
     "degree_blocks": SEQ + "  y = head(x) { xi_attribute = chain()  kappa = taylor(d = 2)  out = 3 }",
     "drop_identity": SEQ + "  y = head(x) { xi_instance = identity  out = 3 }",
     "stacked_heads": SEQ + "  y = head(x) { heads = 3  kappa = chebyshev(d = 2)  out = 2  fusion = concat }",
+    "chebyshev_heads": "  input x: nodes[N, 3]\n  input edges: edges[2, E]\n  y = layer(x) {\n"
+                       "    head a { xi_instance = chebyshev_graph(edges = edges, order = 0)  out = 2 }\n"
+                       "    head b { xi_instance = chebyshev_graph(edges = edges, order = 2)  out = 2  bias = false }\n"
+                       "    fusion = sum\n  }",
     "fused_recurrent": SEQ + "  y = recurrent(x) { cell = lstm  out = 3  layers = 2 }",
     "time_loop": SEQ + "  y = recurrent(x) { cell = gru  out = 3  kappa_state = chebyshev(d = 2) }",
     "parallel_scan": SEQ + "  y = recurrent(x) { cell = linear  out = 3  layers = 2  bidirectional = true }",

@@ -165,6 +165,9 @@ CASES: tuple[Case, ...] = (
     _c("stacked_heads", lambda b: b.layer("fuse_heads", b.head(b.x(), head="a"), b.head(b.x(), head="b"),
                                           what="concat_linear"),
        f"stacked_linear[concat_linear]({TWO_HEADS})", {LAYER}),
+    _c("chebyshev_heads", lambda b: b.layer("fuse_heads", b.head(b.x(), head="a"), b.head(b.x(), head="b"),
+                                            what="sum"),
+       f"chebyshev_sum[sum]({TWO_HEADS})", {LAYER}),  # the heads' terms do not run: one recurrence over them
     _c("parallel_scan", lambda b: b.layer("recur", b.x(), what="linear"), "parallel_scan[linear](input(x))", {LAYER}),
     _c("fused_recurrent", lambda b: b.layer("recur", b.x(), what="gru"), "rnn_fused[gru](input(x))", {LAYER}),
     _c("time_loop", lambda b: b.layer("recur", b.x(), what="rnn"), "time_loop[rnn](input(x))", {LAYER}),
@@ -228,6 +231,8 @@ MISSES: tuple[Miss, ...] = (
     Miss("fused_heads", lambda b: b.t("fuse_channels", b.head(b.x(), 0), b.head(b.x(), 1), use=CONCAT),
          "channels, not heads"),
     Miss("stacked_heads", lambda b: b.t("fuse_channels", b.head(b.x(), 0), b.head(b.x(), 1), use=CONCAT),
+         "channels, not heads"),
+    Miss("chebyshev_heads", lambda b: b.t("fuse_channels", b.head(b.x(), 0), b.head(b.x(), 1), use=CONCAT),
          "channels, not heads"),
     Miss("parallel_scan", lambda b: b.layer("process", b.x(), what="relu"), "not a recurrence"),
     Miss("fused_recurrent", lambda b: b.layer("remainder", b.x(), b.x(), what="linear"), "not a recurrence"),

@@ -89,3 +89,44 @@ def test_specs_and_data_that_do_not_fit_are_refused(tmp_path, capsys, spec, extr
     code, _, err = run_cli(capsys, "train", ROOT / "examples" / "specs" / spec, "--data", "majority", "--objective",
                            "mlm", "--epochs", "1", "--out", tmp_path / "run", "--quiet", *extra)
     assert code == 1 and says in err, err
+
+
+def test_predict_fills_the_masked_tokens_as_eval_scores_them(tmp_path, capsys):
+    """``rpn2c predict`` on a masked-LM checkpoint: with --data, one row per token eval masks (the same fixed
+    masks: the rows' accuracy is eval's), each the arg max of the model's logits there; with --input, every
+    [MASK] id of the user's ids is filled, with the same prediction the split's rows give at those positions."""
+    import csv
+    import io
+
+    from rpn2c import data
+
+    out = tmp_path / "run"
+    code, _, err = run_cli(capsys, "train", SPEC, "--data", "majority", "--objective", "mlm", "--epochs", "1",
+                           "--out", out, "--quiet")
+    assert code == 0, err
+    ckpt = out / "checkpoint.pt"
+    code, text, err = run_cli(capsys, "predict", SPEC, ckpt, "--data", "majority")
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert list(rows[0]) == ["index", "position", "input", "target", "prediction", "probability"]
+    code, scored, err = run_cli(capsys, "eval", SPEC, ckpt, "--format", "json")
+    metrics = json.loads(scored)["metrics"]
+    assert {int(r["index"]) for r in rows} <= set(range(json.loads(scored)["n"]))
+    hits = sum(r["prediction"] == r["target"] for r in rows)
+    assert hits / len(rows) == pytest.approx(metrics["accuracy"], abs=1e-12)
+    assert all(0 < float(r["probability"]) <= 1 for r in rows)
+    # the same masked split handed over as a file: its [MASK] positions are filled as above
+    config = torch.load(ckpt, weights_only=False)["config"]
+    ids = data.load("majority", seed=config["seed"]).test[0]
+    vocab, mask_id = 5, 4  # token_mlm.rpn: 4 ids and [MASK] = V − 1
+    inputs, labels = mlm.evaluation_split(ids, config["mask_rate"], mask_id, vocab, config["eval_batch_size"])
+    np.save(tmp_path / "ids.npy", inputs.numpy())
+    code, text, err = run_cli(capsys, "predict", SPEC, ckpt, "--input", tmp_path / "ids.npy")
+    assert code == 0, err
+    filled = list(csv.DictReader(io.StringIO(text)))
+    masked = [r for r in rows if r["input"] == str(mask_id)]
+    assert len(filled) == int((inputs == mask_id).sum()) == len(masked) > 0
+    assert [(r["index"], r["position"], r["prediction"]) for r in filled] == [
+        (r["index"], r["position"], r["prediction"]) for r in masked]
+    assert all(float(a["probability"]) == pytest.approx(float(b["probability"]), abs=1e-6)
+               for a, b in zip(filled, masked))

@@ -55,6 +55,20 @@ class ApplyModule(nn.Module):
         return (r.transpose(-1, -2) if self.transpose else r) @ v
 
 
+class AsMatrixModule(nn.Module):
+    """``as_matrix``: the value itself, or a vector ``[B, k·c]`` as ``[B, k, c]`` (row-major), plus I when asked."""
+
+    def __init__(self, rows: int | None, identity: bool):
+        super().__init__()
+        self.rows, self.identity = rows, identity
+
+    def forward(self, v: torch.Tensor) -> torch.Tensor:
+        m = v if self.rows is None else v.unflatten(-1, (self.rows, -1))
+        if self.identity:
+            m = m + torch.eye(m.shape[-1], dtype=m.dtype, device=m.device)
+        return m
+
+
 class GivenXi(XiModule):
     """``given(r)``: the relation value ``aux["source"]`` (``[B, N, M]``) is the matrix; ``apply`` is R z."""
 

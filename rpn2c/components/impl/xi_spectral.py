@@ -28,3 +28,10 @@ class _ChebyshevXi(XiModule):
     def apply(self, z, q, c, aux):
         src, dst, w, diag = self._laplacian(aux, z.shape[-2], z.dtype, z.device, literal=False)
         return chebyshev.polynomial_apply(z, src, dst, w, diag, self.hp.order, self.hp.basis)
+
+    def polynomial_sum(self, ys, aux):
+        """``Σ_k T_k(L̃) y_k`` over the orders of ``ys`` (``{order: [..., n, F]}``) by one Clenshaw recurrence: the
+        K heads of a ChebNet layer in K − 1 propagations (emitter ``chebyshev_sum``)."""
+        z = next(iter(ys.values()))
+        src, dst, w, diag = self._laplacian(aux, z.shape[-2], z.dtype, z.device, literal=False)
+        return chebyshev.polynomial_sum(ys, src, dst, w, diag, self.hp.basis)

@@ -13,6 +13,8 @@ order k is ``T_k(M)`` (Chebyshev: ``T_0 = I``, ``T_1 = M``, ``T_k = 2 M T_{k−1
 The literal builders (``laplacian_matrix``, ``polynomial_matrix``) materialise ``M`` and the filter (reference
 lowering); ``laplacian_edges`` and ``polynomial_apply`` run the same recurrence on vectors over the edge list
 (``y[dst] += w · x[src]`` plus a diagonal), never an ``n x n`` matrix, without host synchronisation.
+``polynomial_sum`` is a ChebNet layer's ``Σ_k T_k(M) y_k`` by Clenshaw's recurrence: K − 1 propagations for
+orders 0 … K − 1, where applying each ``T_k`` on its own costs Σ_k k = K(K − 1)/2.
 """
 
 from __future__ import annotations
@@ -79,3 +81,35 @@ def polynomial_apply(z: Tensor, src: Tensor, dst: Tensor, w: Tensor, diag: Tenso
     for _ in range(order - 1):
         prev, cur = cur, (2 * step(cur) - prev if basis == "chebyshev" else step(cur))
     return cur
+
+
+def polynomial_sum(ys: dict[int, Tensor], src: Tensor, dst: Tensor, w: Tensor, diag: Tensor,
+                   basis: str = "chebyshev", dim: int = -2) -> Tensor:
+    """``Σ_k T_k(M) y_k`` (``basis = "power"``: ``Σ_k M^k y_k``) over the orders k of ``ys`` with max(k)
+    propagations: Clenshaw's ``b_k = y_k + 2 M b_{k+1} − b_{k+2}`` from the top order down, then
+    ``Σ = y_0 + M b_1 − b_2`` (Horner's ``b_k = y_k + M b_{k+1}`` for the powers)."""
+    n = diag.shape[0]
+    top = max(ys)
+    first = ys[top]
+    shape = [1] * first.dim()
+    shape[dim % first.dim()] = n
+    d = diag.to(first.dtype).reshape(shape)
+    cheb = basis == "chebyshev"
+
+    def step(x):
+        return d * x + graph_propagate(x, src, dst, w, n, dim=dim)
+
+    if top == 0:
+        return first
+    b1, b2 = first, None  # b_{k+1}, b_{k+2}
+    for k in range(top - 1, 0, -1):
+        b = 2 * step(b1) if cheb else step(b1)
+        if b2 is not None and cheb:
+            b = b - b2
+        if k in ys:
+            b = b + ys[k]
+        b1, b2 = b, b1
+    out = step(b1)
+    if b2 is not None and cheb:
+        out = out - b2
+    return out + ys[0] if 0 in ys else out
