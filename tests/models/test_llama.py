@@ -4,18 +4,13 @@ gradients, and the spec's weights loaded into the library model give the spec's,
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
-import rpn2c
 from rpn2c.frontends import weights
-from tests.models.peers import assert_grads_equal, outputs_and_grads
+from tests.models.peers import assert_library_into_spec, assert_spec_into_library, compiled
 
 transformers = pytest.importorskip("transformers")
-
-SPEC = Path(__file__).resolve().parents[2] / "specs" / "llama.rpn"
 
 
 @pytest.fixture(autouse=True)
@@ -49,8 +44,7 @@ def _spec(model_name: str, config, reference: bool = False):
               "kv_heads": config.num_key_value_heads,
               "ffn": config.intermediate_size, "layers": config.num_hidden_layers, "eps": config.rms_norm_eps,
               "theta": config.rope_parameters["rope_theta"]}
-    return rpn2c.compile(SPEC.read_text(encoding="utf-8"), str(SPEC), model=model_name, params=params,
-                         reference=reference).double().eval()
+    return compiled("llama", model_name, params, reference)
 
 
 @pytest.mark.parametrize("tied", [False, True])
@@ -59,13 +53,8 @@ def test_library_weights_into_the_spec_give_the_library_model(tied, reference):
     library, config = _library(tied)
     name = "llama_tied" if tied else "llama"
     spec = _spec(name, config, reference)
-    assert sum(p.numel() for p in spec.parameters()) == sum(p.numel() for p in library.parameters())
-    spec.load_state_dict(weights.to_spec(name, library.state_dict(), config.num_hidden_layers))
     ids = torch.randint(0, config.vocab_size, (3, 11))
-    (want,), lib_grads = outputs_and_grads(library, lambda m: m(ids).logits)
-    (got,), spec_grads = outputs_and_grads(spec, lambda m: m(ids))
-    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
-    assert_grads_equal(name, spec_grads, lib_grads, config.num_hidden_layers, library.state_dict())
+    assert_library_into_spec(name, library, spec, config.num_hidden_layers, lambda m: m(ids).logits, lambda m: m(ids))
 
 
 def test_spec_weights_into_the_library_give_the_spec():
@@ -73,10 +62,9 @@ def test_spec_weights_into_the_library_give_the_spec():
     spec = _spec("llama", config)
     for p in spec.parameters():
         torch.nn.init.normal_(p, std=0.2)
-    library.load_state_dict(weights.to_library("llama", spec.state_dict(), config.num_hidden_layers,
-                                               library.state_dict()))
     ids = torch.randint(0, config.vocab_size, (2, 9))
-    torch.testing.assert_close(library(ids).logits, spec(ids), rtol=0, atol=1e-12)
+    assert_spec_into_library("llama", spec, library, config.num_hidden_layers, lambda m: m(ids),
+                             lambda m: m(ids).logits)
 
 
 @pytest.mark.parametrize("kv_heads", [1, 4])
