@@ -18,11 +18,15 @@ transformers = pytest.importorskip("transformers")
 NORMS = ("pre.0.weight", "n.weight", "e.weight")
 
 
-def _library(cls: str = "SwinForImageClassification", **over):
+def _config(**over):
     cfg = dict(image_size=32, patch_size=2, num_channels=3, embed_dim=8, depths=[2, 2, 6, 2], num_heads=[1, 2, 4, 8],
                window_size=2, num_labels=10)
     cfg.update(over)
-    config = transformers.SwinConfig(**cfg, attn_implementation="sdpa")
+    return transformers.SwinConfig(**cfg, attn_implementation="sdpa")
+
+
+def _library(cls: str = "SwinForImageClassification", **over):
+    config = _config(**over)
     torch.manual_seed(0)
     return randomise(getattr(transformers, cls)(config), ("norm",)).double().eval(), config
 
@@ -75,12 +79,12 @@ def test_swin_model_gives_the_last_hidden_state_and_the_pooled_output_both_ways(
 
 def test_blocks_alternate_their_shift_and_a_window_covering_the_grid_is_not_shifted():
     """Block i of a stage shifts by i % 2 · (w // 2); the last stage's 2 x 2 grid is one window, unshifted."""
-    _, config = _library()
-    graph = _spec(config).graph
+    spec = _spec(_config())
+    graph = spec.graph
     stages = ["f.s.blocks", "f.down.0.s.blocks", "f.down.1.s.blocks", "f.down.2.s.blocks"]
     want = [[0, 1], [0, 1], [0, 1, 0, 1, 0, 1], [0, 0]]
     got = [[_shift(graph, f"{stage}.{i}.attn") for i in range(len(w))] for stage, w in zip(stages, want)]
-    assert got == want and parameters(_spec(config)) == graph.param_count
+    assert got == want and parameters(spec) == graph.param_count
 
 
 def _shift(graph, node_id: str) -> int:
