@@ -165,6 +165,17 @@ CATALOG: dict[str, ErrorCode] = _codes(
       "{value}: the index must lie in [{low}, {high}]",
       "give an index within the axis (negative counts from the end: -1 is the last item or step), or lengthen the "
       "input; with a symbolic length the same is checked when the model runs"),
+    E("E0356", "list index out of range", "index {k} is outside the {n} items of {list}: it must lie in "
+      "[{low}, {high}]", "index a list hyper-parameter within its items (`depths[0]` is the first, `depths[-1]` the "
+      "last), or give the list more items"),
+    E("E0357", "an index of the wrong kind", "'[ ]' takes an item of a list by an integer, got {target} and {index}",
+      "index a list (a parameter such as `depths = [2, 2, 6, 2]`) with an integer expression: `depths[i]`"),
+    E("E0358", "a repeat index that is not a new name", "index = {name} must be a new name{detail}",
+      "write `repeat(n, index = i) block(x, k = f(i))` with a name not yet taken by a parameter or value; the "
+      "call's parameters read i = 0, 1, …, n − 1"),
+    E("E0359", "a builtin given the wrong arguments", "'{func}' takes {what}, got {got}",
+      "`min(a, b, …)` and `max(a, b, …)` take numbers (parameters, literals, arithmetic) as positional arguments, "
+      "`len(xs)` one list: `min(window, grid)`, `len(depths)`"),
     E("E0360", "a vector that is not the matrix asked for", "{why}",
       "as_matrix(v, rows = k) reads k rows of equal length: give v k·c features (a k x k T-net predicts k·k); "
       "identity = true needs c = k"),

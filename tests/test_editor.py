@@ -99,7 +99,7 @@ def test_check_text_reports_every_models_errors_and_accepts_a_block_library():
 
 
 def test_the_token_stream_survives_characters_the_grammar_refuses():
-    toks = editor.tokens("model m { y = head(x) { kappa = 'cheb' % 2 }")
+    toks = editor.tokens("model m { y = head(x) { kappa = 'cheb' @ 2 }")
     assert [str(t) for t in toks][-5:] == ["kappa", "=", "cheb", "2", "}"]
     assert toks[-3].column == 34  # positions are unchanged
 

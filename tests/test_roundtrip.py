@@ -40,8 +40,9 @@ def _extend(children):
         st.builds(ast.Call, dotted, st.lists(children, max_size=3).map(tuple),
                   st.lists(kwarg, max_size=2).map(tuple)),
         st.lists(children, max_size=3).map(lambda xs: ast.ListExpr(tuple(xs))),
-        st.builds(ast.BinOp, st.sampled_from(["+", "-", "*", "/", "//"]), children, children),
+        st.builds(ast.BinOp, st.sampled_from(["+", "-", "*", "/", "//", "%", "**"]), children, children),
         st.builds(ast.Neg, children),
+        st.builds(ast.Index, children, children),
     )
 
 
@@ -56,6 +57,7 @@ values = st.one_of(
     st.builds(ast.LayerExpr, st.lists(exprs, max_size=2).map(tuple), kwargs_,
               st.lists(st.builds(ast.HeadDecl, names, settings_), max_size=3).map(tuple), settings_),
     st.builds(ast.RepeatExpr, exprs, calls),
+    st.builds(ast.RepeatExpr, exprs, calls, kwargs=st.builds(lambda n: (ast.Kwarg("index", ast.Name((n,))),), names)),
 )
 types = st.builds(ast.TensorTypeExpr, names, st.lists(exprs, max_size=4).map(tuple))
 statements = st.one_of(

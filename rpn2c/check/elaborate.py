@@ -19,7 +19,7 @@ from rpn2c.check.recurrent import build_recurrent, infer_recurrent
 from rpn2c.check.instances import REPORTED, Instances
 from rpn2c.check.relations import RELATION, refuse_matrix, relation_call
 from rpn2c.check.ties import Tying, param_call, take_tie, take_tie_kwarg
-from rpn2c.check.values import INVALID, Scope, evaluate
+from rpn2c.check.values import BUILTINS, INVALID, Scope, evaluate
 from rpn2c.components.base import ShapeRuleError
 from rpn2c.components.registry import REGISTRY, synonym_hint, unknown_hint
 from rpn2c.errors import Diagnostics, Span, did_you_mean
@@ -493,6 +493,12 @@ def _is_number_expr(e, scope) -> bool:
         return _is_number_expr(e.operand, scope)
     if isinstance(e, ast.BinOp):
         return _is_number_expr(e.left, scope) and _is_number_expr(e.right, scope)
+    if isinstance(e, ast.Index):
+        return _is_number_expr(e.target, scope) and _is_number_expr(e.index, scope)
+    if isinstance(e, ast.ListExpr):
+        return all(_is_number_expr(i, scope) for i in e.items)
+    if isinstance(e, ast.Call):
+        return e.func.text in BUILTINS and all(_is_number_expr(a, scope) for a in e.args)
     return False
 
 

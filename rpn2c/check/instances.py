@@ -1,5 +1,7 @@
 """Block instances: a call of a block inlined into the graph under its own prefix, and ``repeat(n)`` chains of them
-(``tie = b1`` / ``repeat(n, tie = true)`` share the weights of an earlier instance, check/ties.py)."""
+(``tie = b1`` / ``repeat(n, tie = true)`` share the weights of an earlier instance, check/ties.py;
+``repeat(n, index = i)`` lets the call's parameters read the instance's number i = 0 … n − 1, as Swin's
+``shift = i % 2 * (w // 2)``)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from rpn2c.check.values import INVALID, Scope, evaluate
 from rpn2c.components.registry import ValueRef
 from rpn2c.errors import did_you_mean
 from rpn2c.syntax import ast
+from rpn2c.syntax.format import format_expr
 
 MAX_INLINE_DEPTH = 32
 REPORTED = object()  # _find_block: the name was wrong and a diagnostic was already emitted
@@ -97,18 +100,20 @@ class Instances:
         if self.guard.work + count * size > self.guard.limits.max_work:  # refuse before expanding anything
             self.guard.reserve(count * size, v.count.span, f"repeat({count:,}) of '{target[1].name}'")
             return None
-        shared = self._repeat_tie(v, scope)
-        if shared is None:
+        options = self._repeat_options(v, scope)
+        if options is None:
             return None
+        shared, index = options
         current, prefixes = None, []
         for i in range(count):
             call = v.call
+            params = {**scope.params, index: i} if index else scope.params
             if current is not None:
-                local = Scope(dict(scope.params), {**scope.values, f"__repeat_{name}": current}, scope.prefix)
+                local = Scope(dict(params), {**scope.values, f"__repeat_{name}": current}, scope.prefix)
                 first = ast.Name((f"__repeat_{name}",), v.call.args[0].span)
                 call = ast.Call(v.call.func, (first, *v.call.args[1:]), v.call.kwargs, v.call.span)
             else:
-                local = scope
+                local = Scope(dict(params), scope.values, scope.prefix) if index else scope
             current = self._value(f"{name}.{i}", call, v.span, unit, local, later)
             if current is None:
                 return None
@@ -118,16 +123,35 @@ class Instances:
                 return None
         return current
 
-    def _repeat_tie(self, v: ast.RepeatExpr, scope: Scope) -> bool | None:
-        """``repeat(n, tie = true)``: whether every instance uses the first one's parameters (None: an error)."""
-        shared = False
+    def _repeat_options(self, v: ast.RepeatExpr, scope: Scope) -> tuple[bool, str | None] | None:
+        """``repeat(n, tie = true, index = i)``: whether every instance uses the first one's parameters, and the
+        name the call's parameters read the instance's number by (None: an error)."""
+        shared, index = False, None
         for kw in v.kwargs:
+            if kw.name == "index":
+                index = self._repeat_index(kw, scope)
+                if index is None:
+                    return None
+                continue
             if kw.name != "tie":
-                self.diags.error("E0302", f"repeat takes a count and `tie = true|false`, not '{kw.name}'", kw.span,
-                                 suggestion=did_you_mean(kw.name, ["tie"]))
+                self.diags.error("E0302", f"repeat takes a count, `tie = true|false` and `index = name`, not "
+                                          f"'{kw.name}'", kw.span, suggestion=did_you_mean(kw.name, ["tie", "index"]))
                 return None
             shared = evaluate(kw.value, scope, self.diags, allow_values=False)
             if not isinstance(shared, bool):
                 self.diags.error("E0303", f"'tie' of a repeat is true or false, got {shared!r}", kw.value.span)
                 return None
-        return shared
+        return shared, index
+
+    def _repeat_index(self, kw: ast.Kwarg, scope: Scope) -> str | None:
+        """The new name of ``index = i`` (None after a located error)."""
+        e = kw.value
+        if not isinstance(e, ast.Name) or len(e.parts) != 1:
+            self.diags.error("E0358", f"index = {format_expr(e)} must be a new name (such as `index = i`) for "
+                                      "the repeated call's parameters to read", e.span)
+            return None
+        if e.text in scope.params or e.text in scope.values:
+            self.diags.error("E0358", f"index = {e.text} must be a new name: '{e.text}' is already a "
+                                      f"{'parameter' if e.text in scope.params else 'value'} here", e.span)
+            return None
+        return e.text

@@ -17,7 +17,7 @@ NAMESPACE = ("import", "as")
 DECLARATIONS = ("model", "block")
 KEYWORDS = ("head", "compress", "recurrent", "layer", "repeat", "input", "param", "return")
 CONSTANTS = ("true", "false", "none")
-OPERATORS = ("//", "+", "-", "*", "/", "=")
+OPERATORS = ("//", "**", "+", "-", "*", "/", "%", "=")
 PUNCTUATION = "(){}[],:;."
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"

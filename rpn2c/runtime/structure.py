@@ -19,7 +19,8 @@ _BY_ROLE = {"model": "class", "block": "function", "imported block": "function",
             "setting": "property", "head": "property", "component": "function", "type": "type",
             "dimension": "typeParameter"}
 _BY_TOKEN = {"STRING": "string", "INT": "number", "FLOAT": "number", "PLUS": "operator", "MINUS": "operator",
-             "STAR": "operator", "SLASH": "operator", "DSLASH": "operator"}
+             "STAR": "operator", "SLASH": "operator", "DSLASH": "operator", "PERCENT": "operator",
+             "POW": "operator"}
 _COMMENT = re.compile(r"#[^\n]*")
 
 

@@ -55,7 +55,7 @@ def grammar() -> dict:
                       "match": f"(?<![A-Za-z0-9_.])({_words(names())})(?![A-Za-z0-9_])(?!\\s*[=.])",
                       "captures": {"1": {"name": COMPONENT_SCOPE}}},
         "call": {"match": f"\\b({_NAME})(?=\\s*\\()", "captures": {"1": {"name": "support.function.rpn"}}},
-        "operators": {"name": "keyword.operator.rpn", "match": "//|[-+*/=]"},
+        "operators": {"name": "keyword.operator.rpn", "match": "//|\\*\\*|[-+*/=%]"},
         "punctuation": {"patterns": [{"name": "punctuation.separator.rpn", "match": "[,;:.]"},
                                      {"name": "punctuation.bracket.rpn", "match": "[(){}\\[\\]]"}]},
     }

@@ -62,7 +62,7 @@ class ListExpr:
 
 @dataclass(frozen=True)
 class BinOp:
-    """Integer/float arithmetic on hyper-parameters: ``+ - * / //``."""
+    """Integer/float arithmetic on hyper-parameters: ``+ - * / // % **``."""
 
     op: str
     left: "Expr"
@@ -76,7 +76,16 @@ class Neg:
     span: Span = _span()
 
 
-Expr = Union[Literal, Name, Call, ListExpr, BinOp, Neg]
+@dataclass(frozen=True)
+class Index:
+    """``xs[k]``: item k of a list hyper-parameter (negative k counts from the end)."""
+
+    target: "Expr"
+    index: "Expr"
+    span: Span = _span()
+
+
+Expr = Union[Literal, Name, Call, ListExpr, BinOp, Neg, Index]
 
 
 # ----------------------------------------------------------------------------------------------- statements
@@ -127,7 +136,8 @@ class RepeatExpr:
     count: Expr
     call: Call
     span: Span = _span()
-    kwargs: tuple[Kwarg, ...] = ()  # ``repeat(n, tie = true)``: the instances after the first use the first's weights
+    kwargs: tuple[Kwarg, ...] = ()  # ``repeat(n, tie = true)``: the instances after the first use the first's weights;
+    #                                 ``repeat(n, index = i)``: the call's parameters read i = 0 … n − 1
 
 
 Value = Union[HeadExpr, LayerExpr, RepeatExpr, Expr]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rpn2c.syntax import ast
 
 INDENT = "  "
-_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "//": 2}
+_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "//": 2, "%": 2, "**": 4}
 
 
 def format_expr(e: ast.Expr, parent_prec: int = 0, right: bool = False) -> str:
@@ -19,9 +19,15 @@ def format_expr(e: ast.Expr, parent_prec: int = 0, right: bool = False) -> str:
     if isinstance(e, ast.ListExpr):
         return "[" + ", ".join(format_expr(i) for i in e.items) + "]"
     if isinstance(e, ast.Neg):
-        return "-" + format_expr(e.operand, 3)
+        text = "-" + format_expr(e.operand, 3)
+        return f"({text})" if parent_prec > 3 else text
+    if isinstance(e, ast.Index):
+        return f"{format_expr(e.target, 5)}[{format_expr(e.index)}]"
     if isinstance(e, ast.BinOp):
         prec = _PRECEDENCE[e.op]
+        if e.op == "**":  # right-associative, binding tighter than a sign on its left: -a ** -b is -(a ** (-b))
+            text = f"{format_expr(e.left, 5)} ** {format_expr(e.right, 3)}"
+            return f"({text})" if prec < parent_prec else text
         text = f"{format_expr(e.left, prec)} {e.op} {format_expr(e.right, prec, right=True)}"
         needs = prec < parent_prec or (right and prec == parent_prec)
         return f"({text})" if needs else text

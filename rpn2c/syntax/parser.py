@@ -131,6 +131,10 @@ class _ToAst(Transformer):
         return ast.BinOp(str(c[1]), c[0], c[2], self._s(meta))
 
     @v_args(meta=True)
+    def index(self, meta, c):
+        return ast.Index(c[0], c[1], self._s(meta))
+
+    @v_args(meta=True)
     def neg(self, meta, c):
         return ast.Neg(c[1], self._s(meta))
 

@@ -13,18 +13,13 @@ the mean of all values. Elsewhere a row sums to 1 and b_v is the same inside or 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
-import rpn2c
 from rpn2c.frontends import weights
-from tests.models.peers import assert_grads_equal, outputs_and_grads, randomise
+from tests.models.peers import assert_library_into_spec, assert_spec_into_library, compiled, randomise
 
 transformers = pytest.importorskip("transformers")
-
-SPEC = Path(__file__).resolve().parents[2] / "specs" / "bert.rpn"
 NORMS = ("LayerNorm",)
 
 
@@ -45,8 +40,7 @@ def _spec(config, classifier: bool = False, reference: bool = False):
               "pad": config.pad_token_id, "eps": config.layer_norm_eps}
     if classifier:
         params["labels"] = config.num_labels
-    return rpn2c.compile(SPEC.read_text(encoding="utf-8"), str(SPEC), model="bert_classifier" if classifier else "bert",
-                         params=params, reference=reference).double().eval()
+    return compiled("bert", "bert_classifier" if classifier else "bert", params, reference)
 
 
 def _inputs(config, batch=4, length=9, seed=0):
@@ -74,15 +68,10 @@ def test_library_weights_into_the_spec_give_the_library_model(classifier, refere
     library, config = _library(classifier)
     name = "bert_classifier" if classifier else "bert"
     spec = _spec(config, classifier, reference)
-    assert sum(p.numel() for p in spec.parameters()) == sum(p.numel() for p in library.parameters())
-    spec.load_state_dict(weights.to_spec(name, library.state_dict(), config.num_hidden_layers))
     ids, mask, types = _inputs(config)
-    want, lib_grads = outputs_and_grads(library, _run_library(classifier, ids, mask, types))
-    got, spec_grads = outputs_and_grads(spec, lambda m: m(ids, mask, types))
-    assert len(got) == len(want) == (1 if classifier else 2)
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, rtol=0, atol=1e-12)
-    assert_grads_equal(name, spec_grads, lib_grads, config.num_hidden_layers, library.state_dict())
+    got = assert_library_into_spec(name, library, spec, config.num_hidden_layers,
+                                   _run_library(classifier, ids, mask, types), lambda m: m(ids, mask, types))
+    assert len(got) == (1 if classifier else 2)
 
 
 def test_the_mask_matters():
@@ -100,11 +89,9 @@ def test_the_mask_matters():
 def test_spec_weights_into_the_library_give_the_spec():
     library, config = _library(classifier=True)
     spec = randomise(_spec(config, classifier=True), norms=("e.e.", "post.", ".y."))
-    library.load_state_dict(weights.to_library("bert_classifier", spec.state_dict(), config.num_hidden_layers,
-                                               library.state_dict()))
     ids, mask, types = _inputs(config, batch=3, length=7, seed=1)
-    torch.testing.assert_close(library(ids, attention_mask=mask, token_type_ids=types).logits, spec(ids, mask, types),
-                               rtol=0, atol=1e-12)
+    assert_spec_into_library("bert_classifier", spec, library, config.num_hidden_layers,
+                             lambda m: m(ids, mask, types), _run_library(True, ids, mask, types))
 
 
 def test_a_sample_that_masks_every_key_differs_only_by_the_value_bias():

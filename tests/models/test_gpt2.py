@@ -6,18 +6,13 @@ its tanh GELU, LayerNorm and attention all run at the input's precision."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
-import rpn2c
 from rpn2c.frontends import weights
-from tests.models.peers import assert_grads_equal, outputs_and_grads, randomise
+from tests.models.peers import assert_library_into_spec, assert_spec_into_library, compiled, randomise
 
 transformers = pytest.importorskip("transformers")
-
-SPEC = Path(__file__).resolve().parents[2] / "specs" / "gpt2.rpn"
 
 
 def _library(attention: str = "sdpa", **over):
@@ -32,30 +27,24 @@ def _spec(config, reference: bool = False):
     params = {"vocab": config.vocab_size, "d": config.n_embd, "heads": config.n_head,
               "ffn": config.n_inner or 4 * config.n_embd, "layers": config.n_layer,
               "positions": config.n_positions, "eps": config.layer_norm_epsilon}
-    return rpn2c.compile(SPEC.read_text(encoding="utf-8"), str(SPEC), model="gpt2", params=params,
-                         reference=reference).double().eval()
+    return compiled("gpt2", "gpt2", params, reference)
 
 
 @pytest.mark.parametrize("reference", [False, True])
 def test_library_weights_into_the_spec_give_the_library_model(reference):
     library, config = _library()
     spec = _spec(config, reference)
-    assert sum(p.numel() for p in spec.parameters()) == sum(p.numel() for p in library.parameters()) == 28544
-    spec.load_state_dict(weights.to_spec("gpt2", library.state_dict(), config.n_layer))
     ids = torch.randint(0, config.vocab_size, (3, 11))
-    (want,), lib_grads = outputs_and_grads(library, lambda m: m(ids).logits)
-    (got,), spec_grads = outputs_and_grads(spec, lambda m: m(ids))
-    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
-    assert_grads_equal("gpt2", spec_grads, lib_grads, config.n_layer, library.state_dict())
+    assert_library_into_spec("gpt2", library, spec, config.n_layer, lambda m: m(ids).logits, lambda m: m(ids),
+                             count=28544)
 
 
 def test_spec_weights_into_the_library_give_the_spec():
     library, config = _library()
     spec = randomise(_spec(config), norms=("pre.", ".n."))
-    library.load_state_dict(weights.to_library("gpt2", spec.state_dict(), config.n_layer, library.state_dict()))
-    assert library.lm_head.weight is library.transformer.wte.weight  # still one tensor
     ids = torch.randint(0, config.vocab_size, (2, 9))
-    torch.testing.assert_close(library(ids).logits, spec(ids), rtol=0, atol=1e-12)
+    assert_spec_into_library("gpt2", spec, library, config.n_layer, lambda m: m(ids), lambda m: m(ids).logits)
+    assert library.lm_head.weight is library.transformer.wte.weight  # still one tensor
 
 
 def test_the_eager_attention_and_another_width_agree_too():

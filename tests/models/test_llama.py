@@ -1,21 +1,17 @@
-"""specs/llama.rpn equals transformers' LlamaForCausalLM in float64 (small random configurations, nothing
-downloaded): the library's weights loaded into the compiled spec by the "llama" weight map give its logits and
-gradients, and the spec's weights loaded into the library model give the spec's, in both lowerings."""
+"""specs/llama.rpn equals transformers' LlamaForCausalLM and Qwen2ForCausalLM in float64 (small random
+configurations, nothing downloaded): the library's weights loaded into the compiled spec by the "llama" ("qwen2")
+weight map give its logits and gradients, and the spec's weights loaded into the library model give the spec's, in
+both lowerings."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 import torch
 
-import rpn2c
 from rpn2c.frontends import weights
-from tests.models.peers import assert_grads_equal, outputs_and_grads
+from tests.models.peers import assert_library_into_spec, assert_spec_into_library, compiled, randomise
 
 transformers = pytest.importorskip("transformers")
-
-SPEC = Path(__file__).resolve().parents[2] / "specs" / "llama.rpn"
 
 
 @pytest.fixture(autouse=True)
@@ -23,12 +19,14 @@ def _norm_at_input_precision(monkeypatch):
     """transformers' LlamaRMSNorm computes in float32 whatever the input (a float64 model loses precision there,
     about 1e-8); compared in float64, the library's norm runs at the input's precision, its formula unchanged."""
     from transformers.models.llama import modeling_llama
+    from transformers.models.qwen2 import modeling_qwen2
 
     def forward(self, x):
         variance = x.pow(2).mean(-1, keepdim=True)
         return self.weight * (x * torch.rsqrt(variance + self.variance_epsilon))
 
     monkeypatch.setattr(modeling_llama.LlamaRMSNorm, "forward", forward)
+    monkeypatch.setattr(modeling_qwen2.Qwen2RMSNorm, "forward", forward)
 
 
 def _library(tied: bool, **over):
@@ -49,8 +47,7 @@ def _spec(model_name: str, config, reference: bool = False):
               "kv_heads": config.num_key_value_heads,
               "ffn": config.intermediate_size, "layers": config.num_hidden_layers, "eps": config.rms_norm_eps,
               "theta": config.rope_parameters["rope_theta"]}
-    return rpn2c.compile(SPEC.read_text(encoding="utf-8"), str(SPEC), model=model_name, params=params,
-                         reference=reference).double().eval()
+    return compiled("llama", model_name, params, reference)
 
 
 @pytest.mark.parametrize("tied", [False, True])
@@ -59,13 +56,8 @@ def test_library_weights_into_the_spec_give_the_library_model(tied, reference):
     library, config = _library(tied)
     name = "llama_tied" if tied else "llama"
     spec = _spec(name, config, reference)
-    assert sum(p.numel() for p in spec.parameters()) == sum(p.numel() for p in library.parameters())
-    spec.load_state_dict(weights.to_spec(name, library.state_dict(), config.num_hidden_layers))
     ids = torch.randint(0, config.vocab_size, (3, 11))
-    (want,), lib_grads = outputs_and_grads(library, lambda m: m(ids).logits)
-    (got,), spec_grads = outputs_and_grads(spec, lambda m: m(ids))
-    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
-    assert_grads_equal(name, spec_grads, lib_grads, config.num_hidden_layers, library.state_dict())
+    assert_library_into_spec(name, library, spec, config.num_hidden_layers, lambda m: m(ids).logits, lambda m: m(ids))
 
 
 def test_spec_weights_into_the_library_give_the_spec():
@@ -73,10 +65,9 @@ def test_spec_weights_into_the_library_give_the_spec():
     spec = _spec("llama", config)
     for p in spec.parameters():
         torch.nn.init.normal_(p, std=0.2)
-    library.load_state_dict(weights.to_library("llama", spec.state_dict(), config.num_hidden_layers,
-                                               library.state_dict()))
     ids = torch.randint(0, config.vocab_size, (2, 9))
-    torch.testing.assert_close(library(ids).logits, spec(ids), rtol=0, atol=1e-12)
+    assert_spec_into_library("llama", spec, library, config.num_hidden_layers, lambda m: m(ids),
+                             lambda m: m(ids).logits)
 
 
 @pytest.mark.parametrize("kv_heads", [1, 4])
@@ -126,3 +117,33 @@ def test_a_training_step_runs_fewer_aten_ops_than_the_library():
     ours, theirs = training_step_ops(spec, [ids]), training_step_ops(Logits(library), [ids])
     assert sum(ours.values()) <= sum(theirs.values()), diff(ours, theirs)
     assert ours["_scaled_dot_product_flash_attention_for_cpu"] == config.num_hidden_layers
+
+
+def _qwen2(**over):
+    cfg = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=False)
+    cfg.update(over)
+    config = transformers.Qwen2Config(**cfg, attn_implementation="sdpa")
+    torch.manual_seed(2)
+    return randomise(transformers.Qwen2ForCausalLM(config).double().eval(), ("norm",)), config
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_qwen2_weights_into_the_spec_give_the_library_model(reference):
+    """Qwen2's biases on W_q, W_k (added before the rotation) and W_v, grouped keys and values."""
+    library, config = _qwen2()
+    attention = library.model.layers[0].self_attn
+    assert attention.q_proj.bias is not None and attention.o_proj.bias is None
+    spec = _spec("qwen2", config, reference)
+    ids = torch.randint(0, config.vocab_size, (3, 11))
+    assert_library_into_spec("qwen2", library, spec, config.num_hidden_layers, lambda m: m(ids).logits,
+                             lambda m: m(ids), count=19744)
+
+
+def test_spec_weights_into_qwen2_give_the_spec():
+    library, config = _qwen2(hidden_size=48, num_attention_heads=6, num_key_value_heads=1, num_hidden_layers=3,
+                             rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
+    spec = randomise(_spec("qwen2", config), ("pre.", ".n.", "n.weight"))
+    ids = torch.randint(0, config.vocab_size, (2, 9))
+    assert_spec_into_library("qwen2", spec, library, config.num_hidden_layers, lambda m: m(ids),
+                             lambda m: m(ids).logits)

@@ -12,18 +12,16 @@ library's formulas unchanged."""
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 import rpn2c
 from rpn2c.frontends import weights
-from tests.models.peers import assert_grads_equal, outputs_and_grads, randomise
+from tests.models.peers import SPECS, assert_library_into_spec, assert_spec_into_library, compiled, randomise
 
 transformers = pytest.importorskip("transformers")
 
-SPEC = Path(__file__).resolve().parents[2] / "specs" / "mamba_lm.rpn"
+SPEC = SPECS / "mamba_lm.rpn"
 
 
 @pytest.fixture(autouse=True)
@@ -59,31 +57,25 @@ def _spec(config, reference: bool = False):
     params = {"vocab": config.vocab_size, "d": config.hidden_size, "inner": config.intermediate_size,
               "state": config.state_size, "rank": config.time_step_rank, "kernel": config.conv_kernel,
               "layers": config.num_hidden_layers, "eps": config.layer_norm_epsilon}
-    return rpn2c.compile(SPEC.read_text(encoding="utf-8"), str(SPEC), model="mamba_lm", params=params,
-                         reference=reference).double().eval()
+    return compiled("mamba_lm", "mamba_lm", params, reference)
 
 
 @pytest.mark.parametrize("reference", [False, True])
 def test_library_weights_into_the_spec_give_the_library_model(reference):
     library, config = _library()
     spec = _spec(config, reference)
-    assert sum(p.numel() for p in spec.parameters()) == sum(p.numel() for p in library.parameters()) == 5264
-    spec.load_state_dict(weights.to_spec("mamba_lm", library.state_dict(), config.num_hidden_layers))
     ids = torch.randint(0, config.vocab_size, (3, 11))
-    (want,), lib_grads = outputs_and_grads(library, lambda m: m(ids, use_cache=False).logits)
-    (got,), spec_grads = outputs_and_grads(spec, lambda m: m(ids))
-    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
-    assert_grads_equal("mamba_lm", spec_grads, lib_grads, config.num_hidden_layers, library.state_dict())
+    assert_library_into_spec("mamba_lm", library, spec, config.num_hidden_layers,
+                             lambda m: m(ids, use_cache=False).logits, lambda m: m(ids), count=5264)
 
 
 def test_spec_weights_into_the_library_give_the_spec():
     library, config = _library()
     spec = randomise(_spec(config), norms=("pre.", "n."))
-    library.load_state_dict(weights.to_library("mamba_lm", spec.state_dict(), config.num_hidden_layers,
-                                               library.state_dict()))
-    assert library.lm_head.weight is library.backbone.embeddings.weight  # still one tensor
     ids = torch.randint(0, config.vocab_size, (2, 9))
-    torch.testing.assert_close(library(ids, use_cache=False).logits, spec(ids), rtol=0, atol=1e-12)
+    assert_spec_into_library("mamba_lm", spec, library, config.num_hidden_layers, lambda m: m(ids),
+                             lambda m: m(ids, use_cache=False).logits)
+    assert library.lm_head.weight is library.backbone.embeddings.weight  # still one tensor
 
 
 def test_another_rank_state_and_kernel_follow_the_configuration():

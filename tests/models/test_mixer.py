@@ -9,16 +9,14 @@ is not used: it requires torchvision, whose wheels do not load beside the CPU to
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from torch import nn
 
 import rpn2c
-from rpn2c.frontends import weights
+from tests.models.peers import SPECS, assert_library_into_spec, assert_spec_into_library, compiled
 
-SPEC = Path(__file__).resolve().parents[2] / "specs" / "mixer.rpn"
+SPEC = SPECS / "mixer.rpn"
 
 
 class _Mlp(nn.Module):
@@ -78,33 +76,16 @@ def _library(cfg):
 
 
 def _spec(cfg, reference: bool = False):
-    return rpn2c.compile(SPEC.read_text(encoding="utf-8"), str(SPEC), model="mixer", params=cfg,
-                         reference=reference).double().eval()
-
-
-def _logits_and_grads(model, x):
-    model.zero_grad()
-    out = model(x)
-    (out * torch.linspace(-1, 1, out.shape[-1], dtype=out.dtype)).sum().backward()
-    return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+    return compiled("mixer", "mixer", cfg, reference)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=["default", "other"])
 @pytest.mark.parametrize("reference", [False, True])
 def test_library_weights_into_the_spec_give_the_library_model(cfg, reference):
     library, spec = _library(cfg), _spec(cfg, reference)
-    layers = cfg.get("layers", 2)
-    assert sum(p.numel() for p in spec.parameters()) == sum(p.numel() for p in library.parameters())
-    spec.load_state_dict(weights.to_spec("mixer", library.state_dict(), layers, spec.state_dict()))
     size, channels = cfg.get("size", 16), cfg.get("channels", 3)
     x = torch.randn(3, channels, size, size, dtype=torch.float64)
-    want, lib_grads = _logits_and_grads(library, x)
-    got, spec_grads = _logits_and_grads(spec, x)
-    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
-    mapped = weights.to_library("mixer", spec_grads, layers, library.state_dict())
-    assert set(mapped) == set(lib_grads)
-    for key, grad in mapped.items():  # each parameter's gradient, through the same map
-        torch.testing.assert_close(grad, lib_grads[key], rtol=0, atol=1e-12, msg=key)
+    assert_library_into_spec("mixer", library, spec, cfg.get("layers", 2), lambda m: m(x), grad_atol=1e-12)
 
 
 def test_spec_weights_into_the_library_give_the_spec():
@@ -112,9 +93,8 @@ def test_spec_weights_into_the_library_give_the_spec():
     library, spec = _library(cfg), _spec(cfg)
     for p in spec.parameters():
         torch.nn.init.normal_(p, std=0.2)
-    library.load_state_dict(weights.to_library("mixer", spec.state_dict(), cfg["layers"], library.state_dict()))
     x = torch.randn(2, cfg["channels"], cfg["size"], cfg["size"], dtype=torch.float64)
-    torch.testing.assert_close(library(x), spec(x), rtol=0, atol=1e-12)
+    assert_spec_into_library("mixer", spec, library, cfg["layers"], lambda m: m(x), lambda m: m(x))
 
 
 def test_token_mixing_runs_as_its_affine_xi_before_psi():

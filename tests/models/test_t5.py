@@ -5,17 +5,13 @@ model give the spec's, in both lowerings; T5 v1.1's gated-GELU feed-forward as "
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
-import rpn2c
 from rpn2c.frontends import weights
+from tests.models.peers import assert_library_into_spec, assert_spec_into_library, compiled
 
 transformers = pytest.importorskip("transformers")
-
-SPEC = Path(__file__).resolve().parents[2] / "specs" / "t5_encoder.rpn"
 
 
 @pytest.fixture(autouse=True)
@@ -51,8 +47,7 @@ def _spec(name: str, config, reference: bool = False):
     params = {"vocab": config.vocab_size, "d": config.d_model, "heads": config.num_heads, "d_kv": config.d_kv,
               "ffn": config.d_ff, "layers": config.num_layers, "buckets": config.relative_attention_num_buckets,
               "max_distance": config.relative_attention_max_distance, "eps": config.layer_norm_epsilon}
-    return rpn2c.compile(SPEC.read_text(encoding="utf-8"), str(SPEC), model=name, params=params,
-                         reference=reference).double().eval()
+    return compiled("t5_encoder", name, params, reference)
 
 
 def _inputs(config, batch: int, length: int, seed: int = 0):
@@ -65,29 +60,18 @@ def _inputs(config, batch: int, length: int, seed: int = 0):
     return ids, keep
 
 
-def _out_and_grads(model, ids, keep, library: bool):
-    model.zero_grad()
-    out = model(input_ids=ids, attention_mask=keep).last_hidden_state if library else model(ids, keep.bool())
-    (out * torch.linspace(-1, 1, out.shape[-1], dtype=out.dtype)).sum().backward()
-    return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters(remove_duplicate=False)}
-
-
 @pytest.mark.parametrize("gated", [False, True], ids=["relu", "gated_gelu"])
 @pytest.mark.parametrize("reference", [False, True], ids=["default", "reference"])
 def test_library_weights_into_the_spec_give_the_library_model(gated, reference):
     library, config = _library(gated)
     name = "t5_encoder_gated" if gated else "t5_encoder"
     spec = _spec(name, config, reference)
-    assert sum(p.numel() for p in spec.parameters()) == sum(p.numel() for p in library.parameters())
-    spec.load_state_dict(weights.to_spec(name, library.state_dict(), config.num_layers))
     ids, keep = _inputs(config, 3, 11)
-    want, lib_grads = _out_and_grads(library, ids, keep, True)
-    got, spec_grads = _out_and_grads(spec, ids, keep, False)
-    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
-    mapped = weights.to_library(name, spec_grads, config.num_layers, library.state_dict())
-    assert set(mapped) == set(library.state_dict())
-    for key, grad in mapped.items():  # each parameter's gradient, the shared bias table's included
-        torch.testing.assert_close(grad, lib_grads[key], rtol=0, atol=1e-11, msg=key)
+    assert set(library.state_dict()) == {n for n, _ in library.named_parameters(remove_duplicate=False)}
+    # each parameter's gradient, the shared bias table's and both names of the shared embedding included
+    assert_library_into_spec(name, library, spec, config.num_layers,
+                             lambda m: m(input_ids=ids, attention_mask=keep).last_hidden_state,
+                             lambda m: m(ids, keep.bool()))
 
 
 def test_spec_weights_into_the_library_give_the_spec():
@@ -95,11 +79,9 @@ def test_spec_weights_into_the_library_give_the_spec():
     spec = _spec("t5_encoder", config)
     for p in spec.parameters():
         torch.nn.init.normal_(p, std=0.3)
-    library.load_state_dict(weights.to_library("t5_encoder", spec.state_dict(), config.num_layers,
-                                               library.state_dict()))
     ids, keep = _inputs(config, 2, 9, seed=1)
-    torch.testing.assert_close(library(input_ids=ids, attention_mask=keep).last_hidden_state,
-                               spec(ids, keep.bool()), rtol=0, atol=1e-12)
+    assert_spec_into_library("t5_encoder", spec, library, config.num_layers, lambda m: m(ids, keep.bool()),
+                             lambda m: m(input_ids=ids, attention_mask=keep).last_hidden_state)
 
 
 def test_offsets_past_max_distance_and_other_head_widths_follow_the_configuration():

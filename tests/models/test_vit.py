@@ -4,17 +4,13 @@ parameter's gradient, in both lowerings, and the spec's weights loaded into the 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
-import rpn2c
 from rpn2c.frontends import weights
+from tests.models.peers import assert_library_into_spec, assert_spec_into_library, compiled
 
 transformers = pytest.importorskip("transformers")
-
-SPEC = Path(__file__).resolve().parents[2] / "specs" / "vit.rpn"
 
 
 def _library(**over):
@@ -36,31 +32,16 @@ def _spec(config, reference: bool = False):
     params = {"size": config.image_size, "patch": config.patch_size, "channels": config.num_channels,
               "d": config.hidden_size, "heads": config.num_attention_heads, "ffn": config.intermediate_size,
               "layers": config.num_hidden_layers, "classes": config.num_labels, "eps": config.layer_norm_eps}
-    return rpn2c.compile(SPEC.read_text(encoding="utf-8"), str(SPEC), model="vit", params=params,
-                         reference=reference).double().eval()
-
-
-def _logits_and_grads(model, x, library: bool):
-    model.zero_grad()
-    out = model(x).logits if library else model(x)
-    (out * torch.linspace(-1, 1, out.shape[-1], dtype=out.dtype)).sum().backward()
-    return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+    return compiled("vit", "vit", params, reference)
 
 
 @pytest.mark.parametrize("reference", [False, True])
 def test_library_weights_into_the_spec_give_the_library_model(reference):
     library, config = _library()
     spec = _spec(config, reference)
-    assert sum(p.numel() for p in spec.parameters()) == sum(p.numel() for p in library.parameters())
-    spec.load_state_dict(weights.to_spec("vit", library.state_dict(), config.num_hidden_layers, spec.state_dict()))
     x = torch.randn(3, config.num_channels, config.image_size, config.image_size, dtype=torch.float64)
-    want, lib_grads = _logits_and_grads(library, x, True)
-    got, spec_grads = _logits_and_grads(spec, x, False)
-    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
-    mapped = weights.to_library("vit", spec_grads, config.num_hidden_layers, library.state_dict())
-    assert set(mapped) == set(lib_grads)
-    for key, grad in mapped.items():  # each parameter's gradient, through the same map
-        torch.testing.assert_close(grad, lib_grads[key], rtol=0, atol=1e-12, msg=key)
+    assert_library_into_spec("vit", library, spec, config.num_hidden_layers, lambda m: m(x).logits, lambda m: m(x),
+                             grad_atol=1e-12)
 
 
 def test_spec_weights_into_the_library_give_the_spec():
@@ -69,10 +50,8 @@ def test_spec_weights_into_the_library_give_the_spec():
     spec = _spec(config)
     for p in spec.parameters():
         torch.nn.init.normal_(p, std=0.2)
-    library.load_state_dict(weights.to_library("vit", spec.state_dict(), config.num_hidden_layers,
-                                               library.state_dict()))
     x = torch.randn(2, 2, 12, 12, dtype=torch.float64)
-    torch.testing.assert_close(library(x).logits, spec(x), rtol=0, atol=1e-12)
+    assert_spec_into_library("vit", spec, library, config.num_hidden_layers, lambda m: m(x), lambda m: m(x).logits)
 
 
 def test_a_reshaping_link_without_the_other_sides_shapes_is_refused_by_name():

@@ -1,4 +1,5 @@
-"""``specs/llama.rpn`` ↔ transformers' ``LlamaForCausalLM`` (also Qwen2/Qwen3-style configurations without biases).
+"""``specs/llama.rpn`` ↔ transformers' ``LlamaForCausalLM`` ("llama", "llama_tied") and ``Qwen2ForCausalLM``
+("qwen2": the same keys and the query, key and value biases).
 
     spec                              transformers
     e.weight                          model.embed_tokens.weight
@@ -9,6 +10,7 @@
     h.{i}.{gate,up,down}.psi.weight   model.layers.{i}.mlp.{gate,up,down}_proj.weight
     n.weight                          model.norm.weight
     y.psi.weight                      lm_head.weight (llama_tied: the embedding's, one tensor)
+    h.{i}.attn.in_proj_bias           model.layers.{i}.self_attn.{q,k,v}_proj.bias, one after another (qwen2)
 """
 
 from rpn2c.frontends.weights import Link, WeightMap
@@ -27,4 +29,7 @@ _COMMON = (
 MAPS = {
     "llama": WeightMap("llama", _COMMON + (Link("y.psi.weight", ("lm_head.weight",)),)),
     "llama_tied": WeightMap("llama_tied", _COMMON + (Link("e.weight", ("lm_head.weight",)),)),
+    "qwen2": WeightMap("qwen2", _COMMON + (
+        Link("h.{i}.attn.in_proj_bias", tuple(_LAYER + f"self_attn.{p}_proj.bias" for p in "qkv")),
+        Link("y.psi.weight", ("lm_head.weight",)))),
 }
