@@ -345,7 +345,10 @@ class PygGCN(nn.Module):
 def _gcn(s):
     torch.manual_seed(0)
     hand = PygGCN(s["features"], s["hidden"], s["classes"], bool(s["cached"]))
-    spec = rpn2c.compile_file(ROOT / "specs/gcn.rpn", params={k: s[k] for k in ("features", "hidden", "classes")})
+    # the memory budget of a graph this size: the default 4 GiB per sample refuses 2M nodes' edge messages (7 GiB
+    # estimated), as a user on a large GPU would raise it (--max-memory)
+    spec = rpn2c.compile_file(ROOT / "specs/gcn.rpn", params={k: s[k] for k in ("features", "hidden", "classes")},
+                              limits={"max_memory": max(4 * 2**30, _gcn_bytes(s))})
     _load(spec, {"h.psi.weight": hand.a.lin.weight, "h.bias": hand.a.bias,
                  "y.psi.weight": hand.b.lin.weight, "y.bias": hand.b.bias})
     n, e = s["nodes"], s["edges"]
