@@ -356,3 +356,20 @@ def test_rrelu_exports_to_onnx_as_its_eval_form(tmp_path, capsys):
     x = torch.randn(2, 5, 4)
     torch.testing.assert_close(model(x), torch.nn.functional.rrelu(x, 0.1, 0.3, training=False), rtol=0, atol=0)
     assert model.train()(x).shape == x.shape  # training keeps the random slopes
+
+
+def test_edges_of_a_graph_over_features_are_made_up_within_the_features(tmp_path, capsys):
+    """Found by the export lane: a graph ξ on the attribute axis indexes 3 features, and the export's made-up
+    edge lists indexed 8 nodes, so the export's own check refused its inputs. Edge ids now stay below every width
+    the model has, and the export checks at two sizes."""
+    spec = tmp_path / "attr.rpn"
+    spec.write_text("model m {\n  input x: sequence[B, T, 3]\n  input edges: edges[2, E]\n  y = head(x) {\n"
+                    "    xi_attribute_post = pagerank_graph(edges = edges, iters = 2)\n    out = 1\n  }\n"
+                    "  return y\n}\n", encoding="utf-8")
+    graph = rpn2c.check(spec.read_text())
+    for seed in range(3):
+        (_, edges), _ = example_inputs(graph, {"E": 40}, seed=seed)
+        assert int(edges.max()) < 3
+    out = tmp_path / "attr.pt2"
+    assert main(["export", str(spec), "--random-init", "--out", str(out)]) == 0, capsys.readouterr().err
+    assert out.is_file() and "checked: equals the module" in capsys.readouterr().out
