@@ -221,6 +221,23 @@ def test_pagerank_exports_to_onnx_with_dynamic_graphs_and_its_power_steps_as_one
     torch.testing.assert_close(torch.from_numpy(got), model(x, edges).detach(), rtol=1e-12, atol=1e-12)
 
 
+def test_pagerank_exports_to_pt2_with_its_power_steps_as_one_loop_on_the_cached_operator(tmp_path, capsys):
+    """The pt2 program keeps the graph_spmm kernel: each ξ's 170 steps on it are one ``while_loop`` (the unrolled
+    steps took minutes to trace), N and E dynamic, equal to the module at another size."""
+    spec, out = tmp_path / "pr.rpn", tmp_path / "pr.pt2"
+    spec.write_text(PAGERANK, encoding="utf-8")
+    assert main(["export", str(spec), "--random-init", "--dtype", "float64", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "(dynamic N)" in text and "(dynamic E)" in text, text
+    program = torch.export.load(str(out))
+    calls = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    assert calls.count("while_loop") == 2 and not any("graph_mm" in c for c in calls), calls
+    torch.manual_seed(0)
+    model = rpn2c.compile(PAGERANK).double().eval()
+    x, edges = torch.randn(13, 4, dtype=torch.float64), torch.randint(0, 13, (2, 40))
+    torch.testing.assert_close(program.module()(x, edges), model(x, edges).detach(), rtol=1e-12, atol=1e-12)
+
+
 KERNELS = """model m {{
   input x: sequence[B, T, 6]
   y = head(x) {{
