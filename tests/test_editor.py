@@ -242,3 +242,16 @@ def test_completion_never_offers_a_label_twice_anywhere_in_a_shipped_spec_or_its
         line, col = before.count("\n"), len(before) - (before.rfind("\n") + 1)
         labels = [c.label for c in editor.complete(source, line, col)]
         assert len(labels) == len(set(labels))
+
+
+def test_view_output_of_an_input_names_it_and_runs_no_layer():
+    """Found by the editor's lane: ``rpn2c.viewOutput`` on a model's input (``x`` in ``head(x)`` of highway.rpn)
+    raised ``KeyError: 'x'``, an input having no module in the generated program. It answers with the model's
+    header line and no layer; a layer beside it still gets its own lines."""
+    text = (ROOT / "examples" / "specs" / "highway.rpn").read_text(encoding="utf-8")
+    a = analysis.analyse(text, "highway.rpn")
+    x, h = a.value_at(13, 8), a.value_at(14, 2)
+    assert (x.name, x.kind, h.name) == ("x", "input", "h")
+    out = analysis.view_output(a, x)
+    assert out["title"].startswith("x (input") and out["explain"] == "" and out["code"] == "# model highway: x (x)"
+    assert "h = self.h" in analysis.view_output(a, h)["code"]

@@ -221,6 +221,23 @@ def test_pagerank_exports_to_onnx_with_dynamic_graphs_and_its_power_steps_as_one
     torch.testing.assert_close(torch.from_numpy(got), model(x, edges).detach(), rtol=1e-12, atol=1e-12)
 
 
+def test_pagerank_exports_to_pt2_with_its_power_steps_as_one_loop_on_the_cached_operator(tmp_path, capsys):
+    """The pt2 program keeps the graph_spmm kernel: each ξ's 170 steps on it are one ``while_loop`` (the unrolled
+    steps took minutes to trace), N and E dynamic, equal to the module at another size."""
+    spec, out = tmp_path / "pr.rpn", tmp_path / "pr.pt2"
+    spec.write_text(PAGERANK, encoding="utf-8")
+    assert main(["export", str(spec), "--random-init", "--dtype", "float64", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "(dynamic N)" in text and "(dynamic E)" in text, text
+    program = torch.export.load(str(out))
+    calls = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    assert calls.count("while_loop") == 2 and not any("graph_mm" in c for c in calls), calls
+    torch.manual_seed(0)
+    model = rpn2c.compile(PAGERANK).double().eval()
+    x, edges = torch.randn(13, 4, dtype=torch.float64), torch.randint(0, 13, (2, 40))
+    torch.testing.assert_close(program.module()(x, edges), model(x, edges).detach(), rtol=1e-12, atol=1e-12)
+
+
 KERNELS = """model m {{
   input x: sequence[B, T, 6]
   y = head(x) {{
@@ -356,3 +373,20 @@ def test_rrelu_exports_to_onnx_as_its_eval_form(tmp_path, capsys):
     x = torch.randn(2, 5, 4)
     torch.testing.assert_close(model(x), torch.nn.functional.rrelu(x, 0.1, 0.3, training=False), rtol=0, atol=0)
     assert model.train()(x).shape == x.shape  # training keeps the random slopes
+
+
+def test_edges_of_a_graph_over_features_are_made_up_within_the_features(tmp_path, capsys):
+    """Found by the export lane: a graph ξ on the attribute axis indexes 3 features, and the export's made-up
+    edge lists indexed 8 nodes, so the export's own check refused its inputs. Edge ids now stay below every width
+    the model has, and the export checks at two sizes."""
+    spec = tmp_path / "attr.rpn"
+    spec.write_text("model m {\n  input x: sequence[B, T, 3]\n  input edges: edges[2, E]\n  y = head(x) {\n"
+                    "    xi_attribute_post = pagerank_graph(edges = edges, iters = 2)\n    out = 1\n  }\n"
+                    "  return y\n}\n", encoding="utf-8")
+    graph = rpn2c.check(spec.read_text())
+    for seed in range(3):
+        (_, edges), _ = example_inputs(graph, {"E": 40}, seed=seed)
+        assert int(edges.max()) < 3
+    out = tmp_path / "attr.pt2"
+    assert main(["export", str(spec), "--random-init", "--out", str(out)]) == 0, capsys.readouterr().err
+    assert out.is_file() and "checked: equals the module" in capsys.readouterr().out

@@ -183,3 +183,48 @@ def test_asking_for_a_spec_entry_point_brings_the_check_that_feeds_it():
     assert fuzz_lanes._entries("show,lsp") == ("check", "show", "lsp")
     assert fuzz_lanes._entries("from_torch") == ("from_torch",)
     assert fuzz_lanes._entries("check,export") == ("check", "export")
+
+
+def test_a_time_out_never_lands_inside_an_import(tmp_path, monkeypatch):
+    """A time-out raised while a module is being imported left it half-initialised for every later input (pandas,
+    first imported by scikit-learn under a manifold κ's time limit: each later manifold κ failed with an
+    AttributeError). The alarm waits for the import to end, then fires."""
+    import sys
+    import time
+
+    from rpn2c.runtime.fuzz import Timeout, alarm
+
+    (tmp_path / "slow_to_import.py").write_text("import time\ntime.sleep(0.5)\nREADY = True\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "slow_to_import", raising=False)
+    started = time.monotonic()
+    with pytest.raises(Timeout), alarm(0.05):
+        import slow_to_import  # noqa: F401
+        while time.monotonic() - started < 30:
+            pass
+    assert sys.modules["slow_to_import"].READY and time.monotonic() - started < 5
+
+
+def test_a_lane_killed_before_it_named_its_input_is_recorded_at_its_first_seed(tmp_path, monkeypatch):
+    """A lane killed while its ``inflight`` file was empty (written, not yet filled) ended the whole run with a
+    ValueError; the input is now the lane's first seed, and the run goes on and reports."""
+    import subprocess
+
+    calls = []
+
+    def lane_run(cmd, **kw):
+        lane_dir = Path(cmd[cmd.index("--out") + 1])
+        calls.append(int(cmd[cmd.index("--start") + 1]))
+        if len(calls) == 1:
+            (lane_dir / "inflight").write_text("", encoding="utf-8")
+            return subprocess.CompletedProcess(cmd, -9, "", "Killed")
+        fuzz_lanes._write(lane_dir / "progress.json", {"inputs": 2, "entries": {"check": {"inputs": 2, "ok": 2}}})
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(fuzz_lanes.subprocess, "run", lane_run)
+    monkeypatch.setattr(fuzz_lanes, "_minimised", lambda *a: None)
+    report = fuzz_lanes.run_lanes(1, 60, 7_000_000, tmp_path, entries=("check",))
+    assert calls == [7_000_000, 7_000_001]
+    recorded = [json.loads(line) for line in (tmp_path / "lane_0" / "failures.jsonl").read_text().splitlines()]
+    assert [(f["seed"], f["entry"]) for f in recorded] == [(7_000_000, "check")]
+    assert report["entries"]["check"]["inputs"] == 3 and report["inputs"] == 3

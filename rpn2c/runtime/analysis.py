@@ -289,7 +289,7 @@ def view_output(a: Analysis, v: Value) -> dict:
         model = CompiledModel(g)
         paths = {nid: path for nid, path, _, _ in model._steps}  # where each node's module sits
         code += [f"# model {inst.model}: {v.name} ({', '.join(sorted(nodes))})",
-                 *program_lines(model.program_source, {paths[n] for n in nodes})]
+                 *program_lines(model.program_source, {paths[n] for n in nodes if n in paths})]  # an input: none
     title = f"{v.name} ({v.kind} in {v.definition})"
     markdown = "\n".join([f"### {title}", "", "```text", *("\n\n".join(explain) or "no layer").splitlines(), "```",
                           "", "```python", *code, "```"])

@@ -51,6 +51,9 @@ def example_inputs(graph, dims: dict[str, int] | None = None, *, dtype=None, see
     layouts = {n: _layout(graph.node(n).type, dims) for n in graph.inputs}
     nodes = next((layouts[n][0][0] for n in graph.inputs
                   if graph.node(n).type.kind == "items" and not graph.node(n).type.batched), dims.get("N", OTHER))
+    if _attribute_graphs(graph):  # edges may index a layer's features: below every width the model has
+        sized = {a: size for shape, names in layouts.values() for a, size in zip(names, shape) if a}
+        nodes = min([nodes, *_widths(graph, sized)])
     values, names = [], []
     for n in graph.inputs:
         t = graph.node(n).type
@@ -69,6 +72,20 @@ def example_inputs(graph, dims: dict[str, int] | None = None, *, dtype=None, see
         values.append(v)
         names.append(axis_names)
     return tuple(values), names
+
+
+def _attribute_graphs(graph) -> bool:
+    """Whether a graph ξ runs over a layer's attribute axis (its edge ids index features, not nodes)."""
+    return any(slot.startswith("xi_attribute") and getattr(getattr(u.component, "hp", None), "edges", None)
+               for n in graph.nodes() if n.kind == "layer" for h in n.layer.heads for slot, u in h.xi.items())
+
+
+def _widths(graph, sizes: dict[str, int]) -> list[int]:
+    """Every per-sample axis size of every value (symbols as the inputs size them), edge lists and masks aside."""
+    from rpn2c.ir.estimate import dim_size
+
+    return [dim_size(d, sizes) for n in graph.nodes()
+            if n.type is not None and n.type.kind not in ("edges", "mask", "edge_weight") for d in n.type.shape[1:]]
 
 
 # ------------------------------------------------------------------------------------------------ export

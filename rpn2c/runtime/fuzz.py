@@ -60,6 +60,15 @@ def _site(exc: BaseException) -> str:
 
 
 def _on_alarm(signum, frame):
+    """Raise :class:`Timeout`, but never inside a module's import: a module left half-initialised in
+    ``sys.modules`` breaks every later input that imports it (a time-out during scikit-learn's first import
+    left pandas without its attributes); the alarm is re-armed until the import is over."""
+    f = frame
+    while f is not None:
+        if f.f_code.co_filename.startswith("<frozen importlib"):
+            signal.setitimer(signal.ITIMER_REAL, 0.25)
+            return
+        f = f.f_back
     raise Timeout()
 
 

@@ -43,8 +43,9 @@ MEMORY_HEADROOM = 4.0  # GiB of address space a lane may take beyond what it hol
 
 
 def _write(path: Path, data) -> None:
+    """``data`` (a string, else as JSON) written whole or not at all: a lane killed mid-write leaves the old file."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    tmp.write_text(data if isinstance(data, str) else json.dumps(data, indent=1), encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -84,6 +85,7 @@ def lane(start: int, seconds: float, out: Path, time_limit: float = 10.0, entrie
     """Run inputs from seed ``start`` until ``seconds`` have passed, streaming to ``out`` (see the module doc)."""
     import warnings
 
+    import sklearn.manifold  # noqa: F401  (what manifold κ import on first use: not charged to an input's time)
     import torch
 
     torch.set_num_threads(1)
@@ -105,7 +107,7 @@ def lane(start: int, seconds: float, out: Path, time_limit: float = 10.0, entrie
 
     with open(out / "failures.jsonl", "a", encoding="utf-8") as failures:
         def run(entry: str, source=None) -> Outcome:
-            inflight.write_text(f"{seed} {entry} {'spec' if source is not None else '?'}", encoding="utf-8")
+            _write(inflight, f"{seed} {entry} {'spec' if source is not None else '?'}")
             t1 = time.monotonic()
             if entry == "check":
                 origin, o = "", run_one(source, time_limit, hostile=is_hostile(seed))
@@ -175,7 +177,8 @@ def run_lanes(lanes: int, seconds: float, start: int, out: Path, time_limit: flo
                 break
             # killed (a hang in C code, memory) or crashed: the input in flight is the failure; go on after it
             # (the counts are those of the last progress write, every few seconds)
-            seed, entry, origin = (hung.read_text().split(" ", 2) if hung.exists() else (str(first), "check", "?"))
+            said = hung.read_text().split(" ", 2) if hung.exists() else []
+            seed, entry, origin = said if len(said) == 3 else (str(first), "check", "?")
             with open(lane_dir / "failures.jsonl", "a", encoding="utf-8") as f:
                 f.write(json.dumps({"entry": entry, "seed": int(seed), "origin": origin, "known": False,
                                     "kind": f"lane killed (exit {proc.returncode}): hang or crash in C code",

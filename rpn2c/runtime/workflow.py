@@ -29,7 +29,8 @@ def _guard(fn):
         from rpn2c.train.run import ConfigError
 
         try:
-            return fn(args)
+            with _start_up():
+                return fn(args)
         except ConfigError as exc:  # a bad option or run folder: a usage error
             raise _Usage(str(exc)) from None
         except TrainError as exc:
@@ -59,6 +60,27 @@ def _threads(n: int | None):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+_RESUME = [False]  # whether the collector that _start_up paused is to resume once the model is built
+
+
+@contextlib.contextmanager
+def _start_up():
+    """The cyclic garbage collector paused from a model command's start until its model is built (:func:`_compile`),
+    then resumed with what is alive frozen (:func:`_settle_imports`): each full collection while torch, networkx,
+    pydantic and the lowering are imported walks every object loaded before it (0.1–0.5 s apiece, once landing in
+    ``networkx.readwrite.gml`` for ``rpn2c eval``, whose first import pulls networkx in before the spec is
+    checked). At the end the collector is as it was."""
+    was = gc.isenabled()
+    _RESUME[0] = was
+    gc.disable()
+    try:
+        yield
+    finally:
+        _RESUME[0] = False
+        if was:
+            gc.enable()
 
 
 def _settle_imports() -> None:
@@ -121,7 +143,12 @@ def _named_dims(graph, spec_args, params: dict | None, *, trained: bool = False)
 def _compile(graph, *, reference: bool = False):
     from rpn2c.lower.build import CompiledModel
 
-    return CompiledModel(graph, reference=reference)
+    model = CompiledModel(graph, reference=reference)
+    if _RESUME[0]:  # start-up is over: what it loaded stays out of the collector's walks
+        _RESUME[0] = False
+        _settle_imports()
+        gc.enable()
+    return model
 
 
 def _data_options(items: list[str] | None) -> dict:

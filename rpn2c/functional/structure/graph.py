@@ -4,6 +4,7 @@ dense-or-CSR choice of the cached operator (``graph_cache``), gather/scatter pro
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from typing import Callable, Literal
 
@@ -393,30 +394,40 @@ def pagerank_propagate(
         raise ValueError(f"unknown method {method!r}")
     k = pagerank_iterations(alpha, tol) if iters is None else iters
     base = alpha * x
-    if operator is None and k > 1 and exporting():
-        return _power_loop(base, src, dst, w, n, alpha, k, dim)
+    if k > 1 and exporting() and (operator is None or isinstance(operator, functools.partial)):
+        return _power_loop(base, src, dst, w, n, alpha, k, dim, operator)
     y = base
     for _ in range(k):
         y = base + (1.0 - alpha) * graph_propagate(y, src, dst, w, n, dim, operator)
     return y
 
 
-def _power_loop(base: Tensor, src: Tensor, dst: Tensor, w: Tensor | None, n, alpha: float, k: int,
-                dim: int) -> Tensor:
+def _power_loop(base: Tensor, src: Tensor | None, dst: Tensor | None, w: Tensor | None, n, alpha: float, k: int,
+                dim: int, operator: functools.partial | None = None) -> Tensor:
     """PageRank's ``K`` power steps ``y ← αx + (1−α)Ây`` (``base`` = αx) as one ``torch.while_loop`` for
     ``torch.export``: the program holds one step, as ONNX's ``Loop``, not ``K`` unrolled propagations (minutes to
-    trace and convert). The loop is the operator itself, every tensor its body reads passed in."""
-    weights = torch.ones_like(src, dtype=base.dtype) if w is None else w.to(base.dtype)
+    trace and convert). The loop is the operator itself, every tensor its body reads passed in: the edge list, or
+    the tensors ``operator`` (a bound :func:`graph_mm`) holds."""
+    if operator is None:
+        weights = torch.ones_like(src, dtype=base.dtype) if w is None else w.to(base.dtype)
+        held = [src, dst, weights]
+    else:
+        held = [a for a in operator.args if a is not None]
     # copies: no input of the loop may alias another (src and dst are rows of one edge tensor, y starts at base)
-    src, dst, weights = src.clone(), dst.clone(), weights.clone()
+    held = [t.clone() for t in held]
     carried = (torch.zeros((), dtype=torch.long, device=base.device), base.clone())
 
-    def step(i, y, base, src, dst, weights, k):
-        return i + 1, base + (1.0 - alpha) * graph_propagate(y, src, dst, weights, n, dim)
+    def step(i, y, base, steps, *held):
+        if operator is None:
+            return i + 1, base + (1.0 - alpha) * graph_propagate(y, *held, n, dim)
+        given = iter(held)
+        bound = functools.partial(operator.func, *(None if a is None else next(given) for a in operator.args),
+                                  **operator.keywords)
+        return i + 1, base + (1.0 - alpha) * graph_propagate(y, None, None, None, n, dim, bound)
 
     steps = torch.full((), k, device=base.device)
-    return torch.ops.higher_order.while_loop(_below, step, carried, (base.contiguous(), src, dst, weights, steps))[1]
+    return torch.ops.higher_order.while_loop(_below, step, carried, (base.contiguous(), steps, *held))[1]
 
 
-def _below(i, y, base, src, dst, weights, k):  # k: the step count as a 0-d tensor input
-    return i < k
+def _below(i, y, base, steps, *held):  # the step count as a 0-d tensor input
+    return i < steps
