@@ -178,7 +178,8 @@ def _aggregation(m, ctx: Context, weighted: bool) -> str:
     aggr = m.aggr if isinstance(m.aggr, str) else type(m.aggr).__name__
     if aggr not in _AGGR_NORM:
         ctx.fail(f"aggr={aggr!r}", "the graph ξ aggregates by a (normalised) sum: mean, add and sum convert; a max, "
-                                   "min or learned aggregation has no graph ξ setting")
+                                   "min or learned aggregation is no product M·z of an instance matrix with the "
+                                   "features, so no graph ξ setting computes it")
     if aggr == "mean" and weighted:
         ctx.fail("aggr='mean' with edge_weight", "PyG divides the weighted sum by the edge count, the row "
                                                  "normalisation by the sum of the weights")
@@ -343,9 +344,11 @@ def cheb_conv(m, ctx: Context) -> Value:
 
 def gatv2_conv(m, ctx: Context) -> Value:
     """torch_geometric.nn.GATv2Conv: refused with what is missing."""
-    ctx.fail(None, "GATv2 scores an edge by aᵀ LeakyReLU(W_s x_j + W_t x_i) (the nonlinearity inside, two "
-                   "projections); the graph_attention ξ scores LeakyReLU(a_srcᵀ W x_j + a_dstᵀ W x_i) (GAT, one "
-                   "shared W), so a GATv2 score form in graph_attention would make it convertible; GATConv converts")
+    ctx.fail(None, "GATv2 scores an edge by aᵀ LeakyReLU(W_l x_j + b_l + W_r x_i + b_r) (the nonlinearity "
+                   "inside, two biased projections lin_l, lin_r, and lin_l's bias in every message); the "
+                   "graph_attention ξ scores LeakyReLU(a_srcᵀ W x_j + a_dstᵀ W x_i) (GAT, one shared W, no bias), "
+                   "so only a GATv2 score form in graph_attention (a second projection and the score biases) would "
+                   "make it convertible; GATConv converts")
 
 
 def pyg_batch_norm(m, ctx: Context) -> Value:
