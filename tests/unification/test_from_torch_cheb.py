@@ -1,7 +1,7 @@
 """from_torch on torch_geometric's ChebConv: Σ_{k<K} lins[k](T_k(L̃) x) + bias is a layer of K heads fused by sum,
 head k with ξ = chebyshev_graph(order = k) (L̃ = 2L/λ_max − I, λ_max = 2: PyG's 2·max L for "sym" and "rw" with
 nonnegative weights) and ψ = lins[k], the bias once on head t0. Checked in float64 on edge lists with duplicated
-edges, self-loops and isolated nodes, with and without edge weights: outputs, parameter and input gradients,
+edges, self-loops and isolated nodes, with and without edge weights and a batch axis: outputs, parameter and input gradients,
 free-parameter count, both lowerings; a model of two ChebConvs; the normalisations and arguments that refuse."""
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ def _bias(m):
 
 @settings(max_examples=n_examples(5), deadline=None)
 @given(edge_lists(), st.integers(1, 3), st.integers(1, 3), st.integers(1, 4), st.sampled_from(["sym", "rw"]),
-       st.booleans(), st.booleans(), st.integers(0, 2**16))
-def test_chebconv_matches_pyg(graph, fin, fout, k, norm, bias, weighted, seed):
+       st.booleans(), st.booleans(), st.booleans(), st.integers(0, 2**16))
+def test_chebconv_matches_pyg(graph, fin, fout, k, norm, bias, weighted, batched, seed):
     n, ei = graph
     torch.manual_seed(seed)
     m = _bias(pyg.ChebConv(fin, fout, K=k, normalization=norm, bias=bias))
-    args = (rand(n, fin, seed=seed), ei)
+    args = (rand(2, n, fin, seed=seed) if batched else rand(n, fin, seed=seed), ei)
     if weighted:
         args += (torch.rand(ei.shape[1], generator=torch.Generator().manual_seed(seed), dtype=torch.float64) + 0.1,)
     spec = assert_same_model(m, args)
