@@ -1,4 +1,4 @@
-"""Converters for torch_geometric.nn.GCNConv and GATConv (registered once torch_geometric is imported).
+"""Converters for torch_geometric.nn's convs (registered once torch_geometric is imported).
 
 GCNConv = a head with a graph instance ξ from the edge list, symmetric normalisation D^-1/2 (A+I) D^-1/2 with PyG's
 ``add_remaining_self_loops`` and target-side degrees (catalog §5.3: the paper's eq 176/177 are column/row
@@ -12,6 +12,10 @@ SAGEConv = a head with a graph instance ξ from the edge list (norm "row" = the 
 0 for a node without any; norm "none" for aggr add/sum), κ identity, ψ identity = lin_l with its bias added after
 aggregation, and the linear remainder π = lin_r on the root node (root_weight=True). GraphConv is the same head
 with lin_rel, lin_root and the edge weights as A's entries.
+
+ChebConv = Σ_{k<K} T_k(L̃) X Θ_k + b: a layer of K heads fused by sum, head k with the chebyshev_graph instance ξ
+of order k (L̃ = 2L/λ_max − I, L from PyG's get_laplacian, normalisation "sym" or "rw", λ_max = 2: PyG's 2·max L
+for nonnegative weights) and ψ identity = Θ_k = lins[k], the bias once on head t0 (K = 1: one head).
 
 GINConv = a head with a hybrid instance ξ = graph (the sum over the edges into each node) + (1 + eps)·identity (sum
 fusion, fixed weights), κ identity, ψ eye (no parameters), no bias; with train_eps=True the graph ξ alone and the
@@ -174,7 +178,8 @@ def _aggregation(m, ctx: Context, weighted: bool) -> str:
     aggr = m.aggr if isinstance(m.aggr, str) else type(m.aggr).__name__
     if aggr not in _AGGR_NORM:
         ctx.fail(f"aggr={aggr!r}", "the graph ξ aggregates by a (normalised) sum: mean, add and sum convert; a max, "
-                                   "min or learned aggregation has no graph ξ setting")
+                                   "min or learned aggregation is no product M·z of an instance matrix with the "
+                                   "features, so no graph ξ setting computes it")
     if aggr == "mean" and weighted:
         ctx.fail("aggr='mean' with edge_weight", "PyG divides the weighted sum by the edge count, the row "
                                                  "normalisation by the sum of the weights")
@@ -288,11 +293,62 @@ def gin_conv(m, ctx: Context) -> Value:
     return convert_module(ctx.builder, m.nn, path, [agg], {}, f"{name}_nn")
 
 
+def cheb_conv(m, ctx: Context) -> Value:
+    """torch_geometric.nn.ChebConv(x, edge_index[, edge_weight]): Σ_{k<K} lins[k](T_k(L̃) x) + bias, a layer of K
+    heads fused by sum, head k with ξ = chebyshev_graph(order = k) and ψ = lins[k]."""
+    norm = {"sym": "sym", "rw": "rw"}.get(m.normalization)
+    if norm is None:
+        ctx.fail(f"normalization={m.normalization!r}", "PyG takes λ_max = 2·max(L) of the unnormalised D − A, the "
+                                                       "largest degree of the input graph, which the spec's "
+                                                       "constant lambda_max cannot follow; 'sym' and 'rw' convert")
+    for arg in ("lambda_max", "batch"):
+        if ctx.get(arg) is not None:
+            ctx.fail(f"{arg}=...", "λ_max given per call has no chebyshev_graph setting; only ChebConv(x, "
+                                   "edge_index[, edge_weight]) with PyG's λ_max = 2 converts")
+    if getattr(m, "aggr", "add") != "add" or getattr(m, "flow", "source_to_target") != "source_to_target":
+        ctx.fail(f"aggr={m.aggr!r}, flow={m.flow!r}", "only sum aggregation from source to target")
+    f, out, k = m.in_channels, m.out_channels, len(m.lins)
+    x, ei = _node_inputs(ctx, f)
+    ew = ctx.get("edge_weight")
+    graph, uses = [f"edges = {ei.name}"], [ei]
+    if ew is not None:
+        ctx.declare(ew, "edge_weight", "edge_weight[E]")
+        graph.append(f"weight = {ew.name}")
+        uses.append(ew)
+    graph.append(f'norm = "{norm}"')
+
+    def body_of(i: int) -> list[str]:
+        bias = [] if i == 0 and m.bias is not None else ["bias = false"]
+        return [f"xi_instance = chebyshev_graph({', '.join(graph + [f'order = {i}'])})", f"out = {out}", *bias]
+
+    lap = "I − D^-1/2 A D^-1/2" if norm == "sym" else "I − A D^-1"
+    name = ctx.name("cheb")
+    comment = [f"{ctx.where()}({f} -> {out}, K={k}, normalization={norm!r}): a ChebNet layer Σ_(k<K) T_k(L̃) X Θ_k:",
+               f"  head t_k: ξ_instance = T_k(L̃), L̃ = 2L/λ_max − I with L = {lap} from the edge list (self-loops",
+               "  dropped, degrees at the source, as PyG's get_laplacian) and λ_max = 2 (PyG's 2·max L = 2 for",
+               "  nonnegative edge weights); κ identity, ψ identity = Θ_k (lins[k].weight); fused by sum,",
+               f"  {'the bias once (on head t0)' if m.bias is not None else 'no bias'}"]
+    if k == 1:  # one head: T_0(L̃) = I, lins[0](x) + bias
+        y = ctx.head(x, body_of(0), comment=comment, name=name, uses=uses)
+        prefix = [name]
+    else:
+        heads = ["\n".join([f"head t{i} {{"] + [f"      {s}" for s in body_of(i)] + ["    }"]) for i in range(k)]
+        y = ctx.head(x, heads + ["fusion = sum"], comment=comment, kind="layer", name=name, uses=uses)
+        prefix = [f"{name}.heads.t{i}" for i in range(k)]
+    for i, p in enumerate(prefix):
+        ctx.param(f"{p}.psi.weight", f"lins.{i}.weight")
+    if m.bias is not None:
+        ctx.param(f"{prefix[0]}.bias", "bias")
+    return y
+
+
 def gatv2_conv(m, ctx: Context) -> Value:
     """torch_geometric.nn.GATv2Conv: refused with what is missing."""
-    ctx.fail(None, "GATv2 scores an edge by aᵀ LeakyReLU(W_s x_j + W_t x_i) (the nonlinearity inside, two "
-                   "projections); the graph_attention ξ scores LeakyReLU(a_srcᵀ W x_j + a_dstᵀ W x_i) (GAT, one "
-                   "shared W), so a GATv2 score form in graph_attention would make it convertible; GATConv converts")
+    ctx.fail(None, "GATv2 scores an edge by aᵀ LeakyReLU(W_l x_j + b_l + W_r x_i + b_r) (the nonlinearity "
+                   "inside, two biased projections lin_l, lin_r, and lin_l's bias in every message); the "
+                   "graph_attention ξ scores LeakyReLU(a_srcᵀ W x_j + a_dstᵀ W x_i) (GAT, one shared W, no bias), "
+                   "so only a GATv2 score form in graph_attention (a second projection and the score biases) would "
+                   "make it convertible; GATConv converts")
 
 
 def pyg_batch_norm(m, ctx: Context) -> Value:
@@ -321,7 +377,7 @@ def pyg_layer_norm(m, ctx: Context) -> Value:
 
 
 def register_all() -> None:
-    from torch_geometric.nn import GATConv, GATv2Conv, GCNConv, GINConv, GraphConv, SAGEConv
+    from torch_geometric.nn import ChebConv, GATConv, GATv2Conv, GCNConv, GINConv, GraphConv, SAGEConv
     from torch_geometric.nn.dense.linear import Linear
     from torch_geometric.nn.norm import BatchNorm, LayerNorm
 
@@ -337,3 +393,4 @@ def register_all() -> None:
     register_converter(SAGEConv, sage_conv)
     register_converter(GINConv, gin_conv)
     register_converter(GraphConv, graph_conv)
+    register_converter(ChebConv, cheb_conv)

@@ -144,8 +144,8 @@ def _chebyshev_sum(t: Term, s: Site):
     def run(layer, data, aux):
         ys, bias, xi = {}, None, None
         for hd in layer._holders():
-            xi = literal.channel(hd.xi_instance, 0)
-            y = literal.channel(hd.psi, 0).apply(hd.kappa(data))
+            xi = channel(hd.xi_instance, 0)
+            y = channel(hd.psi, 0).apply(hd.kappa(data))
             k = xi.hp.order
             ys[k] = ys[k] + y if k in ys else y
             if hd.bias is not None:

@@ -16,9 +16,9 @@ from rpn2c.frontends.fx_import import FxImportError
 from rpn2c.frontends.torch_import import TorchImportError
 
 try:
-    from torch_geometric.nn import ChebConv, GATv2Conv, SAGEConv
+    from torch_geometric.nn import EdgeConv, GATv2Conv, SAGEConv
 except ImportError:  # pragma: no cover - torch_geometric is optional
-    ChebConv = GATv2Conv = SAGEConv = None
+    EdgeConv = GATv2Conv = SAGEConv = None
 
 
 class _Fn(nn.Module):
@@ -102,7 +102,7 @@ class _Star(nn.Module):
 class _Graph(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = ChebConv(4, 4, 2)
+        self.conv = EdgeConv(nn.Linear(8, 4))
 
     def forward(self, x, edge_index):
         return self.conv(x, edge_index).relu()
@@ -141,10 +141,10 @@ CORPUS = [
     ("softmin-across-items", nn.Sequential(nn.Linear(4, 3), nn.Softmin(dim=1)), (rand(2, 3, 4),), "softmin"),
     ("prelu-per-item", nn.Sequential(nn.Linear(4, 3), nn.PReLU(3)), (rand(2, 3, 4),), "num_parameters=3"),
 ]
-if ChebConv is not None:
+if EdgeConv is not None:
     CORPUS += [
-        ("pyg-layer-without-converter", _Graph(), (rand(4, 4), EDGES), "ChebConv"),
-        ("pyg-layer-without-converter-alone", ChebConv(4, 4, 2), (rand(4, 4), EDGES), "ChebConv"),
+        ("pyg-layer-without-converter", _Graph(), (rand(4, 4), EDGES), "EdgeConv"),
+        ("pyg-layer-without-converter-alone", EdgeConv(nn.Linear(8, 4)), (rand(4, 4), EDGES), "EdgeConv"),
         ("gatv2-score-form", GATv2Conv(4, 2), (rand(4, 4), EDGES), "GATv2"),
         ("sage-max-aggregation", SAGEConv(4, 2, aggr="max"), (rand(4, 4), EDGES), "aggr='max'"),
     ]
@@ -171,10 +171,10 @@ def test_refusal_is_a_located_torch_import_error(module, args, names):
 
 
 def test_pyg_layer_without_converter_is_not_reported_as_untraceable():
-    if ChebConv is None:
+    if EdgeConv is None:
         pytest.skip("torch_geometric is not installed")
     with pytest.raises(TorchImportError, match="no RPN 2 converter is registered for this torch_geometric layer "
-                                               r"\(ChebConv\)") as info:
+                                               r"\(EdgeConv\)") as info:
         rpn2c.from_torch(_Graph().double(), (rand(4, 4), EDGES))
     assert "data-dependent" not in str(info.value) and info.value.module_path == "conv"
 

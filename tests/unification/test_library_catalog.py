@@ -55,6 +55,26 @@ def _pyg_mlp():
     return models.MLP([5, 8, 8, 3], norm="batch_norm", dropout=0.1)
 
 
+class _TwoConvs(nn.Module):
+    """A user's model of two torch_geometric convs around a ReLU: ``conv(5 -> 8)``, ``conv(8 -> 3)``."""
+
+    def __init__(self, conv: str, **kw):
+        super().__init__()
+        from torch_geometric import nn as gnn
+
+        self.conv1, self.conv2 = getattr(gnn, conv)(5, 8, **kw), getattr(gnn, conv)(8, 3, **kw)
+
+    def forward(self, x, edge_index):
+        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+
+def _two_convs(conv: str, **kw) -> Callable[[], nn.Module]:
+    def build():
+        torch.manual_seed(0)
+        return _TwoConvs(conv, **kw)
+    return build
+
+
 def _hf(config: str, model: str, model_kwargs: dict | None = None, **kw) -> Callable[[], nn.Module]:
     """A transformers model from a small random config (nothing downloaded)."""
     def build():
@@ -105,6 +125,8 @@ CASES: dict[str, Case] = {
     "pyg_gcn_node_layer_norm": Case("torch_geometric", _pyg("GCN", 2, norm="layer_norm",
                                                             norm_kwargs={"mode": "node"}), _graph()),
     "pyg_mlp": Case("torch_geometric", _pyg_mlp, lambda: (rand(4, 5, seed=2),)),
+    "pyg_graphconv": Case("torch_geometric", _two_convs("GraphConv"), _graph()),
+    "pyg_chebnet": Case("torch_geometric", _two_convs("ChebConv", K=3), _graph()),
     "pyg_gat_v2": Case("torch_geometric", _pyg("GAT", 2, v2=True), _graph(),
                        refuses="GATv2Conv: its score aᵀ LeakyReLU(W_s x_j + W_t x_i) is no graph_attention form"),
     "pyg_graphsage_max": Case("torch_geometric", _pyg("GraphSAGE", 2, aggr="max"), _graph(),
