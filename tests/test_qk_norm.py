@@ -103,3 +103,18 @@ def test_a_spec_without_qk_norm_keeps_its_hash():
                                                               ).content_hash()
     assert "qk_norm" not in str(rpn2c.check(without).canonical())
     assert rpn2c.check(_spec(2, None, 2, True, None)).content_hash() != rpn2c.check(without).content_hash()
+
+
+def test_a_full_bilinear_xi_normalises_its_queries_and_unprojected_keys():
+    """``bilinear`` has no W_k: γ_k is as wide as the keys' features; counted once over three packed heads, and
+    the two lowerings agree."""
+    text = _spec(3, None, 2, True, None).replace('attention(rank = 2, qk_norm = "rms"',
+                                                 'bilinear(qk_norm = "rms"').replace("out = 2", "out = 3")
+    graph = rpn2c.check(text)
+    fused, reference = _build(text), _build(text, reference=True)
+    _fresh(fused, 5)
+    reference.load_state_dict(fused.state_dict())
+    assert sum(p.numel() for p in fused.parameters()) == graph.param_count == 3 * (D * D + 3 * D) + 2 * D + 9 * D + D
+    assert fused.y0.k_norm_weight.shape == (D,)
+    x = torch.randn(2, 5, D, dtype=torch.float64)
+    torch.testing.assert_close(fused(x=x), reference(x=x), rtol=0, atol=1e-12)
