@@ -37,7 +37,8 @@ def _models(path: Path) -> list[str]:
 # recurrences (gla, linear_rnn, lru, mamba, mingru) stay in CI whatever they cost: their symbolic T is the point.
 HEAVY = {"cifar10_cylinder4_densest_4x256", "cifar10_cylinder4_compress_every2", "cifar10_cuboid3_densest", "drrt",
          "cora_hybrid", "rnn", "recurrent_mean", "gat", "chain_mean", "rnn_chain", "transformer",
-         "llama_tied", "qwen2", "bert_classifier", "t5_encoder_gated", "swin_model",  # variants: the spec's first model runs
+         "llama_tied", "qwen2", "qwen3", "bert_classifier", "t5_encoder_gated",  # variants: the spec's first model runs
+         "swin_model",
          "hopfield_classical", "chebnet"}  # the asynchronous update's loop over neurons (16 s); K propagations
 # the symbolic dims a model may export static (with its reason printed); none today: every shipped model exports
 # each symbolic dim dynamic in both formats, so a fallback to static shapes is a regression here

@@ -119,17 +119,23 @@ def test_both_lowerings_equal_hand_written_grouped_attention(shape, rank, out, x
     assert fused.y0._fused_attention, text
     for model in (fused, _build(text, reference=True)):
         model.load_state_dict(fused.state_dict())
-        y, gx, grads = _grads(model, x, pad)
-        params = {k.removeprefix("y0."): p.detach().clone().requires_grad_(True)
-                  for k, p in model.named_parameters()}
-        xr = x.clone().requires_grad_(True)
-        want = _hand_written(params, xr, pad, heads, kv, rank, out, xi_bias, head_bias, causal, rotary)
-        w = torch.randn(want.shape, generator=torch.Generator().manual_seed(3), dtype=want.dtype)
-        (want * w).sum().backward()
-        assert_close(y, want.detach(), rtol=1e-10, atol=1e-12)
-        assert_close(gx, xr.grad, rtol=1e-10, atol=1e-12)
-        for k, p in params.items():
-            assert_close(grads["y0." + k], p.grad, rtol=1e-10, atol=1e-12, msg=k)
+        assert_hand_written(model, x, pad, lambda p, xr: _hand_written(p, xr, pad, heads, kv, rank, out, xi_bias,
+                                                                        head_bias, causal, rotary))
+
+
+def assert_hand_written(model, x, pad, hand_written) -> None:
+    """``model`` (one layer ``y0``) gives ``hand_written(its parameters, x)``'s output, input and parameter
+    gradients in float64."""
+    y, gx, grads = _grads(model, x, pad)
+    params = {k.removeprefix("y0."): p.detach().clone().requires_grad_(True) for k, p in model.named_parameters()}
+    xr = x.clone().requires_grad_(True)
+    want = hand_written(params, xr)
+    w = torch.randn(want.shape, generator=torch.Generator().manual_seed(3), dtype=want.dtype)
+    (want * w).sum().backward()
+    assert_close(y, want.detach(), rtol=1e-10, atol=1e-12)
+    assert_close(gx, xr.grad, rtol=1e-10, atol=1e-12)
+    for k, p in params.items():
+        assert_close(grads["y0." + k], p.grad, rtol=1e-10, atol=1e-12, msg=k)
 
 
 def test_the_per_head_forms_read_their_groups_tensors():

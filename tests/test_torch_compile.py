@@ -122,8 +122,9 @@ def test_spec_traces_as_one_graph(path, model):
 
 
 # models whose compile takes 7-9 s here: the classical Hopfield update's loop over neurons, and the second Swin
-# (its classifier, `swin`, compiles in CI); Qwen2, the Llama decoder with biases (`llama` compiles in CI)
-SLOW_MODELS = {"hopfield_classical", "swin_model", "qwen2"}
+# (its classifier, `swin`, compiles in CI); Qwen2 and Qwen3, the Llama decoder with biases or query/key norms (`llama`
+# compiles in CI)
+SLOW_MODELS = {"hopfield_classical", "swin_model", "qwen2", "qwen3"}
 AOT_MODELS = [pytest.param(p, m, id=i, marks=pytest.mark.slow if p.stem in HEAVY or m in SLOW_MODELS else ())
               for (p, m), i in zip(MODELS, IDS)]
 

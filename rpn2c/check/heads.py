@@ -19,7 +19,7 @@ from rpn2c.components.registry import REGISTRY, SLOT_FAMILIES, FAMILIES, ValueRe
 from rpn2c.check.values import INVALID, MAX_INT, Scope, evaluate
 from rpn2c.errors import Diagnostics, Span, close_names, did_you_mean, quoted_choice
 from rpn2c.ir.graph import HEAD_SLOT, HeadSlot, HeadSpec, LayerSpec, Use, slots_after, slots_before
-from rpn2c.ir.layout import kv_sharing_problem
+from rpn2c.ir.layout import attention_heads, kv_sharing_problem
 from rpn2c.ir.names import reserved
 from rpn2c.ir.trace import HeadTrace
 from rpn2c.ir.types import TensorType, dim_add, dim_mul, grid, is_known, items, numel, vector
@@ -354,6 +354,7 @@ def infer_layer(spec: LayerSpec, x: TensorType, ctx: TensorType | None, aux: dic
     _tie_heads(spec, traces)
     if spec.kv_heads is not None:
         _group_kv(spec, traces, aux)
+    _share_qk_norms(spec, traces, aux)
     for h, t in zip(spec.heads, traces):
         for p in h.post:
             t.params += _processing(p, _head_type(x, t, t.n))
@@ -438,6 +439,18 @@ def _group_kv(spec: LayerSpec, traces: list[HeadTrace], aux) -> None:
             n = h.out if h.out is not None else t.d
             t.params -= keys * r + (r if hp.bias else 0) + h.psi.component.count(n, t.d) + \
                 (n if h.bias == "tied" else 0)
+
+
+def _share_qk_norms(spec: LayerSpec, traces: list[HeadTrace], aux) -> None:
+    """Identical attention heads with ``qk_norm`` share one γ_q and one γ_k (``rpn2c/ir/layout.py``): the first
+    head owns them, the others count none."""
+    if len(spec.heads) < 2 or not attention_heads(spec, traces):
+        return
+    for h, t in zip(spec.heads[1:], traces[1:]):
+        hp = h.xi["xi_instance"].component.hp
+        if getattr(hp, "qk_norm", "none") != "none":
+            keys = t.m if hp.keys is None else aux[hp.keys.name].features
+            t.params -= 2 * getattr(hp, "rank", keys)
 
 
 def _processing(use: Use, t: TensorType) -> int:

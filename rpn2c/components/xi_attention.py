@@ -18,6 +18,9 @@ from rpn2c.ir.kernels import ATTEND_ARGS, XI_ARGS, Fallback, Kernel, Predicate
 from rpn2c.ir.types import dim_mul, is_head_bias
 
 
+_LATER = {"hash": "omit_default"}  # added after specs were hashed: left out of the hash at their defaults
+
+
 class _BilinearHP(HP):
     softmax: bool = Field(True, description="row softmax over keys (scaled-softmax, eq 182)")
     scale: Optional[float] = Field(None, description="logit scale; default 1/sqrt(rank) with softmax (eq 182), 1 "
@@ -42,6 +45,13 @@ class _BilinearHP(HP):
                                                                "(partial rotary; even; default: all of the rank)")
     rotary_interleaved: bool = Field(False, description="rotate feature pairs (2i, 2i+1) (RoFormer, GPT-J) "
                                                         "instead of (i, i + dims/2) (GPT-NeoX, Llama)")
+    qk_norm: Literal["none", "rms"] = Field(
+        "none", json_schema_extra=_LATER,
+        description="RMSNorm of each query and key over its rank features before the rotary positions, "
+                    "q ← q/√(mean(q²) + ε)·γ_q, k ← k/√(mean(k²) + ε)·γ_k (Qwen3, OLMo 2); γ_q, γ_k [rank] are "
+                    "shared by the identical heads of a layer")
+    qk_norm_eps: float = Field(1e-6, gt=0, json_schema_extra=_LATER,
+                               description="ε of qk_norm (unused without it)")
 
 
 def _check_head_bias(ctx) -> None:
@@ -125,7 +135,11 @@ class _BilinearBase(Interdependence):
     def count(self, ctx):
         r = self.rank(ctx)
         extra = 2 * r if self.hp.bias else 0
-        return ctx.query_features * r + self.key_features(ctx) * r + extra
+        return ctx.query_features * r + self.key_features(ctx) * r + extra + self.norm_count(ctx)
+
+    def norm_count(self, ctx) -> int:
+        """The weights γ_q, γ_k of ``qk_norm`` (one ``rank`` wide each), 0 without it."""
+        return 2 * self.rank(ctx) if self.hp.qk_norm != "none" else 0
 
     def build(self, ctx):
         from rpn2c.components.impl.xi_attention import _BilinearXi
@@ -164,7 +178,7 @@ class Bilinear(_BilinearBase):
 
     def count(self, ctx):
         mk = self.key_features(ctx)
-        return ctx.query_features * mk + (mk if self.hp.bias else 0)
+        return ctx.query_features * mk + (mk if self.hp.bias else 0) + self.norm_count(ctx)
 
     def build(self, ctx):
         from rpn2c.components.impl.xi_attention import _BilinearXi

@@ -17,6 +17,9 @@ group g = h // (H/G), so the key and value parts hold G heads' rows, not H (a Ll
 ``cat(q_proj.weight, k_proj.weight, v_proj.weight)``):
 
     in_proj_weight = [W_q,1ᵀ; …; W_q,Hᵀ; W_k,1ᵀ; …; W_k,Gᵀ; ψ_1; …; ψ_G]      [H·r + G·(r + n), D]
+
+**Query/key norms** (``qk_norm``): the H heads share one γ_q and one γ_k [r], ``q_norm_weight`` and
+``k_norm_weight`` (a Qwen3 attention's ``q_norm.weight``, ``k_norm.weight``); every head's ξ reads them.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class AttentionLayout:
     parts: tuple[tuple[str, int, int], ...]
     biased: tuple[str, ...]
     kv_heads: int | None = None
+    norms: tuple[str, ...] = ()  # ("q_norm", "k_norm") under qk_norm: one weight each, shared by all H heads
 
     @property
     def groups(self) -> int:
@@ -118,7 +122,8 @@ def attention_layout(layer: LayerSpec, traces, query_features: int, data_feature
     parts = (("q", rank, query_features),) + ((("k", rank, key_features),) if not full else ()) + \
         (("v", n, data_features),)
     biased = ((("q",) if full else ("q", "k")) if comp.hp.bias else ()) + (("v",) if first.bias == "tied" else ())
-    return AttentionLayout(len(layer.heads), parts, biased, layer.kv_heads)
+    norms = ("q_norm", "k_norm") if comp.hp.qk_norm != "none" else ()
+    return AttentionLayout(len(layer.heads), parts, biased, layer.kv_heads, norms)
 
 
 def kv_sharing_problem(layer: LayerSpec, traces) -> str | None:

@@ -6,6 +6,8 @@ checkpoints written with per-head tensors, and the kernel ``fused_sdpa`` that ru
     O_h = softmax(Q_h K_g(h)ᵀ · scale + masks) V_g(h)                (one scaled_dot_product_attention, all heads)
     Y   = [O_1 | … | O_H] W_oᵀ + b_o                                 (concat_linear fusion: one GEMM)
 
+with ``qk_norm`` Q and K normalised per head by the layer's shared weights, and rotary positions, before SDPA.
+
 No parameter is stacked, selected or concatenated per call. The bias of V can join the GEMM because every row of
 a softmax sums to 1 (A(V + 1bᵀ) = AV + 1bᵀ), except where a mask can empty a row (then A's row is 0 and the head
 adds b after ξ, as the reference does): with an ``attn_mask``, ``key_padding`` or a ``window``.
@@ -62,6 +64,8 @@ class PackedHeads:
         if layout.biased:
             layer.register_parameter("in_proj_bias", nn.Parameter(torch.cat(
                 [own[(part, h, True)] for part in layout.biased for h in range(layout.blocks(part))]).detach()))
+        for norm in layout.norms:  # shared by every head: the first head's
+            layer.register_parameter(f"{norm}_weight", nn.Parameter(own[(norm, 0, False)].detach()))
         for link in self.links:
             del link.module._parameters[link.attr]
 
@@ -78,6 +82,8 @@ class PackedHeads:
         return layer.in_proj_weight if self.layout.packed else getattr(layer, f"{part}_proj_weight")
 
     def view(self, layer, link: _Link) -> torch.Tensor:
+        if link.part in self.layout.norms:
+            return getattr(layer, f"{link.part}_weight")
         per = self.layout.per_head(link.part)
         if link.bias:
             start, _ = self.layout.bias_rows(link.part)
@@ -99,7 +105,8 @@ class PackedHeads:
 def per_head_keys(layout: AttentionLayout, prefixes: list[str]) -> list[tuple[str, str, int, int, bool, bool]]:
     """The per-head tensors packed heads replace, as ``(checkpoint key under the layer, part, head, row block, is
     a bias, stored transposed)``: head h's ``w_q`` [M, r] is the transpose of its rows of the packed weight; its
-    ``w_k`` and ψ are its key/value group's rows (``layout.block``)."""
+    ``w_k`` and ψ are its key/value group's rows (``layout.block``); the query/key norms' weights are one for all
+    heads (block 0)."""
     parts = [p for p, _, _ in layout.parts]
     keys = []
     for h, prefix in enumerate(prefixes):
@@ -110,6 +117,7 @@ def per_head_keys(layout: AttentionLayout, prefixes: list[str]) -> list[tuple[st
         keys += [(f"{prefix}{name}", part, h, layout.block(part, h), True, False)
                  for part, name in (("q", "xi_instance.b_q"), ("k", "xi_instance.b_k"), ("v", "bias"))
                  if part in layout.biased]
+        keys += [(f"{prefix}xi_instance.{norm}_weight", norm, h, 0, False, False) for norm in layout.norms]
     return keys
 
 
@@ -130,6 +138,8 @@ def migrate_per_head(state_dict: dict, prefix: str, layout: AttentionLayout, key
     if layout.biased:
         state_dict[prefix + "in_proj_bias"] = torch.cat([got[(p, h, True)] for p in layout.biased
                                                          for h in range(layout.blocks(p))])
+    for norm in layout.norms:
+        state_dict[prefix + f"{norm}_weight"] = got[(norm, 0, False)]
 
 
 def _split_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
@@ -183,6 +193,8 @@ def packed_attention(layer, x, data, aux: dict, fold_v_bias: bool, fuse_out: boo
     qq = _split_heads(out["q"], heads)
     kk = _split_heads(out["k"], lay.groups) if "k" in out else keys.unsqueeze(1).expand(-1, heads, -1, -1)
     vv = _split_heads(out["v"], lay.groups)  # [B, G, Nc, n]: one per group of query heads
+    if lay.norms:  # the shared γ_q, γ_k, per head (per group for k), before the rotation
+        qq, kk = first.normalise(qq, kk, layer.q_norm_weight, layer.k_norm_weight)
     qq, kk = first.rotate(qq, kk)  # rotary positions, per head (per group for k), before the one SDPA call
     y = (first.attend if kernel is None else kernel.bind(first))(qq, kk, vv, aux)  # [B, H, Nq, n]
     if "v" in late and not fold_v_bias:

@@ -120,6 +120,8 @@ class ReferenceLayer(nn.Module):
         if layout.biased:
             self.in_proj_bias = nn.Parameter(torch.cat([values[(p, h, True)] for p in layout.biased
                                                         for h in range(layout.blocks(p))]))
+        for norm in layout.norms:  # one for all heads
+            self.register_parameter(f"{norm}_weight", nn.Parameter(values[(norm, 0, False)]))
         self._register_load_state_dict_pre_hook(
             lambda sd, prefix, *_: migrate_per_head(sd, prefix, self.layout, self._keys))
 
@@ -142,6 +144,9 @@ class ReferenceLayer(nn.Module):
         for path, part, _, block, bias, transpose in self._keys:  # block: the head's, or for k, v its group's
             where, _, name = path.rpartition(".")
             module = self.get_submodule(where) if where else self
+            if part in lay.norms:
+                module.__dict__[name] = getattr(self, f"{part}_weight")
+                continue
             r = lay.per_head(part)
             if bias:
                 t = self.in_proj_bias[bias_start[part] + block * r: bias_start[part] + (block + 1) * r]

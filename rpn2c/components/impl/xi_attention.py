@@ -41,6 +41,9 @@ class _BilinearXi(XiModule):
         self.b_q = nn.Parameter(torch.zeros(r)) if hp.bias else None
         self.b_k = nn.Parameter(torch.zeros(r)) if hp.bias and not self.full else None
         self.scale = hp.scale if hp.scale is not None else default_scale(hp.softmax, r)
+        if hp.qk_norm != "none":  # γ_q, γ_k: a fresh norm scales by 1
+            self.q_norm_weight = nn.Parameter(torch.ones(r))
+            self.k_norm_weight = nn.Parameter(torch.ones(r))
         self.modes = {k: t.mask_mode for k, t in aux_types.items()}
 
     def _qk(self, q, c, aux, literal=False):
@@ -48,6 +51,7 @@ class _BilinearXi(XiModule):
             c = aux["keys"]
         qq = q @ self.w_q + (self.b_q if self.b_q is not None else 0)
         kk = c if self.full else c @ self.w_k + (self.b_k if self.b_k is not None else 0)
+        qq, kk = self.normalise(qq, kk, literal=literal)
         if self.hp.rotary is None:
             return qq, kk
         if literal:  # the oracle: each item's rotation matrix R_t applied to it
@@ -57,6 +61,16 @@ class _BilinearXi(XiModule):
                 return torch.einsum("nij,...nj->...ni", r, t)
             return turn(qq), turn(kk)
         return self.rotate(qq, kk)
+
+    def normalise(self, qq, kk, gamma_q=None, gamma_k=None, literal=False):
+        """Queries and keys ``[..., N, r]`` under ``qk_norm``: ``t/√(mean(t²) + ε)·γ`` over the r features
+        (unchanged without it). ``gamma_q``, ``gamma_k``: the packed heads' shared weights (default: this ξ's);
+        ``literal``: the formula written out (the oracle), else ``F.rms_norm``."""
+        if self.hp.qk_norm == "none":
+            return qq, kk
+        gq = self.q_norm_weight if gamma_q is None else gamma_q
+        gk = self.k_norm_weight if gamma_k is None else gamma_k
+        return _rms(qq, gq, self.hp.qk_norm_eps, literal), _rms(kk, gk, self.hp.qk_norm_eps, literal)
 
     def rotate(self, qq, kk):
         """Queries and keys ``[..., N, r]`` turned by their items' positions (rotary; unchanged without it)."""
@@ -212,6 +226,15 @@ class _LinearAttentionXi(XiModule):
     def associative(self, z, q, c, aux):
         """Kernel op ``linear_attention``: ``A z`` by associativity, without the matrix."""
         return linear_attention.linear_attention(*self._features(q, c), z, self.hp.causal)
+
+
+def _rms(t, gamma, eps: float, literal: bool):
+    """``t/√(mean(t²) + ε)·γ`` over the last axis; half precision normalised in float32 (as ``rms_norm``)."""
+    if literal:
+        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + eps) * gamma
+    if t.dtype in (torch.float16, torch.bfloat16):
+        return F.rms_norm(t.float(), (t.shape[-1],), None, eps).to(t.dtype) * gamma
+    return F.rms_norm(t, (t.shape[-1],), gamma, eps)
 
 
 def _masked_softmax(logits, mask, softmax: bool):

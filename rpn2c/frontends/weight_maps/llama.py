@@ -1,5 +1,6 @@
 """``specs/llama.rpn`` ↔ transformers' ``LlamaForCausalLM`` ("llama", "llama_tied") and ``Qwen2ForCausalLM``
-("qwen2": the same keys and the query, key and value biases).
+("qwen2": the same keys and the query, key and value biases) and ``Qwen3ForCausalLM`` ("qwen3": the same keys and
+the per-head query and key norms).
 
     spec                              transformers
     e.weight                          model.embed_tokens.weight
@@ -11,6 +12,7 @@
     n.weight                          model.norm.weight
     y.psi.weight                      lm_head.weight (llama_tied: the embedding's, one tensor)
     h.{i}.attn.in_proj_bias           model.layers.{i}.self_attn.{q,k,v}_proj.bias, one after another (qwen2)
+    h.{i}.attn.{q,k}_norm_weight      model.layers.{i}.self_attn.{q,k}_norm.weight (qwen3)
 """
 
 from rpn2c.frontends.weights import Link, WeightMap
@@ -32,4 +34,7 @@ MAPS = {
     "qwen2": WeightMap("qwen2", _COMMON + (
         Link("h.{i}.attn.in_proj_bias", tuple(_LAYER + f"self_attn.{p}_proj.bias" for p in "qkv")),
         Link("y.psi.weight", ("lm_head.weight",)))),
+    "qwen3": WeightMap("qwen3", _COMMON + tuple(
+        Link(f"h.{{i}}.attn.{p}_norm_weight", (_LAYER + f"self_attn.{p}_norm.weight",)) for p in "qk") + (
+        Link("y.psi.weight", ("lm_head.weight",)),)),
 }

@@ -95,7 +95,8 @@ ATTENTION_RULES: tuple[Rule, ...] = (
          rewrite=to(LINEAR_ATTENTION)),
     Rule("fused_heads", "layer", "heads", _fusable,
          "H identical attention heads (packed parameters, as nn.MultiheadAttention): Q, K and V by one GEMM on "
-         "the layer input (one per distinct input), rotary positions (where ξ has them) turning Q and K per head, "
+         "the layer input (one per distinct input), query/key norms and rotary positions (where ξ has them) on Q "
+         "and K per head, "
          "one [B, H, N, r] scaled_dot_product_attention for every head (a per-head relative bias [H, N, N], "
          "relative_bias or alibi, joins its attn_mask with the other masks; a window_attention ξ rolls and cuts "
          "Q, K and V into its windows, [B, nW·H, w², r], its window_bias and shift mask the attn_mask), "
