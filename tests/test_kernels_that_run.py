@@ -13,6 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import rpn2c
 from rpn2c.components.registry import kernels as declared_kernels
+from rpn2c.lower.emitters import EMITTERS, signature
 from rpn2c.runtime.explain import explain_json
 from rpn2c.runtime.export_cli import example_inputs
 
@@ -46,6 +47,12 @@ class _Ops(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def _describes(op: str) -> bool:
+    """A multi-head kernel (``fused_sdpa``, ``stacked_linear``, ``chebyshev_sum``) reads the layer's query and
+    context, not its heads' terms: its emitter's signature takes neither ``z`` nor ``args`` (lower/program.py)."""
+    return op in EMITTERS and not {"z", "args"} & set(signature(EMITTERS[op])) and op != "input"
+
+
 def _computed(root):
     """The distinct subterms that compute: under a multi-head kernel the head terms only describe it (it reads
     the layer's query and context, which do compute: lower/program.py)."""
@@ -57,7 +64,7 @@ def _computed(root):
         seen.add(id(t))
         if not (described and t.info.get("head") is not None):
             yield t
-        stack.extend((a, described or t.op in ("fused_sdpa", "stacked_linear")) for a in t.args)
+        stack.extend((a, described or (t.info.get("head") is None and _describes(t.op))) for a in t.args)
 
 
 def _traced_steps(model):

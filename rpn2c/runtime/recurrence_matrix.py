@@ -140,7 +140,7 @@ def _gated(name, module, x) -> LayerMatrix:
     for layer in range(spec.layers):
         width = x.shape[1] if layer == 0 else h * spec.directions
         for d in range(spec.directions):
-            w = [p.double() for p in module._weights(layer, d)]
+            w = [p.double() for p in module._named(layer, d).values()]
             g = len(w[0])
             block = torch.zeros(steps, 2, g, offsets[-1], dtype=torch.float64)
             a = _kron(torch.eye(steps, dtype=torch.float64), w[0])  # [T·G, T·F]: input side, per step
@@ -156,7 +156,7 @@ def _gated(name, module, x) -> LayerMatrix:
             biases.append(b.expand(steps, 2, g).flatten())
     m = torch.cat(rows)
     u = torch.cat([x.flatten().double()] + [o.flatten() for o in outs])
-    g = len(module._weights(0, 0)[0])
+    g = len(next(iter(module._named(0, 0).values())))
     return LayerMatrix(name, "recurrence (pre-activation)", m, torch.cat(biases), u, tuple(x.shape),
                        (spec.layers * spec.directions, steps, 2, g),
                        f"{spec.cell.component.name}: gate pre-activations [W_ih x_t + b_ih; W_hh h_(t∓1) + b_hh] "
