@@ -415,15 +415,17 @@ def _power_loop(base: Tensor, src: Tensor | None, dst: Tensor | None, w: Tensor 
         held = [a for a in operator.args if a is not None]
     # copies: no input of the loop may alias another (src and dst are rows of one edge tensor, y starts at base)
     held = [t.clone() for t in held]
-    carried = (torch.zeros((), dtype=torch.long, device=base.device), base.clone())
+    # (contiguous: the body's output is, and a loop carries one layout; an attribute-axis ξ's base is a transpose)
+    start = base.clone(memory_format=torch.contiguous_format)
+    carried = (torch.zeros((), dtype=torch.long, device=base.device), start)
 
     def step(i, y, base, steps, *held):
         if operator is None:
-            return i + 1, base + (1.0 - alpha) * graph_propagate(y, *held, n, dim)
+            return i + 1, (base + (1.0 - alpha) * graph_propagate(y, *held, n, dim)).contiguous()
         given = iter(held)
         bound = functools.partial(operator.func, *(None if a is None else next(given) for a in operator.args),
                                   **operator.keywords)
-        return i + 1, base + (1.0 - alpha) * graph_propagate(y, None, None, None, n, dim, bound)
+        return i + 1, (base + (1.0 - alpha) * graph_propagate(y, None, None, None, n, dim, bound)).contiguous()
 
     steps = torch.full((), k, device=base.device)
     return torch.ops.higher_order.while_loop(_below, step, carried, (base.contiguous(), steps, *held))[1]
