@@ -50,7 +50,7 @@ class _Ops(TorchDispatchMode):
 def _describes(op: str) -> bool:
     """A multi-head kernel (``fused_sdpa``, ``stacked_linear``, ``chebyshev_sum``) reads the layer's query and
     context, not its heads' terms: its emitter's signature takes neither ``z`` nor ``args`` (lower/program.py)."""
-    return op in EMITTERS and not {"z", "args"} & set(signature(EMITTERS[op])) and op != "input"
+    return op in EMITTERS and not {"z", "args"} & set(signature(EMITTERS[op]))
 
 
 def _computed(root):

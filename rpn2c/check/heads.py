@@ -565,7 +565,7 @@ def _apply_xi(h, slot: HeadSlot, size, x, data, aux, mz, nz, params, tr: HeadTra
         params += comp.count(ctx) * h.channels
         tr.scratch = dim_add(tr.scratch, comp.scratch(ctx))
         tr.steps.append((slot.name, comp.steps(ctx)))
-        if axis == "instance" and getattr(comp, "propagates", lambda: False)():
+        if axis == "instance" and comp.propagates():
             tr.propagating.append(slot.name)
     except ShapeRuleError as exc:
         raise LayerShapeError(str(exc), use.span, code=exc.code or "E0402") from None

@@ -240,6 +240,11 @@ class Interdependence(Component):
         budget at check and again, with the inputs' sizes, at run time."""
         return 1
 
+    def propagates(self) -> bool:
+        """Its default lowering runs it hop by hop on an edge list (gather/index_add or SpMM), never its N×N matrix:
+        the memory estimate charges its edge messages instead (kernel ``spmm``'s predicate reads it too)."""
+        return False
+
     def one_hop(self) -> bool:
         """Its literal matrix is a sparse 1-hop adjacency, whose edge list its module's ``support`` gives (a hybrid
         ξ's Hadamard product runs on it: kernel ``edge_hadamard``)."""
