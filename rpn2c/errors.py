@@ -150,8 +150,10 @@ CATALOG: dict[str, ErrorCode] = _codes(
       "make the bias for the layer's heads (`relative_bias(x, heads = H)`, `alibi(x, heads = H)`) or give the layer "
       "`heads = H`: head h adds slice h of the bias to its scores"),
     E("E0350", "a grid not divisible by its window", "{op}: the grid [{gh}, {gw}] is not divisible into {w} x {w} "
-      "windows", "give a window size that divides both grid sides (window_attention(size = w)), or a grid of even "
-      "sides for patch_merge's 2 x 2 neighbourhoods; the library's models pad the grid, a spec states it"),
+      "windows", "give a window size that divides both grid sides (window_attention(size = w)), or pad the grid to "
+      "whole windows first, as the libraries' Swin do: `p = pad_grid(x, grid = [gh, gw], to = [ph, pw])` with ph, "
+      "pw the next multiples of w (`(gh + w - 1) // w * w`), the attention on grid = [ph, pw], then "
+      "`crop_grid(y, grid = [ph, pw], to = [gh, gw])`; patch_merge takes a grid of even sides (pad_grid to them)"),
     E("E0351", "a grid that does not hold the items", "{op} on grid = [{gh}, {gw}] reads {n} items (row-major "
       "positions), got {m}", "give grid = [gh, gw] with gh·gw the sequence's items: the patch grid's sides, halved "
       "after each patch_merge"),
@@ -184,6 +186,9 @@ CATALOG: dict[str, ErrorCode] = _codes(
       "(as_matrix(v, rows = k) of a head with out = k·c)"),
     E("E0362", "an orthogonality regulariser on a non-square transform", "{why}",
       "‖I − T Tᵀ‖ regularises a square transform: give as_matrix columns = rows (out = k·k), or drop orthogonality"),
+    E("E0377", "a grid padded smaller or cropped larger", "{why}",
+      "pad_grid(x, grid = [gh, gw], to = [ph, pw]) places the grid in a larger one (ph >= gh, pw >= gw), "
+      "crop_grid(x, grid = [ph, pw], to = [gh, gw]) keeps its top-left part (gh <= ph, gw <= pw)"),
     E("E0390", "cannot import a torch module", "{path} {cls}: {why}",
       "the message names the module and option; rewrite it as a spec or use a supported option"),
     # ---- E04xx shapes

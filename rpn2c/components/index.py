@@ -197,7 +197,8 @@ BY_MODULE = {
             'relative_bias', 'bucketed_relative_bias', 'alibi',
         ),
         'windows': (
-            'window_bias', 'window_relative_bias', 'patch_merge', 'patch_merging',
+            'window_bias', 'window_relative_bias', 'patch_merge', 'patch_merging', 'pad_grid', 'grid_pad',
+            'crop_grid', 'grid_crop',
         ),
         'ops_batch': (
             'batch_as_items', 'over_batch', 'batch_as_samples',

@@ -9,6 +9,9 @@
   table T ∈ R^{(2w−1)² x H}, given to the attention as ``attn_mask``.
 - ``patch_merge(x, grid = [gh, gw])``: each 2 x 2 neighbourhood's items concatenated, ``[B, N, C] -> [B, N/4, 4C]``
   (a layout op; Swin's norm and linear reduction follow as ``layer_norm`` and a head).
+- ``pad_grid(x, grid = [gh, gw], to = [ph, pw])`` / ``crop_grid(x, grid = [ph, pw], to = [gh, gw])``: zero items
+  after the last row and column, and their removal (the libraries pad a grid to whole windows and to even sides
+  before patch merging).
 
 Maths: :mod:`rpn2c.functional.windows`.
 """
@@ -45,6 +48,16 @@ def _divides(grid: tuple[int, int], size: int, what: str) -> None:
 
 _GRID = Field(..., min_length=2, max_length=2, description="[gh, gw]: the grid whose row-major positions the "
                                                           "items are")
+
+
+def _sides(grid: list[int], to: list[int], what: str, larger: bool) -> None:
+    """``to`` no smaller (pad) or no larger (crop) than ``grid`` along both axes, every side positive (E0377)."""
+    if min(grid) < 1 or min(to) < 1:
+        raise ShapeRuleError(f"{what} needs grids of positive sides, got grid = {list(grid)}, to = {list(to)}",
+                             code="E0377")
+    if any((t < g) if larger else (t > g) for g, t in zip(grid, to)):
+        way = "pads a grid to a larger one" if larger else "crops a grid to a smaller one"
+        raise ShapeRuleError(f"{what} {way}: to = {list(to)} against grid = {list(grid)}", code="E0377")
 
 
 class _WindowHP(_BilinearHP):
@@ -190,3 +203,59 @@ class PatchMerge(Op):
         from rpn2c.components.impl.windows import PatchMergeModule
 
         return PatchMergeModule(tuple(self.hp.grid))
+
+
+class _ResizeHP(HP):
+    grid: list[int] = _GRID
+    to: list[int] = Field(..., min_length=2, max_length=2, description="[th, tw]: the grid after the op")
+
+
+class _GridResize(Op):
+    """The items of ``grid`` as the items of the grid ``to``, larger (padding) or smaller (cropping)."""
+
+    HP = _ResizeHP
+    larger: bool
+
+    def infer(self, ins):
+        t = ins[0]
+        _grid_items(self.hp.grid, t, self.name)
+        _sides(self.hp.grid, self.hp.to, self.name, larger=self.larger)
+        return t.with_shape((t.batch, self.hp.to[0] * self.hp.to[1], t.features))
+
+    def build(self, ins):
+        from rpn2c.components.impl.windows import CropGridModule, PadGridModule
+
+        module = PadGridModule if self.larger else CropGridModule
+        return module(tuple(self.hp.grid), tuple(self.hp.to))
+
+
+@register
+class PadGrid(_GridResize):
+    """pad_grid(x, grid = [gh, gw], to = [ph, pw]): items [B, gh·gw, C] -> [B, ph·pw, C] (ph >= gh, pw >= gw), each
+    position (a, b) kept at (a, b) of the larger grid and zero items in the new rows and columns: Y = S X with the
+    selection S ∈ {0, 1}^{ph·pw x gh·gw}, S[a·pw + b, a·gw + b] = 1.
+
+    transformers' and timm's Swin pad the normed items to whole windows before attending (the zero items then
+    enter the windows as keys and values with their projections' biases) and a grid of odd sides before patch
+    merging; ``crop_grid`` removes them. The reference lowering applies S, the default lowering ``F.pad``.
+    """
+
+    name, family = "pad_grid", "op"
+    aliases = ("grid_pad",)
+    synonyms = dict.fromkeys(("maybe_pad", "pad_items", "pad_windows"), "pad_grid(x, grid = [gh, gw], to = [ph, pw])")
+    example = example_model("input x: sequence[B, 9, 4]", "p = pad_grid(x, grid = [3, 3], to = [4, 4])",
+                            "y = crop_grid(p, grid = [4, 4], to = [3, 3])", "return y")
+    larger = True
+
+
+@register
+class CropGrid(_GridResize):
+    """crop_grid(x, grid = [ph, pw], to = [gh, gw]): items [B, ph·pw, C] -> [B, gh·gw, C] (gh <= ph, gw <= pw), the
+    positions (a, b) with a < gh, b < gw kept: Y = Sᵀ X with pad_grid's selection S, the inverse of the padding on
+    what it kept."""
+
+    name, family = "crop_grid", "op"
+    aliases = ("grid_crop",)
+    synonyms = dict.fromkeys(("unpad", "crop_items"), "crop_grid(x, grid = [ph, pw], to = [gh, gw])")
+    example = PadGrid.example
+    larger = False

@@ -14,11 +14,14 @@ axis of length n: 0 below n − w, 1 below n − s, else 2), i.e. when they were
   reference lowering builds.
 - :func:`merge_patches` / :func:`merge_selections`: Swin's patch merging, each 2 x 2 neighbourhood's items
   concatenated in the order (0, 0), (1, 0), (0, 1), (1, 1) (row, column), as a reshape and as selection matrices.
+- :func:`pad_grid` / :func:`crop_grid` / :func:`grid_selection`: a grid's items placed in a larger grid (zeros
+  elsewhere) and back, as views and as the selection matrix.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -111,4 +114,30 @@ def merge_selections(grid: tuple[int, int], dtype: torch.dtype, device=None) -> 
     top, left = 2 * (m // (gw // 2)), 2 * (m % (gw // 2))
     for k in range(4):
         out[k, m, (top + k % 2) * gw + left + k // 2] = 1
+    return out
+
+
+def pad_grid(x: Tensor, grid: tuple[int, int], to: tuple[int, int]) -> Tensor:
+    """Items ``[..., gh·gw, C]`` -> ``[..., ph·pw, C]``: position (a, b) kept at (a, b), zeros in the rows a >= gh
+    and the columns b >= gw (transformers' ``maybe_pad``)."""
+    (gh, gw), (ph, pw) = grid, to
+    *lead, _, c = x.shape
+    x = F.pad(x.reshape(*lead, gh, gw, c), (0, 0, 0, pw - gw, 0, ph - gh))
+    return x.reshape(*lead, ph * pw, c)
+
+
+def crop_grid(x: Tensor, grid: tuple[int, int], to: tuple[int, int]) -> Tensor:
+    """Items ``[..., ph·pw, C]`` -> ``[..., gh·gw, C]``: the positions (a, b) with a < gh, b < gw."""
+    (ph, pw), (gh, gw) = grid, to
+    *lead, _, c = x.shape
+    return x.reshape(*lead, ph, pw, c)[..., :gh, :gw, :].reshape(*lead, gh * gw, c)
+
+
+def grid_selection(grid: tuple[int, int], to: tuple[int, int], dtype: torch.dtype, device=None) -> Tensor:
+    """The 0/1 matrix ``S`` ``[ph·pw, gh·gw]`` placing the grid's positions in the larger grid ``to``:
+    ``S[a·pw + b, a·gw + b] = 1``; ``S X`` pads, ``Sᵀ Y`` crops."""
+    (gh, gw), (ph, pw) = grid, to
+    n = torch.arange(gh * gw, device=device)
+    out = torch.zeros(ph * pw, gh * gw, dtype=dtype, device=device)
+    out[(n // gw) * pw + n % gw, n] = 1
     return out

@@ -9,7 +9,8 @@ computes its ``forward`` as the paper writes it, with the structural matrix mate
 - adaptive pooling: the bin-membership matrix ``x P`` (mean: then / |bin|), or the one-hot gather then max;
 - an item readout: ``eₖᵀ X``;
 - a relation: ξ's literal matrix (masks and rotations as matrices);
-- Swin's patch merge: ``[S₁X | … | S₄X]`` with the four selection matrices;
+- Swin's patch merge: ``[S₁X | … | S₄X]`` with the four selection matrices; a grid padded ``S X`` and cropped
+  ``Sᵀ Y`` by the selection matrix;
 - a causal convolution: each channel's banded Toeplitz matrix;
 - the Hopfield update: the couplings ``n W = PᵀP − diag`` built.
 
@@ -29,7 +30,7 @@ from rpn2c.components.impl.ops import HopfieldModule
 from rpn2c.components.impl.readouts import ItemModule
 from rpn2c.components.impl.relation import RelationModule, batched
 from rpn2c.components.impl.sequence_conv import CausalConvModule
-from rpn2c.components.impl.windows import PatchMergeModule
+from rpn2c.components.impl.windows import CropGridModule, PadGridModule, PatchMergeModule
 from rpn2c.functional import compression as FC
 from rpn2c.functional import hopfield, windows
 from rpn2c.functional.causal_conv import causal_conv_by_matrix
@@ -118,6 +119,22 @@ class LiteralPatchMerge(PatchMergeModule):
         return torch.cat(list((s.unsqueeze(1) @ x.unsqueeze(0)).unbind(0)), dim=-1)
 
 
+class LiteralPadGrid(PadGridModule):
+    """``S X`` with the selection matrix ``S`` ``[ph·pw, gh·gw]``."""
+
+    def forward(self, x):
+        self.check(x)
+        return windows.grid_selection(self.grid, self.to, x.dtype, x.device) @ x
+
+
+class LiteralCropGrid(CropGridModule):
+    """``Sᵀ Y`` with the selection matrix ``S`` ``[ph·pw, gh·gw]`` of the padding it undoes."""
+
+    def forward(self, x):
+        self.check(x)
+        return windows.grid_selection(self.to, self.grid, x.dtype, x.device).T @ x
+
+
 class LiteralCausalConv(CausalConvModule):
     """``y[:, :, c] = M_c x[:, :, c] + β_c`` with each channel's banded Toeplitz matrix ``M_c`` built."""
 
@@ -134,7 +151,7 @@ class LiteralHopfield(HopfieldModule):
 
 FORMS: dict[type, type] = {form.__bases__[0]: form for form in (
     LiteralPatchGather, LiteralPatchPool, LiteralAdaptivePool, LiteralItem, LiteralRelation, LiteralPatchMerge,
-    LiteralCausalConv, LiteralHopfield)}
+    LiteralPadGrid, LiteralCropGrid, LiteralCausalConv, LiteralHopfield)}
 
 
 def literal(module: nn.Module) -> nn.Module:

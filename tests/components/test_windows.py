@@ -1,5 +1,5 @@
 """Shifted-window attention (``window_attention``), its relative position bias (``window_bias``) and patch merging
-(``patch_merge``) in float64 against hand-written torch: Swin's window partition, cyclic shift and region mask
+(``patch_merge``), grid padding and cropping (``pad_grid``, ``crop_grid``) in float64 against hand-written torch: Swin's window partition, cyclic shift and region mask
 written out window by window, the bias table read at each pair's row and column offsets, the 2 x 2 neighbourhoods
 sliced as the library slices them; in the default lowering (one SDPA call over every window and head), the per-head
 form and the reference lowering (the N x N matrix), outputs and every gradient; bad grids are located errors."""
@@ -117,6 +117,32 @@ def test_patch_merge_concatenates_each_neighbourhood(rows, cols, c, reference):
                  rtol=0, atol=0)
 
 
+@settings(deadline=None, max_examples=20)
+@given(gh=st.integers(1, 4), gw=st.integers(1, 4), extra=st.tuples(st.integers(0, 3), st.integers(0, 3)),
+       c=st.integers(1, 3), reference=st.booleans())
+def test_pad_grid_places_each_position_and_crop_grid_takes_it_back(gh, gw, extra, c, reference):
+    """pad_grid keeps position (a, b) at (a, b) of the larger grid with zeros elsewhere (transformers' maybe_pad:
+    ``F.pad`` of the [B, gh, gw, C] view), crop_grid keeps the top-left part; the reference lowering's selection
+    matrix gives the same values and gradients."""
+    from rpn2c.components.impl.windows import CropGridModule, PadGridModule
+    from rpn2c.lower.literal_forms import literal
+
+    grid, to = (gh, gw), (gh + extra[0], gw + extra[1])
+    x = torch.randn(2, gh * gw, c, dtype=torch.float64, requires_grad=True)
+    pad, crop = PadGridModule(grid, to), CropGridModule(to, grid)
+    if reference:
+        pad, crop = literal(pad), literal(crop)
+    got = pad(x)
+    want = torch.zeros(2, *to, c, dtype=torch.float64)
+    for a in range(gh):
+        for b in range(gw):
+            want[:, a, b] = x[:, a * gw + b]
+    assert torch.equal(got, want.reshape(2, -1, c))
+    assert torch.equal(crop(got), x)
+    w = torch.randn_like(got)
+    assert torch.equal(torch.autograd.grad((got * w).sum(), x)[0], w.view(2, *to, c)[:, :gh, :gw].reshape(x.shape))
+
+
 # ------------------------------------------------------------------------------------------------ inside attention
 @settings(deadline=None, max_examples=10)
 @given(heads=st.integers(1, 3), rows=st.integers(1, 3), cols=st.integers(1, 3), w=st.integers(1, 3),
@@ -183,6 +209,12 @@ def test_default_lowering_runs_one_sdpa_call_over_the_windows(monkeypatch):
      r"grid \[3, 4\]"),
     ("model m {\n  input x: sequence[B, 12, 3]\n  y = patch_merge(x, grid = [4, 4])\n  return y\n}", "E0351",
      "reads 16 items"),
+    ("model m {\n  input x: sequence[B, 12, 3]\n  y = pad_grid(x, grid = [3, 4], to = [2, 4])\n  return y\n}",
+     "E0377", r"pads a grid to a larger one: to = \[2, 4\]"),
+    ("model m {\n  input x: sequence[B, 12, 3]\n  y = crop_grid(x, grid = [3, 4], to = [3, 5])\n  return y\n}",
+     "E0377", r"crops a grid to a smaller one"),
+    ("model m {\n  input x: sequence[B, 12, 3]\n  y = pad_grid(x, grid = [4, 4], to = [4, 4])\n  return y\n}",
+     "E0351", "reads 16 items"),
 ])
 def test_bad_grids_windows_and_biases_are_located_errors(text, code, match):
     with pytest.raises(SpecError, match=match) as err:

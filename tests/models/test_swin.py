@@ -15,7 +15,7 @@ from tests.models.peers import assert_library_into_spec, assert_spec_into_librar
 
 transformers = pytest.importorskip("transformers")
 
-NORMS = ("pre.0.weight", "n.weight", "e.weight")
+NORMS = ("pre.0.weight", "ln1.weight", "n.weight", "e.weight")
 
 
 def _config(**over):
@@ -62,6 +62,22 @@ def test_odd_depths_three_stages_and_wider_windows_both_ways():
     assert_library_into_spec("swin", library, spec, config.depths, lambda m: m(x).logits, lambda m: m(x))
     randomise(spec, NORMS)
     assert_spec_into_library("swin", spec, library, config.depths, lambda m: m(x), lambda m: m(x).logits)
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_grids_the_library_pads_and_windows_it_clamps_both_ways(reference):
+    """Windows of 3 on a 10 x 10 grid (padded to 12 x 12: the zero items attend as keys with the projections'
+    biases) and on a 5 x 5 one (padded to 6 x 6), the odd 5 x 5 grid padded to 6 x 6 before patch merging, and a
+    3 x 3 last stage that is one window (unshifted), as SwinLayer and SwinPatchMerging do."""
+    library, config = _library(image_size=20, patch_size=2, num_channels=2, embed_dim=6, depths=[2, 2, 2],
+                               num_heads=[1, 2, 3], window_size=3, num_labels=4)
+    spec, x = _spec(config, reference), _image(config)
+    assert_library_into_spec("swin", library, spec, config.depths, lambda m: m(x).logits, lambda m: m(x))
+    randomise(spec, NORMS)
+    assert_spec_into_library("swin", spec, library, config.depths, lambda m: m(x), lambda m: m(x).logits)
+    graph = spec.graph
+    assert graph.node("f.s.blocks.1.p").type.items == 144 and graph.node("f.down.1.e").type.items == 36
+    assert _shift(graph, "f.down.0.s.blocks.1.attn") == 1 and _shift(graph, "f.down.1.s.blocks.1.attn") == 0
 
 
 def test_swin_model_gives_the_last_hidden_state_and_the_pooled_output_both_ways():

@@ -125,3 +125,39 @@ class PatchMergeModule(nn.Module):
 
     def extra_repr(self) -> str:
         return f"grid={list(self.grid)}"
+
+
+class _GridResize(nn.Module):
+    """Items of a ``grid`` as items of the grid ``to`` (see :class:`PadGridModule`, :class:`CropGridModule`)."""
+
+    def __init__(self, grid: tuple[int, int], to: tuple[int, int]):
+        super().__init__()
+        self.grid, self.to = grid, to
+
+    def check(self, x: torch.Tensor) -> None:
+        if x.shape[-2] != self.grid[0] * self.grid[1] and not torch.compiler.is_compiling():
+            raise InputError(f"{self.op} on grid = {list(self.grid)} reads {self.grid[0] * self.grid[1]} items, "
+                             f"got {x.shape[-2]}")
+
+    def extra_repr(self) -> str:
+        return f"grid={list(self.grid)}, to={list(self.to)}"
+
+
+class PadGridModule(_GridResize):
+    """Zero items after the last row and column: ``F.pad`` of the ``[B, gh, gw, C]`` view (nothing when equal)."""
+
+    op = "pad_grid"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.check(x)
+        return x if self.grid == self.to else windows.pad_grid(x, self.grid, self.to)
+
+
+class CropGridModule(_GridResize):
+    """The top-left ``to`` positions of the grid: a slice of the ``[B, ph, pw, C]`` view (nothing when equal)."""
+
+    op = "crop_grid"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.check(x)
+        return x if self.grid == self.to else windows.crop_grid(x, self.grid, self.to)

@@ -8,7 +8,7 @@ stage k ≥ 1 its ``f.down.{k-1}`` (the patch merging that ends the library's st
     f.e.{weight,bias}                        swin.embeddings.norm.*
     {stage}.blocks.{i}.b.table               swin.encoder.layers.{k}.blocks.{i}.attention
                                              .relative_position_bias.relative_position_bias_table
-    {stage}.blocks.{i}.attn.pre.0.*          … blocks.{i}.layernorm_before.*
+    {stage}.blocks.{i}.ln1.*                 … blocks.{i}.layernorm_before.*
     {stage}.blocks.{i}.attn.in_proj_weight   … blocks.{i}.attention.{q,k,v}_proj.weight, row after row
     {stage}.blocks.{i}.attn.in_proj_bias     … blocks.{i}.attention.{q,k,v}_proj.bias, one after another
     {stage}.blocks.{i}.attn.fusion.linear.*  … blocks.{i}.attention.o_proj.*
@@ -41,7 +41,7 @@ def _block(stage: int, lib_root: str) -> tuple[Link, ...]:
 
     return (
         Link(spec + "b.table", (lib + "attention.relative_position_bias.relative_position_bias_table",)),
-        *pair("attn.pre.0.{w}", "layernorm_before.{w}"),
+        *pair("ln1.{w}", "layernorm_before.{w}"),
         *(Link(spec + f"attn.in_proj_{w}", tuple(lib + f"attention.{p}_proj.{w}" for p in "qkv"))
           for w in ("weight", "bias")),
         *pair("attn.fusion.linear.{w}", "attention.o_proj.{w}"),
