@@ -36,6 +36,7 @@ def _models(path: Path) -> list[str]:
 # models whose pt2 export and check take over ~4 s of CPU (docs/export.md): in the slow matrix only. The scan-based
 # recurrences (gla, linear_rnn, lru, mamba, mingru) stay in CI whatever they cost: their symbolic T is the point.
 HEAVY = {"cifar10_cylinder4_densest_4x256", "cifar10_cylinder4_compress_every2", "cifar10_cuboid3_densest", "drrt",
+         "drrt_regions",
          "cora_hybrid", "rnn", "recurrent_mean", "gat", "chain_mean", "rnn_chain", "transformer",
          "llama_tied", "qwen2", "qwen3", "bert_classifier", "t5_encoder_gated",  # variants: the spec's first model runs
          "swin_model",

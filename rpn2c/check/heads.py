@@ -26,7 +26,7 @@ from rpn2c.ir.types import TensorType, dim_add, dim_mul, grid, is_known, items, 
 from rpn2c.syntax import ast
 
 HEAD_KEYS = ("kappa", "psi", *HEAD_SLOT, "channels", "channel_fusion", "bias", "out", "groups")
-LAYER_KEYS = ("fusion", "pi", "pre", "post")
+LAYER_KEYS = ("fusion", "pi", "pi_placement", "pre", "post")
 SINGLE_HEAD_KEYS = HEAD_KEYS + LAYER_KEYS + ("heads", "kv_heads")
 DECL_KEYS = HEAD_KEYS + ("post", "tie")  # a `head name { ... }` of a layer: also its own processing and a tie
 AUX_KINDS = {"edges": ("edges",), "weight": ("edge_weight",), "key_padding": ("mask",), "attn_mask": ("mask",),
@@ -242,6 +242,16 @@ def build_layer(kind: str, head_decls, settings, scope: Scope, diags: Diagnostic
         return _default(default_name, family) if s is None else resolve_use(s.value, key, scope, diags)
 
     pi = one("pi", "zero", "remainder")
+    placement = "output"
+    if "pi_placement" in layer_settings:
+        s = layer_settings["pi_placement"]
+        v = evaluate(s.value, scope, diags, allow_values=False)
+        if v in ("output", "terms"):
+            placement = v
+        elif v is not INVALID:
+            diags.error("E0303", "'pi_placement' is \"output\" (π added once, after the fusions) or \"terms\" "
+                                 f"(eq 30: π in every head and channel term, before the fusions), got {v!r}",
+                        s.value.span)
     fusion = None
     if len(heads) > 1 or "fusion" in layer_settings:
         fusion = one("fusion", "mean", "fusion")
@@ -250,7 +260,7 @@ def build_layer(kind: str, head_decls, settings, scope: Scope, diags: Diagnostic
     if len(diags.items) > start or any(h is None for h in heads):
         return None
     kv_heads, kv_span = kv if kv is not None else (None, span)
-    return LayerSpec(kind, heads, fusion, pi, pre, post, kv_heads, kv_span)
+    return LayerSpec(kind, heads, fusion, pi, pre, post, kv_heads, kv_span, placement)
 
 
 def _kv_heads(s: ast.Setting | None, heads: int, scope, diags) -> tuple[int, Span] | None:
@@ -382,6 +392,13 @@ def infer_layer(spec: LayerSpec, x: TensorType, ctx: TensorType | None, aux: dic
                 (x.kind == "grid" and tuple(map(str, x.spatial)) != tuple(map(str, out.spatial))):
             raise LayerShapeError(f"the remainder adds the input {x} to an output {out}: item counts or grid "
                                   "sizes differ", spec.pi.span)
+        if spec.pi_placement == "terms":  # eq 30: π joins every (head, channel) term, so it has their width
+            terms = [t.n if t.grid_kappa else h.out if h.out is not None else t.d for h, t in zip(spec.heads, traces)]
+            if any(str(n) != str(width) for n in terms):
+                raise LayerShapeError(f"pi_placement = \"terms\" adds π to every head and channel term "
+                                      f"({', '.join(map(str, terms))} wide), but the fusions make the output {width} "
+                                      "wide: a concatenation changes the width; use pi_placement = \"output\"",
+                                      spec.pi.span)
         params += pi.count(m_in, width)
         rows = x.items if x.kind == "items" else numel(x.spatial) if x.kind == "grid" else 1
         traces[0].scratch = dim_add(traces[0].scratch, dim_mul(pi.scratch(m_in, width), rows))

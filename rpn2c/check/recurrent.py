@@ -119,6 +119,9 @@ def infer_recurrent(spec: RecurrentSpec, x: TensorType, states: dict[str, tuple[
         raise LayerShapeError(f"the '{spec.cell.name}' cell runs each input channel through its own states, so its "
                               f"output width is its input width: set `out = {d_in[0]}` (layer inputs are "
                               f"{', '.join(map(str, d_in))} wide)", span)
+    problem = spec.cell.component.width_problem(h, d_in[0])
+    if problem:
+        raise LayerShapeError(problem, span)
     params = kappa_params
     for i in range(layers):
         shapes = spec.cell.component.parameter_shapes(h, d_in[i], d_state, spec.bias).values()

@@ -34,6 +34,10 @@ class Cell(Component):
         return example_model("input x: sequence[B, 5, 4]", "y = recurrent(x) {", "  cell = {call}", "  out = 3", "}",
                              "return y")
 
+    def width_problem(self, hidden: int, d_in: int) -> str | None:
+        """Why ``out = hidden`` over inputs ``d_in`` wide cannot be this cell's width (None: it can)."""
+        return None
+
     def kernel(self) -> str | None:
         """The name of the fused ``torch._VF`` kernel computing this cell over a whole sequence (None: none)."""
         raise NotImplementedError

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rpn2c.components.cells import Cell
 from rpn2c.components.registry import HP, register
@@ -49,6 +49,10 @@ class SelectiveCell(Cell):
     def readout(self, h, x, w):
         """``y [B, T, H]`` from the states ``h [B, T, S]`` and the input ``x``."""
         return h
+
+    def linear_readout(self) -> bool:
+        """Whether ``y_t`` is linear in the states (``factors`` writes the layer as a matrix at this input)."""
+        return True
 
     def factors(self, x, w):
         """For one input ``x [T, D]``: ``(a [T, S] or [S], G [T, S, D], g [T, S], R [T, H, S] or None (identity),
@@ -183,17 +187,36 @@ class Mamba(SelectiveCell):
 
 
 class _GLAHP(HP):
-    d_key: int = Field(4, ge=1, description="K: key width; the state is a K×H matrix")
+    d_key: int = Field(4, ge=1, description="K: key width; the state is a K×H matrix (per head K/h × H/h)")
     tied: bool = Field(False, description="HGRN2: the key is 1 − α_t (no W_k)")
+    heads: int = Field(1, ge=1, json_schema_extra={"hash": "omit_default"},
+                       description="h: heads, each with its own K/h × H/h state (K and H divisible by h)")
+    tau: float = Field(1.0, gt=0, json_schema_extra={"hash": "omit_default"},
+                       description="τ: the decay is σ(·)^{1/τ} (GLA uses 16)")
+    gate_rank: int | None = Field(None, ge=1, json_schema_extra={"hash": "omit_default"},
+                                  description="r: α's pre-activation through rank r, W_α2 W_α1 x_t (GLA uses 16; "
+                                              "none: a full W_α)")
+    norm: bool = Field(False, json_schema_extra={"hash": "omit_default"},
+                       description="LayerNorm of each head's output o_t^h over its H/h values (one learned scale "
+                                   "and shift of width H/h for all heads)")
+
+    @model_validator(mode="after")
+    def _heads_divide_the_keys(self):
+        if self.d_key % self.heads:
+            raise ValueError(f"d_key = {self.d_key} must be divisible by heads = {self.heads}")
+        return self
 
 
 @register
 class GLA(SelectiveCell):
-    """Gated linear attention (GLA; HGRN2 with ``tied``): S_t = diag(α_t) S_{t−1} + k_t v_tᵀ, y_t = S_tᵀ q_t.
+    """Gated linear attention (GLA; HGRN2 with ``tied``): per head h, S_t = diag(α_t) S_{t−1} + k_t v_tᵀ, o_t = S_tᵀ q_t.
 
-    α_t = σ(W_α x_t + b_α), q_t = W_q x_t, k_t = W_k x_t ∈ R^K (``tied``: k_t = 1 − α_t, HGRN2's forget-gate
-    tied input gate), v_t = W_v x_t ∈ R^H; one head, no τ-sharpening of α (GLA raises it to 1/16) and no output
-    gate. The K×H state is scanned with the decay α_t repeated over H.
+    α_t = σ(W_α x_t + b_α)^{1/τ} (``gate_rank = r``: W_α = W_α2 W_α1 of rank r, GLA's low-rank gate),
+    q_t = W_q x_t, k_t = W_k x_t ∈ R^K (``tied``: k_t = 1 − α_t, HGRN2's forget-gate tied input gate),
+    v_t = W_v x_t ∈ R^H, each split into ``heads`` blocks (head h has its own K/h × H/h state); ``norm``: each
+    head's o_t^h through LayerNorm (GLA's per-head norm), y_t the heads' outputs side by side. GLA's output gate
+    and projection, Y = (Swish(X W_r + b_r) ⊙ y) W_O, are heads of the spec (``examples/specs/gla_layer.rpn``).
+    The state is scanned with the decay α_t repeated over the head's H/h values.
     """
 
     name = "gla"
@@ -201,43 +224,75 @@ class GLA(SelectiveCell):
     HP = _GLAHP
     example_call = "gla(d_key = 2)"
 
+    def width_problem(self, hidden, d_in):
+        if hidden % self.hp.heads:
+            return f"the 'gla' cell splits its {hidden} outputs into heads = {self.hp.heads}: set `out` to a " \
+                   f"multiple of {self.hp.heads}"
+        return None
+
     def state_width(self, hidden, d_in):
-        return self.hp.d_key * hidden
+        return self.hp.d_key * hidden // self.hp.heads
+
+    def linear_readout(self):
+        return not self.hp.norm
 
     def parameter_shapes(self, hidden, d_in, d_state, bias):
-        k = self.hp.d_key
-        shapes = {"weight_alpha": (k, d_in)} | ({"bias_alpha": (k,)} if bias else {})
-        return shapes | {"weight_q": (k, d_in)} | ({} if self.hp.tied else {"weight_k": (k, d_in)}) | {
+        k, r = self.hp.d_key, self.hp.gate_rank
+        gate = {"weight_alpha": (k, d_in)} if r is None else {"weight_alpha_down": (r, d_in), "weight_alpha": (k, r)}
+        shapes = gate | ({"bias_alpha": (k,)} if bias else {})
+        shapes = shapes | {"weight_q": (k, d_in)} | ({} if self.hp.tied else {"weight_k": (k, d_in)}) | {
             "weight_v": (hidden, d_in)}
+        return shapes | ({"norm_weight": (hidden // self.hp.heads,), "norm_bias": (hidden // self.hp.heads,)}
+                         if self.hp.norm else {})
 
-    def _qkv(self, x, w):
+    def init(self, prefix, shape, hidden, d_in):
         import torch
 
-        al = x @ w["weight_alpha"].transpose(0, 1)
-        alpha = torch.sigmoid(al + w["bias_alpha"] if "bias_alpha" in w else al)
+        if prefix in ("norm_weight", "norm_bias"):
+            return torch.ones(shape) if prefix == "norm_weight" else torch.zeros(shape)
+        return super().init(prefix, shape, hidden, d_in)
+
+    def _qkv(self, x, w):
+        """α, q, k ``[…, T, h, K/h]`` and v ``[…, T, h, H/h]``."""
+        import torch
+        import torch.nn.functional as F
+
+        z = x @ w["weight_alpha_down"].transpose(0, 1) if "weight_alpha_down" in w else x
+        al = z @ w["weight_alpha"].transpose(0, 1)
+        al = al + w["bias_alpha"] if "bias_alpha" in w else al
+        alpha = torch.sigmoid(al) if self.hp.tau == 1 else torch.exp(F.logsigmoid(al) / self.hp.tau)
         k = 1 - alpha if self.hp.tied else x @ w["weight_k"].transpose(0, 1)
-        return alpha, x @ w["weight_q"].transpose(0, 1), k, x @ w["weight_v"].transpose(0, 1)
+        heads = (self.hp.heads, -1)
+        return (alpha.unflatten(-1, heads), (x @ w["weight_q"].transpose(0, 1)).unflatten(-1, heads),
+                k.unflatten(-1, heads), (x @ w["weight_v"].transpose(0, 1)).unflatten(-1, heads))
 
     def terms(self, x, w):
         alpha, _, k, v = self._qkv(x, w)
-        hidden = v.shape[-1]
-        return alpha[..., None].expand(*alpha.shape, hidden).flatten(-2), (k[..., None] * v[..., None, :]).flatten(-2)
+        a = alpha[..., None].expand(*alpha.shape, v.shape[-1])
+        return a.flatten(-3), (k[..., None] * v[..., None, :]).flatten(-3)
 
     def readout(self, h, x, w):
-        _, q, _, _ = self._qkv(x, w)
-        return (h.unflatten(-1, (q.shape[-1], -1)) * q[..., None]).sum(-2)
+        import torch.nn.functional as F
+
+        _, q, _, v = self._qkv(x, w)
+        o = (h.unflatten(-1, (*q.shape[-2:], v.shape[-1])) * q[..., None]).sum(-2)  # [B, T, h, H/h]
+        if self.hp.norm:
+            o = F.layer_norm(o, o.shape[-1:], w["norm_weight"], w["norm_bias"])
+        return o.flatten(-2)
 
     def factors(self, x, w):
         import torch
 
         alpha, q, k, _ = self._qkv(x, w)
-        t, kw = k.shape
-        hidden = w["weight_v"].shape[0]
-        a = alpha[..., None].expand(t, kw, hidden).reshape(t, -1)
-        g = (k[:, :, None, None] * w["weight_v"][None, None]).reshape(t, kw * hidden, -1)
-        eye = torch.eye(hidden, dtype=x.dtype, device=x.device)
-        r = (q[:, None, :, None] * eye[None, :, None, :]).reshape(t, hidden, kw * hidden)
-        return a, g, x.new_zeros(t, kw * hidden), r, None, None
+        t, h, kh = k.shape
+        w_v = w["weight_v"].unflatten(0, (h, -1))  # [h, H/h, D]
+        vh = w_v.shape[1]
+        a = alpha[..., None].expand(t, h, kh, vh).reshape(t, -1)
+        g = (k[:, :, :, None, None] * w_v[None, :, None]).reshape(t, h * kh * vh, -1)
+        eye_h = torch.eye(h, dtype=x.dtype, device=x.device)
+        eye_v = torch.eye(vh, dtype=x.dtype, device=x.device)
+        r = torch.einsum("ij,ab,tjk->tiajkb", eye_h, eye_v, q).reshape(t, h * vh, h * kh * vh)
+        return a, g, x.new_zeros(t, h * kh * vh), r, None, None
 
 
 class _LRUHP(HP):

@@ -19,8 +19,8 @@ from rpn2c.components.registry import HP, ValueRef, register
 from rpn2c.ir.types import TensorType, items, matrix
 
 #: ξ hyper-parameters that hold no parameter shapes: two tied relations may differ in them (masks, scale)
-UNSHAPED_KEYS = frozenset({"softmax", "scale", "causal", "window", "window_scores", "key_padding", "attn_mask",
-                           "keys"})
+UNSHAPED_KEYS = frozenset({"softmax", "scale", "causal", "window", "window_scores", "regions", "region",
+                           "key_padding", "attn_mask", "keys"})
 
 
 def _same(a, b) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rpn2c.components.base import Interdependence, ShapeRuleError
 from rpn2c.components.registry import HP, ValueRef, register
@@ -30,8 +30,15 @@ class _BilinearHP(HP):
     window: Optional[int] = Field(None, ge=0, description="local window: item i attends only to items j with "
                                                           "|i − j| <= window (with causal: i − window <= j <= i)")
     window_scores: Literal["block", "multiply"] = Field(
-        "block", description="outside the window: blocked (−inf before the softmax, weight 0), or the literal "
-                             "R ⊙ Ψ of seed 002 eq 7 (score 0, still in the softmax)")
+        "block", description="outside the window (or region): blocked (−inf before the softmax, weight 0), or the "
+                             "literal R ⊙ Ψ of seed 002 eq 7 (score 0, still in the softmax)")
+    regions: Optional[int] = Field(None, ge=1, json_schema_extra=_LATER,
+                                   description="K: the queries and the keys each cut into K contiguous regions "
+                                               "(item i of n in region ⌊i·K/n⌋, seed 002 §2.2); with `region = k` only "
+                                               "region pair k relates")
+    region: Optional[int] = Field(None, ge=0, json_schema_extra=_LATER,
+                                  description="k (from 0): query i reads key j only when i is in the k-th of the "
+                                              "K query regions and j in the k-th key region, R^{r(k)} of eq 8")
     key_padding: Optional[ValueRef] = Field(None, description="[B, Nc] mask input over context items")
     attn_mask: Optional[ValueRef] = Field(None, description="[Nq, Nc] or [B, Nq, Nc] mask input, or a per-head "
                                                            "bias head_bias[H, Nq, Nc] (relative_bias, alibi): head "
@@ -54,6 +61,15 @@ class _BilinearHP(HP):
                                description="ε of qk_norm (unused without it)")
 
 
+    @model_validator(mode="after")
+    def _one_region_of_k(self):
+        if (self.regions is None) != (self.region is None):
+            raise ValueError("'regions' (K) and 'region' (k) are given together: region pair k of K")
+        if self.regions is not None and self.region >= self.regions:
+            raise ValueError(f"region = {self.region} is not one of the regions 0 … {self.regions - 1}")
+        return self
+
+
 def _check_head_bias(ctx) -> None:
     """A per-head ``attn_mask`` (``head_bias[H, Nq, Nc]``) has one slice per head of the layer (E0349) and the
     queries' and keys' item counts; ``key_padding`` takes none."""
@@ -73,7 +89,7 @@ def _check_head_bias(ctx) -> None:
 
 
 def _no_input_mask(hp) -> bool:
-    return hp.softmax and hp.attn_mask is None and hp.key_padding is None
+    return hp.softmax and hp.attn_mask is None and hp.key_padding is None and hp.regions is None
 
 
 def _flex_falls_back(m, qq, kk, values, aux) -> bool:

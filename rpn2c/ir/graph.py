@@ -149,6 +149,12 @@ class LayerSpec:
     post: list[Use]
     kv_heads: int | None = None  # G groups of query heads sharing W_k and ψ (grouped-query attention)
     kv_span: Span = field(default=UNKNOWN_SPAN, compare=False, repr=False)
+    pi_placement: str = "output"  # "terms": π added to every (head, channel) term before the fusions (eq 30)
+
+    @property
+    def pi_in_terms(self) -> bool:
+        """π joins every (head, channel) term before the fusions (eq 30): no kernel over whole heads applies."""
+        return self.pi_placement == "terms" and self.pi.name != "zero"
 
     def kv_group(self, head: int) -> int:
         """The group whose keys and values query head ``head`` reads (``h // (H/G)``; its own without groups)."""
@@ -162,6 +168,8 @@ class LayerSpec:
         }
         if self.kv_heads is not None:  # only when given: programs without it keep their hashes
             out["kv_heads"] = self.kv_heads
+        if self.pi_placement != "output":
+            out["pi_placement"] = self.pi_placement
         return out
 
 

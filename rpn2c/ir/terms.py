@@ -189,19 +189,26 @@ def layer_inputs(tab: TermTable, node: Node, preds: dict) -> tuple[Term, Term, T
 def _layer(tab: TermTable, graph: Graph, node: Node) -> Term:
     spec = node.layer
     raw, x, data = layer_inputs(tab, node, graph.preds(node.id))
-    heads = [_head(tab, node, h, t, data) for h, t in zip(spec.heads, node.trace["heads"])]
+    each = spec.pi_in_terms
+
+    def term_pi(y, head=None, channel=None):
+        """``y + π(X)``: on the fused output, or (eq 30, ``pi_placement = "terms"``) on each (head, channel) term."""
+        return tab.make("remainder", (y, raw), (node.id,), _info(node, head, what=spec.pi.name, channel=channel),
+                        (spec.pi.span,))
+
+    heads = [_head(tab, node, h, t, data, term_pi if each else None) for h, t in zip(spec.heads, node.trace["heads"])]
     y = heads[0] if len(heads) == 1 and spec.fusion is None else tab.make("fuse_heads", heads, (node.id,),
                                                   _info(node, None, what=spec.fusion and spec.fusion.name),
                                                   (node.span, spec.fusion.span if spec.fusion else UNKNOWN_SPAN))
-    if spec.pi.name != "zero":
-        y = tab.make("remainder", (y, raw), (node.id,), _info(node, None, what=spec.pi.name), (spec.pi.span,))
+    if spec.pi.name != "zero" and not each:
+        y = term_pi(y)
     for i, p in enumerate(spec.post):
         y = tab.make("process", (y,), ProcessKey(node.id, None, "post", i), _info(node, None, what=p.name),
                      (p.span,))
     return y
 
 
-def _head(tab: TermTable, node: Node, h: HeadSpec, t, data: Term) -> Term:
+def _head(tab: TermTable, node: Node, h: HeadSpec, t, data: Term, term_pi=None) -> Term:
     def make(op, args, use=None, channel=None, what=None, **extra):
         key = HeadKey(node.id, h.name, op, extra.get("slot"), channel, use.name if use is not None else what)
         info = _info(node, h.name, what=use.name if use is not None else what, use=use, channel=channel, **extra)
@@ -213,7 +220,8 @@ def _head(tab: TermTable, node: Node, h: HeadSpec, t, data: Term) -> Term:
         return make("xi", (z,), use, c if per_channel else None, slot=slot)
 
     if t.grid_kappa:  # a compression κ on the grid: pooling-like, no ψ
-        return make("expand", (data,), h.kappa, grid=True)
+        y = make("expand", (data,), h.kappa, grid=True)
+        return y if term_pi is None else term_pi(y, h.name)
     ys = []
     for c in range(h.channels):
         if t.view == "grid":
@@ -226,7 +234,8 @@ def _head(tab: TermTable, node: Node, h: HeadSpec, t, data: Term) -> Term:
         for slot in slots_after(h):
             k = xi(slot.name, k, c)
         y = make("reconcile", (k,), h.psi, c)
-        ys.append(make("bias", (y,), None, c, what=h.bias))
+        y = make("bias", (y,), None, c, what=h.bias)
+        ys.append(y if term_pi is None else term_pi(y, h.name, c))
     y = ys[0] if len(ys) == 1 else make("fuse_channels", ys, h.channel_fusion)
     for i, p in enumerate(getattr(h, "post", ())):  # the head's own processing, before the head fusion
         y = tab.make("process", (y,), ProcessKey(node.id, h.name, "head", i), _info(node, h.name, what=p.name),

@@ -104,7 +104,8 @@ class LayerModule(nn.Module):
         if self._fused_attention:
             hp = spec.heads[0].xi["xi_instance"].component.hp
             # V's bias joins the GEMM unless a mask can leave a query with no key (then A's row is 0, b is not)
-            self._fold_v_bias = hp.attn_mask is None and hp.key_padding is None and hp.window is None
+            self._fold_v_bias = (hp.attn_mask is None and hp.key_padding is None and hp.window is None
+                                and hp.regions is None)
         pi = spec.pi.component
         self.pi = pi.build(x.features, out.features) if pi.name != "zero" else None
         self.post = nn.ModuleList([u.component.build(out) for u in spec.post]) if spec.post else ()

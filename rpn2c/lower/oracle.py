@@ -48,6 +48,7 @@ class ReferenceLayer(nn.Module):
                                (i, len(spec.heads)))
         self.fusion = spec.fusion.component.build([t.n for t in traces]) if spec.fusion is not None else None
         self.pi = spec.pi.component.build(x.features, out.features) if spec.pi.name != "zero" else None
+        self.pi_each = spec.pi_in_terms  # eq 30: π inside every (head, channel) term
         self._borrowed: list[tuple[nn.Module, str, nn.Module]] = []  # a tied head reads its target's tensors
         for h in spec.heads:
             if h.tie is not None:
@@ -168,15 +169,19 @@ class ReferenceLayer(nn.Module):
         def aux_of(m):
             return {k: aux[v] for k, v in m.aux_keys.items() if v in aux}
 
+        pi = None
+        if self.pi is not None:
+            pi = self.pi(raw.movedim(1, -1)).movedim(-1, 1) if self.x_kind == "grid" else self.pi(raw)
+        each = pi is not None and self.pi_each
         outs = []
         for hd in self._holders():
-            y = reference.head(hd, x, data, aux_of, grid)
+            y = reference.head(hd, x, data, aux_of, grid, (lambda v: v + pi) if each else None)
             for p in getattr(hd, "head_post", ()):
                 y = p(y)
             outs.append(y)
         y = fuse(self.fusion, outs, grid) if self.fusion is not None else outs[0]
-        if self.pi is not None:
-            y = y + (self.pi(raw.movedim(1, -1)).movedim(-1, 1) if self.x_kind == "grid" else self.pi(raw))
+        if pi is not None and not each:
+            y = y + pi
         for p in self.post:
             y = p(y)
         return y

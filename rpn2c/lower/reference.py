@@ -59,14 +59,16 @@ def patches(x, geo, mode: str, spatial):
     return (x.flatten(2) @ a).transpose(1, 2)
 
 
-def head(hd, x, data, aux_of, grid_out: bool):
+def head(hd, x, data, aux_of, grid_out: bool, term_pi=None):
     """One head's output, literally: ``fuse_c(A_i κ(Z A_a) ψ_cᵀ + b_c)``; ``aux_of(m)`` is the extra inputs of
-    the ξ module ``m`` by its hyper-parameter names."""
+    the ξ module ``m`` by its hyper-parameter names. ``term_pi``: ``y ↦ y + π(X)``, added to every channel's term
+    before the fusion (eq 30's placement, ``pi_placement = "terms"``)."""
     h, t = hd.spec, hd.trace
+    term_pi = term_pi or (lambda y: y)
     if t.grid_kappa:  # a compression over the grid (pooling): κ's own literal form
-        return hd.kappa(data, grid=True)
+        return term_pi(hd.kappa(data, grid=True))
     if t.view == "grid":
-        return _grid_head(hd, data, grid_out)
+        return _grid_head(hd, data, grid_out, term_pi)
     vec = t.view == "vector" and bool(h.xi)  # ξ acts on an item axis: a vector is one item
     q = x.unsqueeze(1) if vec else x
     z0 = data.unsqueeze(1) if vec else data
@@ -79,12 +81,12 @@ def head(hd, x, data, aux_of, grid_out: bool):
         for slot in slots_after(h):
             k = _interdependence(getattr(hd, slot.name), c, k, q, z0, aux_of)
         y = reconciliation(channel(hd.psi, c), k, h.groups)
-        ys.append(y if hd.bias is None else y + hd.bias)
+        ys.append(term_pi(y if hd.bias is None else y + hd.bias))
     y = fuse_channels(hd, ys, grid_out)
     return y.squeeze(1) if vec else y
 
 
-def _grid_head(hd, x, grid_out):
+def _grid_head(hd, x, grid_out, term_pi):
     """``κ(X A_patch) ψ_cᵀ + b_c`` on the ``[B, P, C·p]`` patch matrix, back on the output grid ``[B, n, *P]``."""
     h, geo = hd.spec, hd.trace.geometry
     spatial = tuple(x.shape[2:])
@@ -94,7 +96,7 @@ def _grid_head(hd, x, grid_out):
     for c in range(h.channels):
         y = reconciliation(channel(hd.psi, c), k, h.groups)
         y = y if hd.bias is None else y + hd.bias
-        ys.append(y.transpose(1, 2).reshape(x.shape[0], y.shape[-1], *out_sp))
+        ys.append(term_pi(y.transpose(1, 2).reshape(x.shape[0], y.shape[-1], *out_sp)))
     return fuse_channels(hd, ys, grid_out)
 
 

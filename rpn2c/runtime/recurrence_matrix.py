@@ -82,6 +82,9 @@ def _selective(name, module, x) -> LayerMatrix:
     ``L[t, s] = a_t ⊙ … ⊙ a_{s+1}`` (all factors from :meth:`SelectiveCell.factors`, computed on ``x``), layers
     composed at their own inputs; a backward direction is the forward one on reversed time."""
     spec, cell = module.spec, module.spec.cell.component
+    if not cell.linear_readout():
+        raise ViewError(f"layer '{name}': the '{cell.name}' cell normalises its output, which is not linear in "
+                        "the states")
     steps = x.shape[0]
     m = torch.eye(x.numel(), dtype=torch.float64)
     bias = torch.zeros(x.numel(), dtype=torch.float64)

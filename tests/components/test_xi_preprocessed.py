@@ -111,3 +111,51 @@ def test_bad_settings_are_located_errors(xi, says):
     d = err.value.diagnostics[0]
     assert d.code == "E0303" and d.span.line == 4, (d.code, d.span, d.message)
     assert says in d.message
+
+
+@pytest.mark.parametrize("axis", ["attribute", "instance"])
+def test_affine_batch_norm_is_torchs_batchnorm1d_on_xis_input_batch(axis):
+    """``affine = true``: ξ's input batch through ``torch.nn.BatchNorm1d`` (its γ, β; the batch's statistics), then
+    the linear kernel A(i, j) = ⟨X̂(:, i), X̂(:, j)⟩ (eq 35), which a scale per column changes; the raw data is what
+    A multiplies. Values and the gradients of γ and β, both lowerings."""
+    x = torch.tensor(np.random.default_rng(5).standard_normal((2, 6, 4)))
+    xi = 'preprocessed(xi = "linear_kernel", pre = ["batch_norm", "tanh"], affine = true)'
+    text = _spec(f"xi_{axis}", xi)
+    columns = 4 if axis == "attribute" else 6
+    assert rpn2c.check(text).param_count == 2 * columns
+    bn = torch.nn.BatchNorm1d(columns, track_running_stats=False).double()
+    with torch.no_grad():
+        bn.weight.copy_(torch.linspace(0.5, 2.0, columns))
+        bn.bias.copy_(torch.linspace(-0.3, 0.4, columns))
+    want = []
+    for b in range(2):
+        batch = x[b] if axis == "attribute" else x[b].T  # ξ's input batch: X or Xᵀ (eq 29), rows the batch
+        processed = torch.tanh(bn(batch))
+        a = processed.T @ processed
+        want.append(x[b] @ a if axis == "attribute" else a.T @ x[b])
+    want = torch.stack(want)
+    want_grads = torch.autograd.grad(want.square().sum(), [bn.weight, bn.bias])
+    for reference in (False, True):
+        model = rpn2c.compile(text, reference=reference).double()
+        (weight, gamma), (_, beta) = sorted((n, p) for n, p in model.named_parameters())[::-1]
+        assert weight.endswith("weight")
+        with torch.no_grad():
+            gamma.copy_(bn.weight)
+            beta.copy_(bn.bias)
+        got = model(x)
+        assert_close(got, want, rtol=1e-10, atol=1e-10)
+        for g, w in zip(torch.autograd.grad(got.square().sum(), [gamma, beta]), want_grads):
+            assert_close(g, w, rtol=1e-9, atol=1e-10)
+        model.eval()
+        assert_close(model(x), want.detach(), rtol=1e-10, atol=1e-10)  # the batch's statistics in eval too
+
+
+def test_affine_needs_batch_norm_and_known_columns():
+    with pytest.raises(rpn2c.SpecError) as err:
+        rpn2c.check(_spec("xi_attribute", 'preprocessed(xi = "linear_kernel", pre = ["tanh"], affine = true)'))
+    assert err.value.diagnostics[0].code == "E0303" and "add \"batch_norm\" to pre" in str(err.value)
+    text = _spec("xi_instance", 'preprocessed(xi = "linear_kernel", pre = ["batch_norm"], affine = true)')
+    with pytest.raises(rpn2c.SpecError) as err:
+        rpn2c.check(text.replace("sequence[B, 6, 4]", "sequence[B, T, 4]"))
+    d = err.value.diagnostics[0]
+    assert d.code == "E0402" and d.span.line == 4 and "use affine = false" in d.message, (d.code, d.span, d.message)

@@ -88,6 +88,7 @@ class _BilinearXi(XiModule):
         hp = self.hp
         mask = structure.additive_mask(
             nq, nc, dtype, device, causal=hp.causal, window=None if self.multiplied else hp.window,
+            region=None if self.multiplied or hp.regions is None else (hp.region, hp.regions),
             attn_mask=aux["attn_mask"] if hp.attn_mask is not None and not self.head_bias else None,
             attn_mode=self.modes.get("attn_mask", "block"),
             key_padding=aux["key_padding"] if hp.key_padding is not None else None,
@@ -103,20 +104,31 @@ class _BilinearXi(XiModule):
 
     @property
     def multiplied(self) -> bool:
-        """``window_scores = "multiply"``: the window multiplies the scores (seed 002 eq 7, ``R ⊙ Ψ``)."""
-        return self.hp.window is not None and self.hp.window_scores == "multiply"
+        """``window_scores = "multiply"``: the window or region multiplies the scores (seed 002 eq 7, ``R ⊙ Ψ``)."""
+        return (self.hp.window is not None or self.hp.regions is not None) and self.hp.window_scores == "multiply"
 
     def logits(self, qq, kk, literal=False):
-        """``Q Kᵀ · scale``; with ``window_scores = "multiply"`` times the band ``R_ij = [|i − j| <= window]`` (the
-        literal band matrix, or ``literal = False`` the pairs from item indices): a pair outside scores 0."""
+        """``Q Kᵀ · scale``; with ``window_scores = "multiply"`` times the band ``R_ij = [|i − j| <= window]`` and
+        the region pair ``R^{r(k)}`` (the literal indicator matrices, or ``literal = False`` the pairs from item
+        indices): a pair outside scores 0."""
         logits = (qq @ kk.transpose(-1, -2)) * self.scale
         if not self.multiplied:
             return logits
-        nq, nc = logits.shape[-2:]
+        hp, (nq, nc), dev = self.hp, logits.shape[-2:], logits.device
         if literal:
-            return logits * structure.band_matrix(nq, nc, self.hp.window, device=logits.device).to(logits.dtype)
-        rows, cols = torch.arange(nq, device=logits.device)[:, None], torch.arange(nc, device=logits.device)
-        return torch.where(structure.band_outside(rows, cols, self.hp.window), 0.0, logits)
+            keep = torch.ones(nq, nc, dtype=torch.bool, device=dev)
+            if hp.window is not None:
+                keep = keep & structure.band_matrix(nq, nc, hp.window, device=dev)
+            if hp.regions is not None:
+                keep = keep & structure.region_matrix(nq, nc, hp.region, hp.regions, device=dev)
+            return logits * keep.to(logits.dtype)
+        rows, cols = torch.arange(nq, device=dev)[:, None], torch.arange(nc, device=dev)
+        outside = torch.zeros(nq, nc, dtype=torch.bool, device=dev)
+        if hp.window is not None:
+            outside = outside | structure.band_outside(rows, cols, hp.window)
+        if hp.regions is not None:
+            outside = outside | structure.region_outside(rows, cols, nq, nc, hp.region, hp.regions)
+        return torch.where(outside, 0.0, logits)
 
     def _check_masks(self, aux, batch, nq, nc) -> None:
         """Each mask input fits the scores ``[B, Nq, Nc]`` (an ``InputError`` naming it otherwise): its symbols

@@ -8,9 +8,12 @@ from rpn2c.components.impl.base import XiModule
 
 
 class _PreprocessedXi(XiModule):
-    def __init__(self, inner, hp, axis):
+    def __init__(self, inner, hp, axis, columns=None):
         super().__init__()
         self.inner, self.hp, self.axis = inner, hp, axis
+        if columns is not None:  # BatchNorm1d's affine, initialised as torch initialises it
+            self.weight = torch.nn.Parameter(torch.ones(columns))
+            self.bias = torch.nn.Parameter(torch.zeros(columns))
 
     def pre(self, x):
         """The processing of ξ's input batch: X ``[.., N, M]`` (attribute) or Xᵀ (instance), column by column."""
@@ -20,6 +23,9 @@ class _PreprocessedXi(XiModule):
                 mean = x.mean(dim, keepdim=True)
                 var = x.var(dim, unbiased=False, keepdim=True)
                 x = (x - mean) / torch.sqrt(var + self.hp.eps)
+                if self.hp.affine:
+                    shape = (-1, 1) if self.axis == "instance" else (-1,)  # γ, β of a column
+                    x = x * self.weight.reshape(shape) + self.bias.reshape(shape)
             else:
                 x = getattr(torch, step)(x)
         return x

@@ -71,7 +71,7 @@ _LAZY = {name: module for module, names in {
     "graph": ("check_edge_ids", "coalesce_edges", "graph_norm_weights", "graph_adjacency", "graph_propagate",
               "multihop_graph", "multihop_propagate", "pagerank_matrix", "pagerank_propagate", "attention_edges",
               "edge_softmax", "edge_aggregate", "squaring_pays", "DENSE_MAX", "DENSE_RATIO"),
-    "band": ("band_blocked", "band_matrix", "band_outside"),
+    "band": ("band_blocked", "band_matrix", "band_outside", "region_matrix", "region_outside"),
     "masks": ("additive_mask", "mask_term"),
     "bilinear": ("bilinear_entries", "row_logsumexp"),
     "graph_cache": ("clear_graph_cache", "graph_mm", "normalized_edges"),

@@ -1,6 +1,6 @@
 """Attention masks of a bilinear ξ as one additive float mask: 0 where a query may read a key, −inf where not.
 
-The terms are summed in a fixed order (causal, window, ``attn_mask``, ``key_padding``), either as the dense
+The terms are summed in a fixed order (causal, window, region, ``attn_mask``, ``key_padding``), either as the dense
 ``[..., Nq, Nc]`` mask or only at chosen entries ``(rows, cols)`` (e.g. a graph's edges, O(E)).
 """
 
@@ -11,7 +11,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from rpn2c.functional.structure.band import band_matrix, band_outside
+from rpn2c.functional.structure.band import band_matrix, band_outside, region_matrix, region_outside
 
 MaskMode = Literal["block", "keep", "add"]
 
@@ -35,6 +35,7 @@ def additive_mask(
     *,
     causal: bool = False,
     window: int | None = None,
+    region: tuple[int, int] | None = None,
     attn_mask: Tensor | None = None,
     attn_mode: MaskMode = "block",
     key_padding: Tensor | None = None,
@@ -47,7 +48,8 @@ def additive_mask(
 
     Terms (query ``i``, key ``j``): ``causal`` blocks ``j > i``; ``window`` blocks ``|i − j| > window`` (from
     item indices, or with ``literal`` the band matrix R of ones, :func:`band_matrix`, as a keep mask);
-    ``attn_mask [..., Nq | 1, Nc]`` and ``key_padding [..., Nc]`` (over keys, broadcast over queries) by their
+    ``region = (k, K)`` blocks the pairs outside region pair k of K (:func:`region_outside`; ``literal``: the
+    indicator :func:`region_matrix`); ``attn_mask [..., Nq | 1, Nc]`` and ``key_padding [..., Nc]`` (over keys, broadcast over queries) by their
     modes (:func:`mask_term`). Without ``rows`` / ``cols`` the dense mask ``[..., nq, nc]`` on ``device``; with
     index tensors ``rows``, ``cols`` (broadcastable) only the entries ``M[..., rows, cols]``.
     """
@@ -64,6 +66,12 @@ def additive_mask(
             masks.append((band if dense else band[rows, cols], "keep"))
         else:
             masks.append((band_outside(rows, cols, window), "block"))
+    if region is not None:
+        if literal:
+            keep = region_matrix(nq, nc, *region, device=rows.device)
+            masks.append((keep if dense else keep[rows, cols], "keep"))
+        else:
+            masks.append((region_outside(rows, cols, nq, nc, *region), "block"))
     for m, mode in ((attn_mask, attn_mode), (None if key_padding is None else key_padding.unsqueeze(-2), padding_mode)):
         if m is not None:
             if not dense:

@@ -14,7 +14,8 @@ from rpn2c.passes.rule import P, Rule, Site, makes, to
 
 
 def _fusable(s: Site) -> bool:
-    return attention_heads(s.node.layer, s.node.trace["heads"])
+    layer = s.node.layer  # eq 30's π inside each head's term is not the kernel's: the heads then run one by one
+    return attention_heads(layer, s.node.trace["heads"]) and not layer.pi_in_terms
 
 
 def _only(s: Site, kernel) -> bool:

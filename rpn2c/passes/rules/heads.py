@@ -26,7 +26,7 @@ def _plain(h, t) -> bool:
 def stackable(s: Site) -> bool:
     """Whether the layer's heads are identical perceptron heads (rule ``stacked_heads``)."""
     heads, traces = s.node.layer.heads, s.node.trace["heads"]
-    if len(heads) < 2 or not all(_plain(h, t) for h, t in zip(heads, traces)):
+    if len(heads) < 2 or s.node.layer.pi_in_terms or not all(_plain(h, t) for h, t in zip(heads, traces)):
         return False
     first = heads[0]
     return all(h.kappa.canonical() == first.kappa.canonical() and h.bias == first.bias for h in heads[1:])
@@ -63,7 +63,7 @@ def chebyshev_layer(s: Site) -> bool:
     """Whether the layer is a ChebNet layer (rule ``chebyshev_heads``): ≥ 2 plain Chebyshev heads of one
     Laplacian, fused by ``sum``."""
     spec, traces = s.node.layer, s.node.trace["heads"]
-    if len(spec.heads) < 2 or spec.fusion is None or spec.fusion.name != "sum":
+    if len(spec.heads) < 2 or spec.fusion is None or spec.fusion.name != "sum" or spec.pi_in_terms:
         return False
     keys = {_chebyshev_key(h, t) for h, t in zip(spec.heads, traces)}
     return len(keys) == 1 and None not in keys
