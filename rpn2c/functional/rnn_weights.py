@@ -8,6 +8,10 @@ views of such a buffer at cuDNN's offsets, it uses them in place. :func:`flatten
 offsets); elsewhere one contiguous buffer in the kernel's order, which the CPU kernels read as they read separate
 tensors, no copy added. Each tensor keeps its identity (``set_`` in place, gradient off), so names, values,
 ``state_dict`` and optimiser state are unchanged, and autograd still gives each its own gradient.
+
+Under autocast the kernel runs in a lower dtype: :func:`cast` casts the buffer once and hands the kernel views of
+the cast buffer at the same offsets (:func:`layout`), where a cast of each tensor would give cuDNN separate tensors
+to compact again.
 """
 
 from __future__ import annotations
@@ -59,6 +63,54 @@ def is_flat(tensors: list[Tensor]) -> bool:
             return False
         end = t.storage_offset() + t.numel()
     return True
+
+
+def layout(tensors: list[Tensor]) -> tuple[tuple[int, ...], int] | None:
+    """Where each tensor starts in the one buffer they are views of (element offsets, any order) and the buffer's
+    length in elements; None where they are not contiguous views of one storage."""
+    storage = tensors[0].untyped_storage()
+    if any(t.untyped_storage().data_ptr() != storage.data_ptr() or not t.is_contiguous() or t.dtype != tensors[0].dtype
+           for t in tensors):
+        return None
+    return tuple(t.storage_offset() for t in tensors), storage.nbytes() // tensors[0].element_size()
+
+
+def cast(tensors: list[Tensor], dtype: torch.dtype, where: tuple[tuple[int, ...], int] | None = None) -> list[Tensor]:
+    """``tensors`` in ``dtype`` as views of one new buffer, cast in one operation: ``b = cat(pieces).to(dtype)``,
+    the pieces the flattened tensors in the order of their offsets in ``where`` (:func:`layout` of their flat
+    buffer) with zeros in its gaps, so that each view ``b[o_i : o_i + n_i]`` sits where its tensor sits in the
+    flat buffer (cuDNN then finds the buffer it expects); packed in the given order without ``where`` (or where
+    its offsets overlap). Differentiable: each tensor's gradient is its slice of ``b``'s, cast back."""
+    sizes = [t.numel() for t in tensors]
+    offsets, length = where if where is not None else (None, 0)
+    if offsets is None or _overlap(offsets, sizes, length):
+        offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+        length = sum(sizes)
+    order = sorted(range(len(tensors)), key=offsets.__getitem__)
+    pieces, widths, slot, end = [], [], [0] * len(tensors), 0
+    for i in order:
+        if offsets[i] > end:  # a gap of the flat buffer (none in a packed one)
+            pieces.append(tensors[i].new_zeros(offsets[i] - end))
+            widths.append(offsets[i] - end)
+        slot[i] = len(pieces)
+        pieces.append(tensors[i].reshape(-1))
+        widths.append(sizes[i])
+        end = offsets[i] + sizes[i]
+    if length > end:
+        pieces.append(tensors[0].new_zeros(length - end))
+        widths.append(length - end)
+    parts = torch.cat(pieces).to(dtype).split(widths)
+    return [parts[slot[i]].view(t.shape) for i, t in enumerate(tensors)]
+
+
+def _overlap(offsets, sizes, length: int) -> bool:
+    """The offsets cannot hold tensors of ``sizes`` in a buffer of ``length``: a count that differs, two spans that
+    overlap, or one past the end."""
+    if len(offsets) != len(sizes):
+        return True
+    spans = sorted(zip(offsets, sizes))
+    return spans[0][0] < 0 or spans[-1][0] + spans[-1][1] > length or any(
+        o + n > o2 for (o, n), (o2, _) in zip(spans, spans[1:]))
 
 
 def _plain(tensors: list[Tensor]) -> bool:
