@@ -186,18 +186,43 @@ def amp_dtype(w: W.Workload, args) -> torch.dtype | None:
     return torch.bfloat16 if w.autocast and not getattr(args, "no_autocast", False) else None
 
 
+def sdpa_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of a fused attention forward: the scores and their weighted sum, ``2·b·h·s_q·s_k·(d + d_v)``, ``h``
+    the query's heads, over which grouped-query keys and values (fewer heads) are broadcast; causal masking not
+    halved (torch's own count, which before torch 2.13 refuses grouped-query shapes)."""
+    b, h, s_q, d = query_shape
+    return 2 * b * h * s_q * key_shape[-2] * (d + value_shape[-1])
+
+
+def sdpa_backward_flops(grad_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of a fused attention backward, torch's count with the query's heads: the scores recomputed and the
+    gradients of the scores, of v, of q and of k, ``2·b·h·s_q·s_k·(3·d + 2·d_v)``."""
+    b, h, s_q, d = query_shape
+    return 2 * b * h * s_q * key_shape[-2] * (3 * d + 2 * value_shape[-1])
+
+
+# torch's fused attention kernels (CUDA's flash, memory-efficient and cuDNN ones; the CPU's flash kernel, which torch
+# does not count at all): q, k, v (backward: the output's gradient first) lead their arguments
+SDPA_FLOPS = {getattr(torch.ops.aten, name): fn for names, fn in (
+    (("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+      "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu"), sdpa_flops),
+    (("_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward",
+      "_scaled_dot_product_cudnn_attention_backward", "_scaled_dot_product_flash_attention_for_cpu_backward"),
+     sdpa_backward_flops)) for name in names if hasattr(torch.ops.aten, name)}
+
+
 def count_flops(module, inputs, device: str = "cpu", amp: torch.dtype | None = None) -> int:
     """FLOPs of one forward + backward step of ``module`` (``FlopCounterMode``; matrix products and convolutions).
 
     Counted on a copy on the meta device, where nothing is computed and recurrent layers and attention run as
     their decomposed matrix products (fused cuDNN / oneDNN RNN kernels have no FLOP formula); where the meta
     device cannot run the module (data-dependent shapes, e.g. PyG's graph normalisation), one real step on
-    ``device`` is counted.
+    ``device`` is counted. Fused attention kernels count by :func:`sdpa_flops` (grouped-query shapes included).
     """
     from torch.utils.flop_counter import FlopCounterMode
 
     def counted(m, ins, amp, dev):
-        counter = FlopCounterMode(display=False)
+        counter = FlopCounterMode(display=False, custom_mapping=SDPA_FLOPS)
         with counter:
             step_fns(m, ins, amp, dev)[1]()
         return counter.get_total_flops()
