@@ -390,7 +390,8 @@ def selected(args) -> list[W.Workload]:
 
 
 def run(args, report: Callable[[dict], None] = lambda row: None) -> list[dict]:
-    """Every selected workload: a row dict each (``report`` is called as each finishes)."""
+    """Every selected workload: a row dict each (``report`` is called as each finishes), with the ``seconds`` it
+    took in all."""
     torch.set_num_threads(args.threads)
     overrides = parse_sizes(args.size)
     peak = peak_tflops(args)
@@ -398,6 +399,7 @@ def run(args, report: Callable[[dict], None] = lambda row: None) -> list[dict]:
     for w in selected(args):
         sizes = W.sizes_for(w, args.quick, overrides)
         row = {"workload": w.name, "title": w.description, "mode": "-", "note": "", "sizes": sizes}
+        t0 = time.perf_counter()
         try:
             if w.kind == "build":
                 row.update(build_workload(w, sizes))
@@ -413,6 +415,7 @@ def run(args, report: Callable[[dict], None] = lambda row: None) -> list[dict]:
         except Exception as exc:  # one broken workload must not stop the others
             row["error"] = _short(exc)
         gc.collect()
+        row["seconds"] = time.perf_counter() - t0  # build, check, compile, timing and memory: what a plan budgets
         rows.append(row)
         report(row)
     return rows
