@@ -304,6 +304,36 @@ def test_a_traced_autocast_forward_casts_the_flat_buffer_once(monkeypatch, route
             assert w.args[0] is split
 
 
+@pytest.mark.compile
+def test_a_compiled_graph_hands_the_op_views_of_one_cast_buffer(monkeypatch):
+    """torch.compile (one graph) of a training forward under CPU bfloat16 autocast: the opaque op receives the
+    weights in bfloat16 as views of one storage, each at its offset in the flat buffer, and every parameter gets
+    its gradient."""
+    from rpn2c.functional import rnn_op
+
+    _onednn(monkeypatch, "assumed")
+    received = []
+    run = rnn_op._run
+
+    def spy(kernel, x, hx, weights, *args):
+        received.append(([w.untyped_storage().data_ptr() for w in weights], [w.storage_offset() for w in weights],
+                         {w.dtype for w in weights}))
+        return run(kernel, x, hx, weights, *args)
+
+    monkeypatch.setattr(rnn_op, "_run", spy)
+    torch._dynamo.reset()
+    model = rpn2c.compile(_text())
+    (tensors,) = _groups(model)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = torch.compile(model, backend="aot_eager", fullgraph=True)(_rand(2, 5, 3, dtype=torch.float32))
+    y.float().square().sum().backward()
+    ptrs, offsets, dtypes = received[0]
+    assert len(set(ptrs)) == 1 and dtypes == {torch.bfloat16}
+    assert offsets == [t.storage_offset() for t in tensors]
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in model.parameters())
+    torch._dynamo.reset()
+
+
 # ------------------------------------------------------------------------------------------------------ CUDA
 COMPACTED = "not part of single contiguous chunk of memory"  # ATen's warning on every call that compacts
 
