@@ -46,7 +46,7 @@ START, END = "<!-- gpu-window:start -->", "<!-- gpu-window:end -->"
 # the eager part ran the seven in about 115 s; the first compiled part finished lm, lm-nanogpt and
 # transformer-4x1024 in 200 s; first compiled steps, compile included: the LSTM 3.9 s, the GCN 2.6 + 9.7 s,
 # ResNet-18 26.0 + 20.1 s; Llama's is taken as the GPT-2 spec's and a little more. lm-nanogpt's spec is lm's graph,
-# which torch's compile caches (on disk, on by default) give it without a second compile. In ORDER: the LSTM,
+# which torch's compile caches (on disk, on by default) give it mostly without compiling again. In ORDER: the LSTM,
 # whose compiled run under autocast has a fix to measure; Llama compiled, never measured; the language model; then
 # the figures measured before.
 SECONDS = {"lstm-2x512": (10, 15), "llama-12x768": (25, 105), "lm": (25, 95), "gcn-2m": (25, 25),
