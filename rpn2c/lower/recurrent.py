@@ -103,14 +103,19 @@ class RecurrentModule(nn.Module):
             return
         spec, kernel = self.spec, self.cell.kernel()
         groups = [(0, spec.layers)] if self.identity_kappa else [(i, 1) for i in range(spec.layers)]
-        self._layouts = {}  # (first layer, layers) -> where each tensor sits in its flat buffer (autocast's cast)
+        self._layouts = {}  # (first layer, layers) -> where autocast's cast of the flat buffer puts each tensor
         for first, layers in groups:
             names = [n for i in range(first, first + layers) for d in range(spec.directions)
                      for n in self._kernel_names[i * spec.directions + d]]
             tensors = [self._parameters.get(n, self._buffers.get(n)) for n in names]  # registered tensors only
-            if all(isinstance(t, torch.Tensor) for t in tensors) and rnn_weights.flatten(
-                    tensors, kernel, self._d_in[first], spec.hidden, layers, spec.bidirectional, bool(spec.bias)):
-                self._layouts[first, layers] = rnn_weights.layout(tensors)
+            if not all(isinstance(t, torch.Tensor) for t in tensors):
+                continue
+            shape = (kernel, self._d_in[first], spec.hidden, layers, spec.bidirectional, bool(spec.bias))
+            if rnn_weights.flatten(tensors, *shape):
+                # cuDNN runs in float16 under autocast (rnn_op.autocast_dtype): its layout for that dtype
+                cast_to = None if tensors[0].dtype == torch.float64 else torch.float16
+                cudnn = cast_to and rnn_weights.cudnn_layout(tensors, *shape, cast_to)
+                self._layouts[first, layers] = cudnn or rnn_weights.layout(tensors)
 
     def _apply(self, fn, recurse=True):
         """Conversions (``.to``, ``.double()``) replace each tensor's storage: the flat buffer is made again."""
