@@ -46,9 +46,10 @@ from rpn2c.ir.graph import RecurrentSpec
 from rpn2c.lower.emitters import RECURRENT_FORMS
 
 
-# Devices where torch's own kernel gets its inputs in autocast's dtype from this module: on CUDA, ATen's autocast
-# rule for cuDNN would otherwise copy each weight into a new float16 buffer on every call. The CPU's oneDNN layer
-# takes its weights as separate tensors and casts them itself (a low-precision input would select another kernel).
+# Devices where torch's own kernel gets its inputs in autocast's dtype from this module: on CUDA where cuDNN runs
+# it, ATen's autocast rule for cuDNN would otherwise copy each weight into a new float16 buffer on every call. The
+# CPU's oneDNN layer takes its weights as separate tensors and casts them itself (a low-precision input would
+# select another kernel there), as does CUDA's own kernel without cuDNN (in autocast's dtype, not float16).
 CAST_FIRST = ("cuda",)
 
 
@@ -220,7 +221,7 @@ class RecurrentModule(nn.Module):
         inside it), or ``torch._VF``'s, fed autocast's dtype too on the devices of :data:`CAST_FIRST`."""
         spec = self.spec
         opaque = self._opaque(x, grad)
-        if opaque or x.device.type in CAST_FIRST:
+        if opaque or _cast_first(x):
             x, hx, flat = self._autocast(x, hx, flat, where)
         if opaque:
             record = self.training and grad  # keep the tape where a backward is expected
@@ -373,6 +374,12 @@ class RecurrentModule(nn.Module):
 
     def _default_form(self) -> str:
         return "fused" if self.fused else "scan" if self.scan else "loop"
+
+
+def _cast_first(x) -> bool:
+    """torch's kernel gets its inputs in autocast's dtype from the layer (:data:`CAST_FIRST`; on CUDA where cuDNN
+    takes them)."""
+    return x.device.type in CAST_FIRST and (x.device.type != "cuda" or torch.backends.cudnn.is_acceptable(x))
 
 
 def _flatten_after_load(module: RecurrentModule, keys) -> None:
