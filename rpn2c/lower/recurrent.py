@@ -216,9 +216,9 @@ class RecurrentModule(nn.Module):
             return self._call(x, hx, flat, layers, grad).to(low)
 
     def _call(self, x, hx, flat, layers: int, grad: bool, where=None) -> torch.Tensor:
-        """The kernel on ``x``, the states ``hx`` and the flat weights (``where``: their flat buffer's
-        :func:`rnn_weights.layout`): the opaque op, fed autocast's dtype (:meth:`_autocast`; autocast is off
-        inside it), or ``torch._VF``'s, fed autocast's dtype too on the devices of :data:`CAST_FIRST`."""
+        """The kernel on ``x``, the states ``hx`` and the flat weights (``where``: the layout their cast follows,
+        ``_layouts``): the opaque op, fed autocast's dtype (:meth:`_autocast`; autocast is off inside it), or
+        ``torch._VF``'s, fed autocast's dtype too where :data:`CAST_FIRST` says."""
         spec = self.spec
         opaque = self._opaque(x, grad)
         if opaque or _cast_first(x):
