@@ -186,18 +186,43 @@ def amp_dtype(w: W.Workload, args) -> torch.dtype | None:
     return torch.bfloat16 if w.autocast and not getattr(args, "no_autocast", False) else None
 
 
+def sdpa_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of a fused attention forward: the scores and their weighted sum, ``2·b·h·s_q·s_k·(d + d_v)``, ``h``
+    the query's heads, over which grouped-query keys and values (fewer heads) are broadcast; causal masking not
+    halved (torch's own count, which before torch 2.13 refuses grouped-query shapes)."""
+    b, h, s_q, d = query_shape
+    return 2 * b * h * s_q * key_shape[-2] * (d + value_shape[-1])
+
+
+def sdpa_backward_flops(grad_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of a fused attention backward, torch's count with the query's heads: the scores recomputed and the
+    gradients of the scores, of v, of q and of k, ``2·b·h·s_q·s_k·(3·d + 2·d_v)``."""
+    b, h, s_q, d = query_shape
+    return 2 * b * h * s_q * key_shape[-2] * (3 * d + 2 * value_shape[-1])
+
+
+# torch's fused attention kernels (CUDA's flash, memory-efficient and cuDNN ones; the CPU's flash kernel, which torch
+# does not count at all): q, k, v (backward: the output's gradient first) lead their arguments
+SDPA_FLOPS = {getattr(torch.ops.aten, name): fn for names, fn in (
+    (("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+      "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu"), sdpa_flops),
+    (("_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward",
+      "_scaled_dot_product_cudnn_attention_backward", "_scaled_dot_product_flash_attention_for_cpu_backward"),
+     sdpa_backward_flops)) for name in names if hasattr(torch.ops.aten, name)}
+
+
 def count_flops(module, inputs, device: str = "cpu", amp: torch.dtype | None = None) -> int:
     """FLOPs of one forward + backward step of ``module`` (``FlopCounterMode``; matrix products and convolutions).
 
     Counted on a copy on the meta device, where nothing is computed and recurrent layers and attention run as
     their decomposed matrix products (fused cuDNN / oneDNN RNN kernels have no FLOP formula); where the meta
     device cannot run the module (data-dependent shapes, e.g. PyG's graph normalisation), one real step on
-    ``device`` is counted.
+    ``device`` is counted. Fused attention kernels count by :func:`sdpa_flops` (grouped-query shapes included).
     """
     from torch.utils.flop_counter import FlopCounterMode
 
     def counted(m, ins, amp, dev):
-        counter = FlopCounterMode(display=False)
+        counter = FlopCounterMode(display=False, custom_mapping=SDPA_FLOPS)
         with counter:
             step_fns(m, ins, amp, dev)[1]()
         return counter.get_total_flops()
@@ -365,7 +390,8 @@ def selected(args) -> list[W.Workload]:
 
 
 def run(args, report: Callable[[dict], None] = lambda row: None) -> list[dict]:
-    """Every selected workload: a row dict each (``report`` is called as each finishes)."""
+    """Every selected workload: a row dict each (``report`` is called as each finishes), with the ``seconds`` it
+    took in all."""
     torch.set_num_threads(args.threads)
     overrides = parse_sizes(args.size)
     peak = peak_tflops(args)
@@ -373,6 +399,7 @@ def run(args, report: Callable[[dict], None] = lambda row: None) -> list[dict]:
     for w in selected(args):
         sizes = W.sizes_for(w, args.quick, overrides)
         row = {"workload": w.name, "title": w.description, "mode": "-", "note": "", "sizes": sizes}
+        t0 = time.perf_counter()
         try:
             if w.kind == "build":
                 row.update(build_workload(w, sizes))
@@ -388,6 +415,7 @@ def run(args, report: Callable[[dict], None] = lambda row: None) -> list[dict]:
         except Exception as exc:  # one broken workload must not stop the others
             row["error"] = _short(exc)
         gc.collect()
+        row["seconds"] = time.perf_counter() - t0  # build, check, compile, timing and memory: what a plan budgets
         rows.append(row)
         report(row)
     return rows

@@ -5,6 +5,8 @@ No timing is asserted: speed is measured by ``python -m benchmarks``, never test
 """
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
@@ -154,6 +156,64 @@ def test_flop_count_of_a_fused_lstm_is_that_of_its_matrix_products():
     unit = 2 * b * 4 * h * h  # one [B, h] x [h, 4h] product
     # forward: t input and t hidden products; backward: both weight gradients (2t), the hidden state's (t - 1)
     assert harness.count_flops(rnn, (x,)) == decomposed.get_total_flops() == (5 * t - 1) * unit
+
+
+class _GroupedAttention(torch.nn.Module):
+    """Causal self-attention on given q, k, v with fewer key/value heads (grouped-query), as Llama calls it."""
+
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
+@given(st.integers(1, 3), st.sampled_from([(4, 1), (4, 2), (6, 3), (4, 4)]), st.integers(1, 9), st.integers(1, 9),
+       st.integers(1, 8), st.integers(1, 8))
+def test_fused_attention_flops_count_the_query_s_heads_of_grouped_queries(b, heads, s_q, s_k, d, d_v):
+    """The formulas equal torch's own where torch has one for the shapes (torch 2.13 takes grouped queries; 2.11,
+    on the last GPU window, refused them), and count what a fused kernel runs: every query head's scores."""
+    from torch.utils import flop_counter as fc
+
+    h, g = heads
+    q, k, v, out = (b, h, s_q, d), (b, g, s_k, d), (b, g, s_k, d_v), (b, h, s_q, d_v)
+    assert harness.sdpa_flops(q, k, v) == 2 * b * h * s_q * s_k * (d + d_v)
+    try:
+        want = fc.sdpa_flop_count(q, k, v), fc.sdpa_backward_flop_count(out, q, k, v)
+    except AssertionError:  # a torch that refuses grouped-query shapes
+        assert g < h
+        return
+    assert (harness.sdpa_flops(q, k, v), harness.sdpa_backward_flops(out, q, k, v)) == want
+
+
+def test_a_grouped_query_training_step_is_counted_where_torch_counts_nothing_or_refuses(monkeypatch):
+    """The CPU's fused attention kernel has no FLOP formula in torch (a real step counts 0), and torch before 2.13
+    refuses grouped-query shapes: the benchmark's count takes the formulas above in either case. The module fails
+    on the meta device (a data-dependent branch), so a real step is counted."""
+    from torch.utils import flop_counter as fc
+
+    b, h, g, t, d = 2, 8, 2, 16, 4
+    q, k, v = (torch.randn(b, n, t, d, requires_grad=True) for n in (h, g, g))
+    with FlopCounterMode(display=False) as plain:
+        harness.step_fns(_GroupedAttention(), (q, k, v))[1]()
+    assert plain.get_total_flops() == 0  # torch's own count of the CPU kernel
+
+    def refuses(*args, **kwargs):
+        raise AssertionError("sdpa_flop_count: query/key/value shapes are incompatible")  # torch 2.11's message
+
+    for op in harness.SDPA_FLOPS:
+        monkeypatch.setitem(fc.flop_registry, op, refuses)
+    monkeypatch.setattr(torch.Tensor, "to", _no_meta(torch.Tensor.to))
+    fwd, bwd = 2 * b * h * t * t * (d + d), 2 * b * h * t * t * (3 * d + 2 * d)
+    assert harness.count_flops(_GroupedAttention(), (q, k, v)) == fwd + bwd
+
+
+def _no_meta(to):
+    """``Tensor.to`` that refuses the meta device: a module the meta copy cannot run."""
+
+    def wrapped(self, *args, **kwargs):
+        if any(str(a) == "meta" for a in (*args, *kwargs.values())):
+            raise NotImplementedError("no meta")
+        return to(self, *args, **kwargs)
+
+    return wrapped
 
 
 def test_throughput_and_peak_columns():

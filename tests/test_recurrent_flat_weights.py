@@ -5,12 +5,15 @@ layout (one buffer per kernel call, tensors in the kernel's order, ``state_dict`
 loads and copies; values and gradients equal ``nn.LSTM``/``nn.GRU``/``nn.RNN`` in float64, also after optimiser
 steps that update the views in place. A dispatch trace of one forward on the CPU proves that no call prepares the
 weights (no copy, concatenation or fill of a weight, nothing computed that the inputs do not reach): an
-implementation that compacts them per call fails it, as the test of the test shows.
+implementation that compacts them per call fails it, as the test of the test shows. Under autocast the buffer is
+cast once per call and the kernel gets views of the cast buffer (a dispatch trace and a ``make_fx`` graph count
+one cast; casting each weight, which cuDNN compacts again, fails them).
 """
 
 from __future__ import annotations
 
 import copy
+import operator
 from collections import Counter
 
 import pytest
@@ -21,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 import rpn2c
+from rpn2c.functional import rnn_weights
 from rpn2c.functional.rnn_weights import is_flat
 from rpn2c.lower.recurrent import RecurrentModule
 from tests.op_count import count_ops, is_view_op
@@ -204,6 +208,132 @@ def test_a_forward_runs_the_operations_of_torch_s_module():
         assert ours == theirs
 
 
+# ------------------------------------------------------------------------------------------------- autocast
+def _onednn(monkeypatch, how: str):
+    """oneDNN's bfloat16 LSTM: ``"real"`` this CPU's (skipped without it), ``"assumed"`` taken as there, so the
+    layer casts as it would on such a CPU instead of running in float32 (the kernel that then runs on bfloat16
+    inputs is ATen's own where oneDNN lacks it: the same values for the same inputs, whichever casts them)."""
+    from rpn2c.functional import rnn_op
+
+    if how == "real" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        pytest.skip("this CPU has no oneDNN bfloat16 LSTM (no AVX-512 BF16): the layer runs in float32 here")
+    if how == "assumed":
+        monkeypatch.setitem(rnn_op._ONEDNN_RUNS, torch.bfloat16, True)
+
+
+def _route(monkeypatch, route: str):
+    """The kernel's route under test: ``"opaque"`` the op of a compiled graph, ``"eager"`` torch's kernel fed
+    autocast's dtype by the layer, as on CUDA (:data:`CAST_FIRST`)."""
+    import rpn2c.lower.recurrent as recurrent
+
+    if route == "opaque":
+        monkeypatch.setattr(RecurrentModule, "_opaque", lambda self, x, grad: True)
+    else:
+        monkeypatch.setattr(recurrent, "CAST_FIRST", (*recurrent.CAST_FIRST, "cpu"))
+
+
+def _cast_each(tensors, dtype, where=None):
+    """A wrong implementation: each weight cast on its own (cuDNN compacts the casts on every call)."""
+    return [t.to(dtype) for t in tensors]
+
+
+AUTOCAST_CASES = [("true", ""), ('"single"', ""), ("false", ""), ("true", "kappa = taylor(d = 2)")]
+
+
+@pytest.mark.parametrize("bias, kappa", AUTOCAST_CASES)
+@pytest.mark.parametrize("route", ["opaque", "eager"])
+@pytest.mark.parametrize("onednn", ["real", "assumed"])
+def test_under_autocast_the_weights_are_cast_once_per_kernel_call(monkeypatch, onednn, route, bias, kappa):
+    """A training forward under CPU bfloat16 autocast casts each kernel call's flat buffer once (one ``cat`` of the
+    weights as they lie in it, one ``_to_copy``: the only work on the weights alone) and hands the kernel views of
+    the cast buffer; values and gradients are those of casting each weight (a cast rounds elementwise), which
+    the dispatch trace tells apart."""
+    _onednn(monkeypatch, onednn)
+    _route(monkeypatch, route)
+    model = rpn2c.compile(_text(bias=bias, kappa=kappa))
+    x = _rand(2, 5, 3, dtype=torch.float32)
+    calls = len(_groups(model))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert _unreached(model, x) == {"cat": calls, "_to_copy": calls}
+        got = model(x)
+    assert got.dtype == torch.bfloat16
+    grads = torch.autograd.grad(got.float().square().sum(), list(model.parameters()))
+    monkeypatch.setattr(rnn_weights, "cast", _cast_each)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert _unreached(model, x)["_to_copy"] == sum(len(g) for g in _groups(model))  # the trace can fail
+        want = model(x)
+    assert_close(got, want, rtol=0, atol=0)
+    assert_close(grads, torch.autograd.grad(want.float().square().sum(), list(model.parameters())),
+                 rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("route", ["opaque", "eager"])
+def test_a_traced_autocast_forward_casts_the_flat_buffer_once(monkeypatch, route):
+    """``make_fx`` of a training forward under CPU bfloat16 autocast, the parameters as graph inputs: exactly one
+    ``_to_copy`` reads the weights (through a ``cat`` of all of them), and every weight the kernel receives is a
+    view of that one cast buffer."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    _onednn(monkeypatch, "assumed")
+    _route(monkeypatch, route)
+    model = rpn2c.compile(_text())
+    params = dict(model.named_parameters())
+
+    def forward(p, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return torch.func.functional_call(model, p, (x,))
+
+    graph = make_fx(forward, tracing_mode="fake")(params, _rand(2, 5, 3, dtype=torch.float32)).graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"][: len(params)]
+    derived = set(placeholders)  # nodes computed from the weights alone
+    for node in graph.nodes:
+        if node.op == "call_function" and node.all_input_nodes and set(node.all_input_nodes) <= derived:
+            derived.add(node)
+    casts = [n for n in derived if n.op == "call_function" and n.target == torch.ops.aten._to_copy.default]
+    assert len(casts) == 1 and casts[0].args[0].target == torch.ops.aten.cat.default
+    assert set(casts[0].args[0].args[0]) <= derived  # the cat reads the weights only...
+    assert len(casts[0].args[0].args[0]) == len(params)  # ...all of them
+    (split,) = casts[0].users
+    assert split.target == torch.ops.aten.split_with_sizes.default
+    if route == "opaque":
+        (op,) = [n for n in graph.nodes if n.op == "call_function" and "rpn2c" in str(n.target)]
+        for w in op.args[2]:  # each weight the op receives: a view of one piece of the split
+            while w.target != operator.getitem:
+                assert w.target == torch.ops.aten.view.default, w.target
+                w = w.args[0]
+            assert w.args[0] is split
+
+
+@pytest.mark.compile
+def test_a_compiled_graph_hands_the_op_views_of_one_cast_buffer(monkeypatch):
+    """torch.compile (one graph) of a training forward under CPU bfloat16 autocast: the opaque op receives the
+    weights in bfloat16 as views of one storage, each at its offset in the flat buffer, and every parameter gets
+    its gradient."""
+    from rpn2c.functional import rnn_op
+
+    _onednn(monkeypatch, "assumed")
+    received = []
+    run = rnn_op._run
+
+    def spy(kernel, x, hx, weights, *args):
+        received.append(([w.untyped_storage().data_ptr() for w in weights], [w.storage_offset() for w in weights],
+                         {w.dtype for w in weights}))
+        return run(kernel, x, hx, weights, *args)
+
+    monkeypatch.setattr(rnn_op, "_run", spy)
+    torch._dynamo.reset()
+    model = rpn2c.compile(_text())
+    (tensors,) = _groups(model)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = torch.compile(model, backend="aot_eager", fullgraph=True)(_rand(2, 5, 3, dtype=torch.float32))
+    y.float().square().sum().backward()
+    ptrs, offsets, dtypes = received[0]
+    assert len(set(ptrs)) == 1 and dtypes == {torch.bfloat16}
+    assert offsets == [t.storage_offset() for t in tensors]
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in model.parameters())
+    torch._dynamo.reset()
+
+
 # ------------------------------------------------------------------------------------------------------ CUDA
 COMPACTED = "not part of single contiguous chunk of memory"  # ATen's warning on every call that compacts
 
@@ -243,6 +373,36 @@ def test_cudnn_runs_on_the_flat_buffer_without_compacting_it(cell, bias, kappa):
         warnings.simplefilter("always")
         model(x.cuda())
     assert [w for w in seen if COMPACTED in str(w.message)]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("cell, bias, kappa, compiled", [(*c, False) for c in CASES] + [(*CASES[0], True),
+                                                                                         (*CASES[4], True)])
+def test_under_cuda_autocast_cudnn_runs_on_the_cast_buffer_without_compacting_it(cell, bias, kappa, compiled):
+    """bfloat16 autocast on CUDA, eager and compiled (inductor), training and eval: the layer casts each kernel
+    call's flat buffer once and cuDNN takes the views of the cast buffer as its own (no compaction warning); it
+    computes in float16, as ATen's autocast rule for cuDNN's RNNs does, close to the float32 output."""
+    import warnings
+
+    torch._dynamo.reset()
+    model = rpn2c.compile(_text(cell, bias=bias, kappa=kappa)).cuda()
+    x = _rand(2, 5, 3, dtype=torch.float32).cuda()
+    with torch.no_grad():
+        want = model(x)
+    run = torch.compile(model, fullgraph=True) if compiled else model
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for training in (True, False):
+            model.train(training)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                y = run(x)
+            y.float().square().sum().backward()
+            assert y.dtype == torch.float16
+            assert_close(y.float(), want, rtol=2e-2, atol=2e-2)
+    assert not [w for w in seen if COMPACTED in str(w.message)]
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+    torch._dynamo.reset()
 
 
 class _First(nn.Module):

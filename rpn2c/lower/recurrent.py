@@ -5,7 +5,8 @@ Parameters carry torch's names and layouts (``weight_ih_l0``, ``weight_hh_l0_rev
 ``bias = "single"`` keeps ``bias_ih`` only (one bias ``b`` per gate block: ``h_t = σ(W_ih x_t + W_hh h_{t−1} + b)``,
 torch's layer with ``bias_hh = 0``); the fused kernel gets a zero buffer (``zero_bias_hh_l0`` …, outside the
 ``state_dict``) in ``bias_hh``'s place. The fused kernel's tensors are views of one flat buffer per kernel call, as
-``nn.LSTM`` keeps them (``rpn2c.functional.rnn_weights``), so cuDNN does not copy them into one on every call.
+``nn.LSTM`` keeps them (``rpn2c.functional.rnn_weights``), so cuDNN does not copy them into one on every call;
+under autocast the buffer is cast once and the kernel gets views of the cast buffer.
 
 - reference: the paper's form taken literally. The state fed back to step t is ``(A H)_t + e_t ⊙ h_init``, with
   ``A`` the materialised chain matrix (``A[t, t−1] = 1`` forward, ``A[t, t+1] = 1`` backward), ``H`` the layer's
@@ -43,6 +44,13 @@ from rpn2c.functional.scan import symbolic as scan_symbolic
 from rpn2c.ir.trace import RecurrentTrace
 from rpn2c.ir.graph import RecurrentSpec
 from rpn2c.lower.emitters import RECURRENT_FORMS
+
+
+# Devices where torch's own kernel gets its inputs in autocast's dtype from this module: on CUDA where cuDNN runs
+# it, ATen's autocast rule for cuDNN would otherwise copy each weight into a new float16 buffer on every call. The
+# CPU's oneDNN layer takes its weights as separate tensors and casts them itself (a low-precision input would
+# select another kernel there), as does CUDA's own kernel without cuDNN (in autocast's dtype, not float16).
+CAST_FIRST = ("cuda",)
 
 
 class RecurrentModule(nn.Module):
@@ -96,13 +104,19 @@ class RecurrentModule(nn.Module):
             return
         spec, kernel = self.spec, self.cell.kernel()
         groups = [(0, spec.layers)] if self.identity_kappa else [(i, 1) for i in range(spec.layers)]
+        self._layouts = {}  # (first layer, layers) -> where autocast's cast of the flat buffer puts each tensor
         for first, layers in groups:
             names = [n for i in range(first, first + layers) for d in range(spec.directions)
                      for n in self._kernel_names[i * spec.directions + d]]
             tensors = [self._parameters.get(n, self._buffers.get(n)) for n in names]  # registered tensors only
-            if all(isinstance(t, torch.Tensor) for t in tensors):
-                rnn_weights.flatten(tensors, kernel, self._d_in[first], spec.hidden, layers, spec.bidirectional,
-                                    bool(spec.bias))
+            if not all(isinstance(t, torch.Tensor) for t in tensors):
+                continue
+            shape = (kernel, self._d_in[first], spec.hidden, layers, spec.bidirectional, bool(spec.bias))
+            if rnn_weights.flatten(tensors, *shape):
+                # cuDNN runs in float16 under autocast (rnn_op.autocast_dtype): its layout for that dtype
+                cast_to = None if tensors[0].dtype == torch.float64 else torch.float16
+                cudnn = cast_to and rnn_weights.cudnn_layout(tensors, *shape, cast_to)
+                self._layouts[first, layers] = cudnn or rnn_weights.layout(tensors)
 
     def _apply(self, fn, recurse=True):
         """Conversions (``.to``, ``.double()``) replace each tensor's storage: the flat buffer is made again."""
@@ -196,16 +210,20 @@ class RecurrentModule(nn.Module):
         cpu = x.device.type == "cpu"  # (autocast has no state on some devices: meta)
         low = rnn_op.cpu_fallback(self.cell.kernel(), "cpu", x.dtype, self._autocast_on("cpu")) if cpu else None
         if low is None:
-            return self._call(x, hx, flat, layers, grad)
+            return self._call(x, hx, flat, layers, grad, self._layouts.get((first, layers)))
         with torch.autocast("cpu", enabled=False):
             hx, flat = [h.float() for h in hx], [w.float() for w in flat]
             return self._call(x, hx, flat, layers, grad).to(low)
 
-    def _call(self, x, hx, flat, layers: int, grad: bool) -> torch.Tensor:
-        """The kernel on ``x``, the states ``hx`` and the flat weights: the opaque op or ``torch._VF``'s."""
+    def _call(self, x, hx, flat, layers: int, grad: bool, where=None) -> torch.Tensor:
+        """The kernel on ``x``, the states ``hx`` and the flat weights (``where``: the layout their cast follows,
+        ``_layouts``): the opaque op, fed autocast's dtype (:meth:`_autocast`; autocast is off inside it), or
+        ``torch._VF``'s, fed autocast's dtype too where :data:`CAST_FIRST` says."""
         spec = self.spec
-        if self._opaque(x, grad):
-            x, hx, flat = self._autocast(x, hx, flat)
+        opaque = self._opaque(x, grad)
+        if opaque or _cast_first(x):
+            x, hx, flat = self._autocast(x, hx, flat, where)
+        if opaque:
             record = self.training and grad  # keep the tape where a backward is expected
             op = rnn_op.OPS[self.cell.kernel()][0]
             return op(x, hx, flat, bool(spec.bias), layers, spec.bidirectional, record)
@@ -221,18 +239,27 @@ class RecurrentModule(nn.Module):
         """Autocast's dtype on ``device``, None when it is off."""
         return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
 
-    def _autocast(self, x, hx, flat):
-        """The opaque op runs in its inputs' dtype: under autocast, cast them as torch's autocast casts this kernel
-        in eager mode (:func:`rnn_op.autocast_dtype`); floating inputs only, float64 excepted."""
+    def _autocast(self, x, hx, flat, where=None):
+        """Under autocast, the kernel's inputs cast as torch's autocast casts this kernel
+        (:func:`rnn_op.autocast_dtype`; floating inputs only, float64 excepted), the weights in one cast of their
+        flat buffer (:func:`rnn_weights.cast` at the offsets ``where``): the kernel gets views of one buffer in
+        the autocast dtype, as ``nn.LSTM``'s kernel does, where a cast of each weight would hand cuDNN separate
+        tensors to compact on every call. The opaque op runs in its inputs' dtype; torch's kernel finds its
+        inputs already in autocast's dtype and casts nothing more (ATen's rule sees cuDNN's buffer in float16)."""
         device = x.device.type
         low = rnn_op.autocast_dtype(self.cell.kernel(), device, x.dtype, self._autocast_on(device))
         if low is None:
             return x, hx, flat
 
-        def cast(t):
-            return t.to(low) if t.is_floating_point() and t.dtype != torch.float64 else t
+        def casts(t):
+            return t.is_floating_point() and t.dtype not in (torch.float64, low)
 
-        return cast(x), [cast(h) for h in hx], [cast(w) for w in flat]
+        def cast(t):
+            return t.to(low) if casts(t) else t
+
+        if casts(flat[0]):
+            flat = rnn_weights.cast(flat, low, where)
+        return cast(x), [cast(h) for h in hx], flat
 
     def _loop_direction(self, x, init, layer, direction):
         """A loop over time steps (κ_state is not the identity): input gates for all steps at once."""
@@ -347,6 +374,12 @@ class RecurrentModule(nn.Module):
 
     def _default_form(self) -> str:
         return "fused" if self.fused else "scan" if self.scan else "loop"
+
+
+def _cast_first(x) -> bool:
+    """torch's kernel gets its inputs in autocast's dtype from the layer (:data:`CAST_FIRST`; on CUDA where cuDNN
+    takes them)."""
+    return x.device.type in CAST_FIRST and (x.device.type != "cuda" or torch.backends.cudnn.is_acceptable(x))
 
 
 def _flatten_after_load(module: RecurrentModule, keys) -> None:

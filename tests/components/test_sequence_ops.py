@@ -81,6 +81,61 @@ def test_embedding_rejects_out_of_range_and_float_ids():
         model(torch.zeros(2, 3))
 
 
+def _reads(model, x) -> int:
+    """The range check's reads of the ids in one forward (its ``aminmax``, then one host read of two values)."""
+    from tests.op_count import count_ops
+
+    return count_ops(lambda: model(x))["aminmax"]
+
+
+def test_accelerator_ids_are_read_once_per_tensor_and_again_once_changed(monkeypatch):
+    """On an accelerator the check's host read is a synchronisation: made once per input tensor, again after an
+    in-place write (the version counter moves), for another tensor, and on every call for an inference tensor.
+    CPU tensors stand in for an accelerator's here; the out-of-range error stays located."""
+    from rpn2c.components.impl import sequence as impl
+    from rpn2c.functional.checked import Checked
+
+    monkeypatch.setattr(impl, "READ_EVERY_CALL", ("meta",))
+    monkeypatch.setattr(impl, "_CHECKED", Checked())
+    model = rpn2c.compile(_spec("y = embedding(x, vocab = 5, dim = 2)"))
+    x = torch.tensor([[0, 1, 2], [3, 4, 4]])
+    assert [_reads(model, x) for _ in range(3)] == [1, 0, 0]
+    assert _reads(model, x.clone()) == 1  # another tensor, the same values
+    x[1, 2] = 5
+    with pytest.raises(InputError, match=r"token id 5 at index \(1, 2\) is out of range \[0, 5\)"):
+        model(x)
+    with pytest.raises(InputError, match=r"token id 5 at index \(1, 2\)"):
+        model(x)  # a tensor that failed is not remembered
+    with torch.inference_mode():
+        y = torch.tensor([[0, 1, 2]])
+        assert [_reads(model, y) for _ in range(2)] == [1, 1]
+    assert [_reads(model, z) for z in (torch.tensor([[0, 1]]), torch.tensor([[0, 1]]))] == [1, 1]
+
+
+def test_cpu_ids_are_read_on_every_call_even_when_their_buffer_is_refilled_behind_torch_s_back():
+    """``torch.from_numpy`` shares the array's memory: a write through numpy moves no version counter, so only a
+    check on every call catches it; on a CPU there is no synchronisation to save."""
+    np = pytest.importorskip("numpy")
+    model = rpn2c.compile(_spec("y = embedding(x, vocab = 5, dim = 2)"))
+    ids = np.array([[0, 1, 2]])
+    assert [_reads(model, torch.from_numpy(ids)) for _ in range(2)] == [1, 1]
+    ids[0, 1] = 7
+    with pytest.raises(InputError, match=r"token id 7 at index \(0, 1\)"):
+        model(torch.from_numpy(ids))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_ids_are_read_once_per_tensor():
+    """The check's host read (a synchronisation) once per CUDA tensor; a write in place is read again, located."""
+    model = rpn2c.compile(_spec("y = embedding(x, vocab = 5, dim = 2)")).cuda()
+    x = torch.tensor([[0, 1, 2], [3, 4, 4]], device="cuda")
+    assert [_reads(model, x) for _ in range(3)] == [1, 0, 0]
+    x[1, 0] = -1
+    with pytest.raises(InputError, match=r"token id -1 at index \(1, 0\)"):
+        model(x)
+
+
 def test_one_sequence_without_a_batch_axis():
     text = _spec("e = embedding(x, vocab = 7, dim = 3)", "y = last(e)", input_type="tokens[T]")
     graph = rpn2c.check(text)

@@ -75,7 +75,7 @@ def test_edge_ids_beyond_a_compressed_feature_axis_are_refused():
 
 
 def test_token_ids_are_checked_in_one_pass():
-    """The id check of an embedding reads the ids' extremes once (aminmax; on a GPU one host read per forward),
+    """The id check of an embedding reads the ids' extremes once (aminmax; on a GPU one host read per input tensor),
     no elementwise comparisons and reduction over every id, and still names an offender in a batch of many."""
     from tests.op_count import count_ops
 

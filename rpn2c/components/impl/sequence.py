@@ -7,16 +7,27 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpn2c.errors import InputError
+from rpn2c.functional.checked import Checked
+
+
+_CHECKED = Checked()  # the token-id tensors on an accelerator that passed, by the vocabulary checked against
+READ_EVERY_CALL = ("cpu", "meta")  # devices whose ids are read on every call (no synchronisation to save)
 
 
 def check_token_ids(x: torch.Tensor, vocab: int) -> None:
     """Raise a clear error unless ``x`` holds integer ids in ``[0, vocab)`` (the first offender is named).
 
-    One pass over the ids (``aminmax``) and one read of its two values by the host (a GPU synchronisation); the
-    offender is looked for only when the bounds fail."""
+    One pass over the ids (``aminmax``) and one read of its two values by the host; the offender is looked for only
+    when the bounds fail. On an accelerator that read is a synchronisation, made once per input tensor: ids that
+    passed and are unchanged since (same storage and version counter, :class:`rpn2c.functional.checked.Checked`)
+    are not read again. CPU ids are read on every call (no synchronisation to save, and a buffer refilled behind
+    torch's back, as ``torch.from_numpy`` shares one, is still checked)."""
     if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
         raise InputError(f"embedding(vocab = {vocab}) reads integer token ids, got a {x.dtype} tensor")
     if x.numel() == 0:
+        return
+    cached = x.device.type not in READ_EVERY_CALL
+    if cached and _CHECKED.passed(x, vocab):
         return
     lo, hi = torch.stack(x.aminmax()).tolist()
     if lo < 0 or hi >= vocab:
@@ -24,6 +35,8 @@ def check_token_ids(x: torch.Tensor, vocab: int) -> None:
         at = tuple(int(i) for i in bad.nonzero()[0])
         raise InputError(f"embedding(vocab = {vocab}): token id {int(x[at])} at index {at} is out of range "
                          f"[0, {vocab})")
+    if cached:
+        _CHECKED.add(x, vocab)
 
 
 def sinusoid_table(n: int, d: int, base: float = 10000.0, dtype=None) -> torch.Tensor:

@@ -5,13 +5,13 @@ dense-or-CSR choice of the cached operator (``graph_cache``), gather/scatter pro
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 from typing import Callable, Literal
 
 import torch
 from torch import Tensor
 
 from rpn2c.errors import InputError
+from rpn2c.functional.checked import Checked
 from rpn2c.functional.structure._common import _to_sparse, SparseFormat
 from rpn2c.functional.structure.chain import _multihop
 from rpn2c.functional.structure.counts import pagerank_iterations  # noqa: F401  (also read by shape rules)
@@ -163,17 +163,7 @@ def graph_adjacency(
     return dense_from_edges(src, dst, w, n)
 
 
-_CHECKED: OrderedDict = OrderedDict()  # (tensor_key, n) -> the edge list, held so that its storage is not reused
-_KEEP_CHECKED = 16
-
-
-def tensor_key(t: Tensor | None):
-    """What identifies a tensor's values while it lives: storage, offset, shape, strides, dtype, device and the
-    version counter (moved by every in-place write). Inference tensors keep no version counter: callers skip them."""
-    if t is None:
-        return None
-    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype,
-            t.device, t._version)
+_CHECKED = Checked()  # the edge lists checked, by the node count they were checked against
 
 
 def check_edge_ids(edges: Tensor, n: int, name: str = "edges", axis: str = "instance") -> None:
@@ -185,9 +175,7 @@ def check_edge_ids(edges: Tensor, n: int, name: str = "edges", axis: str = "inst
         return
     if edges.is_floating_point() or edges.is_complex() or edges.dtype == torch.bool:
         raise InputError(f"edge list '{name}' must hold integer node ids, got a {edges.dtype} tensor")
-    key = None if edges.is_inference() else (tensor_key(edges), n)  # inference tensors: checked every call
-    if key is not None and key in _CHECKED:
-        _CHECKED.move_to_end(key)
+    if _CHECKED.passed(edges, n):
         return
     lo, hi = (int(v) for v in torch.aminmax(edges))
     if lo < 0 or hi >= n:
@@ -195,11 +183,7 @@ def check_edge_ids(edges: Tensor, n: int, name: str = "edges", axis: str = "inst
         bad = lo if lo < 0 else hi
         raise InputError(f"edge list '{name}' holds id {bad}, but the graph it indexes has {n} {what} (the "
                          f"{axis} axis this graph ξ runs over): ids must lie in [0, {n})")
-    if key is None:
-        return
-    _CHECKED[key] = edges
-    while len(_CHECKED) > _KEEP_CHECKED:
-        _CHECKED.popitem(last=False)
+    _CHECKED.add(edges, n)
 
 
 def forget_checked_edges() -> None:

@@ -22,8 +22,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from rpn2c.functional.structure.graph import (dense_from_edges, dense_pays, forget_checked_edges, graph_norm_weights,
-                                              tensor_key)
+from rpn2c.functional.checked import tensor_key
+from rpn2c.functional.structure.graph import dense_from_edges, dense_pays, forget_checked_edges, graph_norm_weights
 from rpn2c.functional.structure.spmm import _csr, _csr_parts
 
 MAX_GRAPHS = 4  # operators kept (least recently used goes first)
