@@ -51,10 +51,10 @@ class _ConvBnAct(nn.Module):
 class _FusedAttention(nn.Module):
     """timm's Attention (fused_attn): one qkv Linear, reshape to 5-D, permute, unbind, SDPA, merge, proj."""
 
-    def __init__(self, dim=12, heads=3, order=(2, 0, 3, 1, 4)):
+    def __init__(self, dim=12, heads=3, order=(2, 0, 3, 1, 4), qkv_bias=True):
         super().__init__()
         self.h, self.d, self.order = heads, dim // heads, order
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim, bias=qkv_bias), nn.Linear(dim, dim)
         self.q_norm, self.k_norm, self.norm = nn.Identity(), nn.Identity(), nn.Identity()
 
     def forward(self, x):
@@ -79,9 +79,11 @@ class _Mlp(nn.Module):
 class _TokenMixing(nn.Module):
     """MLP-Mixer's token mixing: x + mlp_tokens(norm(x).transpose(1, 2)).transpose(1, 2) over T = 5 items."""
 
-    def __init__(self, norm=False):
+    def __init__(self, norm=False, bias=True):
         super().__init__()
         self.norm1, self.mlp_tokens = nn.LayerNorm(6), _Mlp(5, 3, norm)
+        if not bias:
+            self.mlp_tokens.fc1 = nn.Linear(5, 3, bias=False)
 
     def forward(self, x):
         return x + self.mlp_tokens(self.norm1(x).transpose(1, 2)).transpose(1, 2)
@@ -100,18 +102,21 @@ def test_functional_batch_norm_on_a_modules_own_buffers_is_its_batch_norm():
                                                                             "bn.weight", "bn.bias"}
 
 
-def test_fused_qkv_attention_is_one_attention_head_with_the_packed_weight():
+@pytest.mark.parametrize("dim, heads, qkv_bias", [(12, 3, True), (8, 1, True), (8, 2, False)])
+def test_fused_qkv_attention_is_one_attention_head_with_the_packed_weight(dim, heads, qkv_bias):
     torch.manual_seed(0)
-    spec = assert_same_model(_FusedAttention(), (rand(2, 5, 12, seed=3),))
-    assert spec.text.count("= head(") == 1 and "heads = 3" in spec.text
-    assert "xi_instance = attention(rank = 4, bias = true)" in spec.text
-    assert {link.source for link in spec.links.values()} == {"qkv.weight", "qkv.bias", "proj.weight", "proj.bias"}
+    spec = assert_same_model(_FusedAttention(dim, heads, qkv_bias=qkv_bias), (rand(2, 5, dim, seed=3),))
+    assert spec.text.count("= head(") == 1 and (f"heads = {heads}" in spec.text) == (heads > 1)
+    assert f"xi_instance = attention(rank = {dim // heads}{', bias = true' if qkv_bias else ''})" in spec.text
+    assert {link.source for link in spec.links.values()} == {"qkv.weight", "proj.weight", "proj.bias"} | \
+        ({"qkv.bias"} if qkv_bias else set())
 
 
-def test_token_mixing_is_an_affine_instance_xi_per_linear():
+@pytest.mark.parametrize("bias", [True, False])
+def test_token_mixing_is_an_affine_instance_xi_per_linear(bias):
     torch.manual_seed(0)
-    spec = assert_same_model(_TokenMixing(), (rand(2, 5, 6, seed=4),))
-    assert spec.text.count("xi_instance = parameterized(out = 3, bias = true)") == 1
+    spec = assert_same_model(_TokenMixing(bias=bias), (rand(2, 5, 6, seed=4),))
+    assert spec.text.count(f"xi_instance = parameterized(out = 3, bias = {str(bias).lower()})") == 1
     assert spec.text.count("xi_instance = parameterized(out = 5, bias = true)") == 1
     assert spec.text.count("psi = eye") == 2
 
