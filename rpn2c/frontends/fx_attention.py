@@ -30,6 +30,7 @@ from torch import nn
 
 from rpn2c.frontends.fx_match import Miss, ancestors, calls as _is, name as _name
 from rpn2c.frontends.fx_masks import padding_mask
+from rpn2c.frontends.fx_timm import fused_qkv
 from rpn2c.frontends.fx_match import shape as _shape
 from rpn2c.frontends.fx_match import users as _users
 
@@ -102,6 +103,11 @@ def _swaps_1_2(values: dict, node: fx.Node) -> bool:
         dims = node.args[1] if len(node.args) == 2 and isinstance(node.args[1], (tuple, list)) else node.args[1:]
         return tuple(d % 4 for d in dims) == (0, 2, 1, 3)
     return False
+
+
+def _identity(gm: fx.GraphModule, node: fx.Node) -> bool:
+    """A call of an ``nn.Identity`` (timm's ``q_norm`` / ``k_norm`` / ``norm`` when off): the value passes."""
+    return node.op == "call_module" and type(gm.get_submodule(node.target)) is nn.Identity
 
 
 # ------------------------------------------------------------------------------------------------ projections
@@ -246,7 +252,7 @@ def _operand(gm: fx.GraphModule, values: dict, node: fx.Node, what: str) -> _Ope
     nodes: set[fx.Node] = set()
     rotary, repeat = None, 1
     while True:
-        if _is(node, *_PASS):
+        if _is(node, *_PASS) or _identity(gm, node):
             nodes.add(node)
             node = node.args[0]
             continue
@@ -266,6 +272,15 @@ def _operand(gm: fx.GraphModule, values: dict, node: fx.Node, what: str) -> _Ope
             nodes |= rot[3]
             continue
         break
+    fused = fused_qkv(values, node)
+    if fused is not None:  # timm's qkv(x).reshape(B, N, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0)[i]
+        src, index, heads, dims, more = fused
+        packed = _full_projection(gm, values, src)
+        if packed is None:
+            raise Miss(f"the {what} '{node.name}' unbinds '{src.name}', which is no linear projection")
+        e = heads * dims
+        proj = Projection(packed.x, more | packed.nodes, width=e, part=(index * e, (index + 1) * e), packed=packed)
+        return _Operand(proj, heads, dims, nodes | proj.nodes, rotary, repeat)
     if not (_is(node, *_TRANSPOSE, "permute", torch.permute) and _swaps_1_2(values, node)):
         raise Miss(f"the {what} '{node.name}' is not a projection's output split into heads "
                    "(x.view(B, T, H, D).transpose(1, 2))")
@@ -307,7 +322,7 @@ def _output_projection(gm: fx.GraphModule, values: dict, merged: fx.Node) -> tup
     node, passed = merged, set()
     while True:
         user = _only_user(node, "the merged heads")
-        if not _is(user, *_PASS):
+        if not (_is(user, *_PASS) or _identity(gm, user)):
             break
         node = user
         passed.add(user)
@@ -478,6 +493,8 @@ PATTERNS = {
     "rotary": "q·cos + rotate_half(q)·sin (cos/sin of positions 0..T−1) -> attention(rotary = θ)",
     "repeat_kv": "x[:, :, None].expand(...).reshape(...) or SDPA's enable_gqa -> kv_heads = G",
     "packed": "c_attn(x).split(E, dim=2) (GPT-2's Conv1D) -> the packed in_proj_weight, transposed",
+    "fused": "qkv(x).reshape(B, N, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0) (timm) -> the packed in_proj_weight",
+    "identity": "nn.Identity calls on the way (timm's q_norm, k_norm, norm when off) -> passed through",
     "cache": "torch.cat([empty past, k], dim=-2) -> k",
     "mask": "an attn_mask built from a padding-mask input [B, S] (probed) -> key_padding (keep_mask), causal",
     "merge": "o.transpose(1, 2).reshape(B, T, H·D) then a linear o_proj -> fusion = concat_linear",

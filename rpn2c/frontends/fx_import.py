@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpn2c.errors import Diagnostic, Span, SpecTypeError
-from rpn2c.frontends import fx_attention, fx_gelu, fx_layout, fx_norms, fx_params
+from rpn2c.frontends import fx_attention, fx_gelu, fx_layout, fx_norms, fx_params, fx_timm
 from rpn2c.frontends.fx_match import ancestors
 from rpn2c.frontends.fx_trace import _OWN_DIRS, _RPN2C_DIR, trace
 from rpn2c.frontends.kit import (
@@ -116,7 +116,8 @@ class _Absorbed:
 
 # the recognisers run over the traced graph before conversion: (pattern, find, emit at the anchor node)
 RECOGNISERS = (("attention", fx_attention.find, fx_attention.emit), ("RMSNorm", fx_norms.find, fx_norms.emit),
-               ("tanh GELU", fx_gelu.find, fx_gelu.emit))
+               ("tanh GELU", fx_gelu.find, fx_gelu.emit), ("batch norm", fx_timm.find, fx_timm.emit),
+               ("token mixing", fx_timm.find_mixing, fx_timm.emit_mixing))
 
 
 def _is_traced(x: Any) -> bool:

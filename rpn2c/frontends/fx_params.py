@@ -130,9 +130,11 @@ def convert(conv, node: fx.Node, args: tuple, kwargs: dict) -> Any:
         named = [free(conv, node, p, _like(parts, p)) if isinstance(p, Attr) else p for p in parts]
         return conv.dispatch(node, (named, *args[1:]), kwargs)
     what = mine[0].target if isinstance(mine[0], Attr) else f"{mine[0].path}(arange)"
-    conv.fail(node, f"it reads '{what}' directly in forward: a parameter read in forward converts as an operand of "
-                    "add / mul / sub / cat (a spec `param`), a weight of F.linear / F.layer_norm / F.embedding, or "
-                    "through .t() / .expand() / .unsqueeze() / .view() on the way there")
+    kind = "a buffer" if isinstance(mine[0], Attr) and not isinstance(mine[0].tensor, nn.Parameter) else "a parameter"
+    conv.fail(node, f"it reads '{what}' directly in forward ({kind}): a tensor read in forward converts as an "
+                    "operand of add / mul / sub / cat (a spec `param`), a weight of F.linear / F.layer_norm / "
+                    "F.embedding, a module's own statistics and affine in F.batch_norm, or through .t() / .expand() / "
+                    ".unsqueeze() / .view() on the way there")
 
 
 def _scalar(conv, node: fx.Node, args: tuple, kwargs: dict) -> Any:

@@ -171,18 +171,36 @@ class ExampleTracer(fx.Tracer):
         return _MISSING
 
 
+_PLAIN = [0]  # example computations in progress: module calls and attribute reads run as plain Python
+_TRACED: dict[str, Any] = {}  # fx's patched nn.Module.__call__ / __getattr__ of the trace in progress
+
+
+def _call(mod, *args, **kwargs):
+    from torch.fx import _symbolic_trace as st
+
+    return (st._orig_module_call if _PLAIN[0] else _TRACED["__call__"])(mod, *args, **kwargs)
+
+
+def _getattr(mod, name):
+    from torch.fx import _symbolic_trace as st
+
+    return (st._orig_module_getattr if _PLAIN[0] else _TRACED["__getattr__"])(mod, name)
+
+
 @contextlib.contextmanager
 def _untraced_modules():
     """Module calls run as plain Python while an example value is computed (fx patches ``nn.Module.__call__`` and
-    ``__getattr__`` during tracing)."""
-    from torch.fx import _symbolic_trace as st
-
-    patched = nn.Module.__call__, nn.Module.__getattr__
-    nn.Module.__call__, nn.Module.__getattr__ = st._orig_module_call, st._orig_module_getattr
+    ``__getattr__`` during tracing). The patches are swapped once per trace for wrappers that read a flag: setting
+    an attribute of ``nn.Module`` invalidates the method caches of every subclass (thousands with timm or
+    transformers imported), too slow to do around each node."""
+    if nn.Module.__call__ is not _call:
+        _TRACED.update(__call__=nn.Module.__call__, __getattr__=nn.Module.__getattr__)
+        nn.Module.__call__, nn.Module.__getattr__ = _call, _getattr  # fx restores its originals after the trace
+    _PLAIN[0] += 1
     try:
         yield
     finally:
-        nn.Module.__call__, nn.Module.__getattr__ = patched
+        _PLAIN[0] -= 1
 
 
 def _has_missing(x: Any) -> bool:

@@ -72,9 +72,12 @@ class StagedMap(WeightMap):
                                  f"as [2, 2, 6, 2]), got {layers!r}")
         out = list(self.links)
         for k, depth in enumerate(layers):
-            stage = WeightMap(self.name, _block(k, self.root) + (_merge(k, self.root) if k else ()))
-            out += stage.expand(depth)
+            out += WeightMap(self.name, self.stage_links(k)).expand(depth)
         return out
+
+    def stage_links(self, k: int) -> tuple[Link, ...]:
+        """Stage ``k``'s links: its blocks' (holding ``{i}``) and, for k ≥ 1, the patch merging into it."""
+        return _block(k, self.root) + (_merge(k, self.root) if k else ())
 
 
 def _features(root: str) -> tuple[Link, ...]:
