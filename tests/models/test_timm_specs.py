@@ -39,7 +39,11 @@ MIXER = [dict(img_size=16, patch_size=4, in_chans=3, embed_dim=32, num_blocks=2,
 SWIN = [dict(img_size=16, patch_size=2, in_chans=3, window_size=2, embed_dim=8, depths=(2, 2), num_heads=(1, 2),
              num_classes=10),
         dict(img_size=16, patch_size=2, in_chans=2, window_size=2, embed_dim=6, depths=(2, 1, 2),
-             num_heads=(2, 3, 4), num_classes=5)]
+             num_heads=(2, 3, 4), num_classes=5),
+        # windows of 4 on an 8 x 8 grid, a 4 x 4 one (one window, unshifted) and a 2 x 2 last stage smaller than
+        # the window: timm clamps the window to the grid, with a bias table of its own size
+        dict(img_size=16, patch_size=2, in_chans=2, window_size=4, embed_dim=6, depths=(2, 2, 2),
+             num_heads=(1, 2, 3), num_classes=4)]
 
 
 def _vit(cfg: dict, reference: bool = False):
@@ -88,6 +92,15 @@ def test_spec_weights_into_timms_model_give_the_spec(family):
     randomise(spec)
     x = _image(configs[1])
     assert_spec_into_library(name, spec, library, layers(configs[1]), lambda m: m(x), lambda m: m(x))
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_timm_swin_clamps_a_window_larger_than_the_grid_as_the_spec_does(reference):
+    cfg = SWIN[2]
+    library, spec = _swin(cfg, reference)
+    x = _image(cfg)
+    assert_library_into_spec("timm_swin", library, spec, list(cfg["depths"]), lambda m: m(x), grad_atol=1e-11)
+    assert spec.state_dict()["f.down.1.s.blocks.0.b.table"].shape == (9, 3)
 
 
 def test_timm_swin_places_its_patch_merging_at_the_start_of_a_stage():

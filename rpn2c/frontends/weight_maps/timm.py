@@ -18,7 +18,7 @@
     f.p.psi.weight, f.p.bias               patch_embed.proj.*, [d, C, p, p] as [d, C·p·p]
     f.e.*                                  patch_embed.norm.*
     {stage}.blocks.{i}.b.table             layers.{k}.blocks.{i}.attn.relative_position_bias_table
-    {stage}.blocks.{i}.attn.pre.0.*        … blocks.{i}.norm1.*
+    {stage}.blocks.{i}.ln1.*               … blocks.{i}.norm1.*
     {stage}.blocks.{i}.attn.in_proj_*      … blocks.{i}.attn.qkv.*
     {stage}.blocks.{i}.attn.fusion.linear.*   … blocks.{i}.attn.proj.*
     {stage}.blocks.{i}.n.*, ff.*, ff2.*    … blocks.{i}.norm2.*, mlp.fc1.*, mlp.fc2.*
@@ -51,10 +51,11 @@ def _affine(spec: str, library: str) -> tuple[Link, Link]:
     return Link(f"{spec}.psi.weight", (f"{library}.weight",)), Link(f"{spec}.bias", (f"{library}.bias",))
 
 
-def _encoder(spec: str, lib: str) -> tuple[Link, ...]:
+def _encoder(spec: str, lib: str, norm1: str = "attn.pre.0") -> tuple[Link, ...]:
     """A pre-norm encoder block of timm's ``Block`` / ``SwinTransformerBlock`` (``norm1``, ``attn.qkv``,
-    ``attn.proj``, ``norm2``, ``mlp``) as the spec's attention head ``attn``, norm ``n`` and heads ``ff``, ``ff2``."""
-    return (*_same(f"{spec}attn.pre.0", f"{lib}norm1"),
+    ``attn.proj``, ``norm2``, ``mlp``) as the spec's attention head ``attn`` (its first norm ``norm1``: the head's
+    ``pre``, or Swin's ``ln1`` before the grid's padding), norm ``n`` and heads ``ff``, ``ff2``."""
+    return (*_same(f"{spec}{norm1}", f"{lib}norm1"),
             *(Link(f"{spec}attn.in_proj_{w}", (f"{lib}attn.qkv.{w}",)) for w in _WB),
             *_same(f"{spec}attn.fusion.linear", f"{lib}attn.proj"), *_same(f"{spec}n", f"{lib}norm2"),
             *_affine(f"{spec}ff", f"{lib}mlp.fc1"), *_affine(f"{spec}ff2", f"{lib}mlp.fc2"))
@@ -67,7 +68,7 @@ class TimmStagedMap(StagedMap):
     def stage_links(self, k: int) -> tuple[Link, ...]:
         spec = ("f.s." if k == 0 else f"f.down.{k - 1}.s.") + "blocks.{i}."
         lib = f"layers.{k}.blocks.{{i}}."
-        block = (Link(spec + "b.table", (lib + "attn.relative_position_bias_table",)), *_encoder(spec, lib))
+        block = (Link(spec + "b.table", (lib + "attn.relative_position_bias_table",)), *_encoder(spec, lib, "ln1"))
         if not k:
             return block
         down, merge = f"f.down.{k - 1}.r.", f"layers.{k}.downsample."
