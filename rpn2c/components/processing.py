@@ -251,6 +251,16 @@ class RMSNorm(Processing):
         offset: float = Field(0.0, description="γ + offset scales the items (Gemma: 1, with γ initialised to 0)")
         upcast: bool = Field(False, description="normalise in float32 for every input dtype, then cast back before "
                                                 "γ (transformers' LlamaRMSNorm: a float64 model too)")
+        upcast_variance: bool = Field(False, json_schema_extra={"hash": "omit_default"},
+                                      description="only mean(x²) in float32, the input scaled by its rsqrt at its own "
+                                                  "precision (transformers' T5LayerNorm: a float64 model too)")
+
+        @model_validator(mode="after")
+        def _one_upcast(self):
+            if self.upcast and self.upcast_variance:
+                raise ValueError("upcast (the whole norm in float32) and upcast_variance (only mean(x²)) exclude "
+                                 "each other")
+            return self
 
     shape = LayerNorm.shape
     check = LayerNorm.check
@@ -261,7 +271,8 @@ class RMSNorm(Processing):
     def build(self, t):
         from rpn2c.components.impl.processing import RMSNormModule
 
-        return RMSNormModule(self.shape(t), self.hp.eps, self.hp.affine, self.hp.offset, self.hp.upcast)
+        return RMSNormModule(self.shape(t), self.hp.eps, self.hp.affine, self.hp.offset, self.hp.upcast,
+                             self.hp.upcast_variance)
 
 
 @register

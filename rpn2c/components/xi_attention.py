@@ -52,6 +52,9 @@ class _BilinearHP(HP):
                     "shared by the identical heads of a layer")
     qk_norm_eps: float = Field(1e-6, gt=0, json_schema_extra=_LATER,
                                description="ε of qk_norm (unused without it)")
+    qk_norm_upcast: bool = Field(False, json_schema_extra=_LATER,
+                                 description="qk_norm in float32 for every input dtype, cast back before γ "
+                                             "(transformers' Qwen3RMSNorm: a float64 model too)")
 
 
 def _check_head_bias(ctx) -> None:

@@ -30,6 +30,7 @@ from torch import nn
 
 from rpn2c.frontends.fx_match import Miss, ancestors, calls as _is, name as _name
 from rpn2c.frontends.fx_masks import padding_mask
+from rpn2c.frontends.fx_position_bias import RelativeBias, relative_bias
 from rpn2c.frontends.fx_match import shape as _shape
 from rpn2c.frontends.fx_match import users as _users
 
@@ -72,6 +73,9 @@ class Match:
     nodes: set[fx.Node] = field(default_factory=set)
     core: fx.Node | None = None
     padding: fx.Node | None = None  # the padding-mask input read as key_padding
+    scale: float | None = None  # the logit scale when it is not 1/√D
+    bias: RelativeBias | None = None  # a per-head relative position bias added to the scores
+    qk_norm: tuple | None = None  # the (query, key) RMSNorms per head (fx_norms.Match each)
 
 
 def is_sdpa(node: fx.Node) -> bool:
@@ -167,6 +171,7 @@ class _Operand:
     nodes: set[fx.Node]
     rotary: tuple[fx.Node, fx.Node] | None = None
     repeat: int = 1
+    norm: Any = None  # an RMSNorm over each head's features (fx_norms.Match): Qwen3's q_norm / k_norm
 
 
 def _empty_cache(values: dict, node: fx.Node) -> fx.Node | None:
@@ -241,8 +246,8 @@ def _repeat_kv(values: dict, node: fx.Node) -> tuple[fx.Node, int, set] | None:
     return x, after[1] // before[1], {node, expand, lifted}
 
 
-def _operand(gm: fx.GraphModule, values: dict, node: fx.Node, what: str) -> _Operand:
-    """Walk back from an attention operand [B, H, T, D] to its projection."""
+def _operand(gm: fx.GraphModule, values: dict, node: fx.Node, what: str, norms: dict) -> _Operand:
+    """Walk back from an attention operand [B, H, T, D] to its projection (``norms``: the RMSNorms by anchor)."""
     nodes: set[fx.Node] = set()
     rotary, repeat = None, 1
     while True:
@@ -269,7 +274,11 @@ def _operand(gm: fx.GraphModule, values: dict, node: fx.Node, what: str) -> _Ope
     if not (_is(node, *_TRANSPOSE, "permute", torch.permute) and _swaps_1_2(values, node)):
         raise Miss(f"the {what} '{node.name}' is not a projection's output split into heads "
                    "(x.view(B, T, H, D).transpose(1, 2))")
-    split = node.args[0]
+    split, norm = node.args[0], None
+    if split in norms and _shape(values, norms[split].x) == _shape(values, split):  # RMSNorm of each head's D
+        norm = norms[split]
+        nodes |= norm.nodes
+        split = norm.x
     shape, flat = _shape(values, split), _shape(values, split.args[0]) if isinstance(split, fx.Node) else None
     if not _is(split, *_RESHAPE) or shape is None or flat is None or len(shape) != 4 or \
             flat != (shape[0], shape[1], shape[2] * shape[3]):
@@ -277,7 +286,7 @@ def _operand(gm: fx.GraphModule, values: dict, node: fx.Node, what: str) -> _Ope
     nodes |= {node, split}
     proj = _projection(gm, values, split.args[0])
     nodes |= proj.nodes
-    return _Operand(proj, shape[2], shape[3], nodes, rotary, repeat)
+    return _Operand(proj, shape[2], shape[3], nodes, rotary, repeat, norm)
 
 
 # ------------------------------------------------------------------------------------------------ output side
@@ -417,17 +426,22 @@ def _input_free(node: fx.Node) -> bool:
     return all(n.op != "placeholder" for n in ancestors(node, through_sizes=False))
 
 
-def match(gm: fx.GraphModule, values: dict, core: fx.Node, o: dict, core_nodes: set[fx.Node]) -> Match:
-    """The attention block around the attention core ``core`` (SDPA's arguments ``o``; raises :class:`Miss`)."""
-    causal, padding = bool(o["is_causal"]), None
+def match(gm: fx.GraphModule, values: dict, core: fx.Node, o: dict, core_nodes: set[fx.Node],
+          norms: dict | None = None) -> Match:
+    """The attention block around the attention core ``core`` (SDPA's arguments ``o``; raises :class:`Miss`);
+    ``norms``: the graph's RMSNorms by anchor, read as query/key norms where they normalise each head."""
+    causal, padding, bias, bias_nodes = bool(o["is_causal"]), None, None, set()
     if o["attn_mask"] is not None:
         if causal:
             raise Miss("is_causal with an attn_mask")
-        padding = padding_mask(gm, values, o["attn_mask"])
-        causal = padding.causal
+        bias, mask, bias_nodes = _split_bias(gm, values, o["attn_mask"])
+        if mask is not None:
+            padding = padding_mask(gm, values, mask)
+            causal = padding.causal
     if o["dropout_p"]:
         raise Miss(f"dropout_p={o['dropout_p']} drops attention weights in eval")
-    q, k, v = (_operand(gm, values, o[n], n) for n in ("query", "key", "value"))
+    q, k, v = (_operand(gm, values, o[n], n, norms or {}) for n in ("query", "key", "value"))
+    qk_norm = _qk_norm(q.norm, k.norm, v.norm)
     if v.rotary is not None or (q.rotary is None) != (k.rotary is None):
         raise Miss("rotary positions turn the query and the key, not the value")
     if q.rotary and q.rotary != k.rotary:
@@ -442,8 +456,7 @@ def match(gm: fx.GraphModule, values: dict, core: fx.Node, o: dict, core_nodes: 
     if groups != q.heads and not (o["enable_gqa"] and q.heads % k.heads == 0):
         raise Miss(f"{q.heads} query heads over {k.heads} key heads")
     scale = o["scale"]
-    if scale is not None and not math.isclose(float(scale), q.dims ** -0.5, rel_tol=1e-12):
-        raise Miss(f"scale={scale}, not 1/√{q.dims}")
+    scale = None if scale is None or math.isclose(float(scale), q.dims ** -0.5, rel_tol=1e-12) else float(scale)
     theta = None
     if q.rotary is not None:
         if not all(_input_free(t) for t in q.rotary):
@@ -452,19 +465,63 @@ def match(gm: fx.GraphModule, values: dict, core: fx.Node, o: dict, core_nodes: 
     merged, out_nodes = _merge(values, core)
     out, anchor = _output_projection(gm, values, merged)
     nodes = q.nodes | k.nodes | v.nodes | out_nodes | out.nodes | core_nodes | (padding.nodes if padding else set())
+    if bias is not None:
+        if bias.heads != q.heads:
+            raise Miss(f"the relative bias has {bias.heads} heads, the attention {q.heads}")
+        nodes |= bias.nodes | bias_nodes
     return Match(q.proj.x, anchor, q.proj, k.proj, v.proj, out, q.heads, k.heads, q.dims, causal, theta, nodes, core,
-                 padding.input if padding is not None else None)
+                 padding.input if padding is not None else None, scale, bias, qk_norm)
+
+
+def _qk_norm(q: Any, k: Any, v: Any) -> tuple | None:
+    """``(q norm, k norm)`` when both the queries and the keys are RMS-normalised per head alike (Qwen3)."""
+    if q is None and k is None and v is None:
+        return None
+    if v is not None or q is None or k is None:
+        raise Miss("an RMSNorm per head normalises " + ("the values" if v is not None else "only one of the query "
+                   "and the key") + " (qk_norm normalises both the queries and the keys)")
+    if (q.eps, q.upcast, q.variance) != (k.eps, k.upcast, k.variance) or not (q.weight and k.weight):
+        raise Miss("the query and key norms differ in ε, dtype or weights (qk_norm: one ε, a weight each)")
+    if q.variance:
+        raise Miss("the query/key norm takes only the variance in float32 (qk_norm normalises in one dtype)")
+    return q, k
+
+
+def _split_bias(gm: fx.GraphModule, values: dict, mask: fx.Node) -> tuple[RelativeBias | None, Any, set]:
+    """An attn_mask as (a relative position bias, the rest of the mask, the nodes joining them): the bias alone,
+    ``bias + mask``, ``where(keep, bias, lowest)`` (T5 with a padding mask), or no bias at all."""
+    node, passed = mask, set()
+    while _is(node, *_PASS):
+        passed.add(node)
+        node = node.args[0]
+    bias = relative_bias(gm, values, node)
+    if bias is not None:
+        return bias, None, passed
+    if _is(node, operator.add, torch.add) and len(node.args) == 2 and all(isinstance(a, fx.Node) for a in node.args):
+        for one, other in (node.args, node.args[::-1]):
+            bias = relative_bias(gm, values, one)
+            if bias is not None:
+                return bias, other, passed | {node}
+    if _is(node, torch.where) and len(node.args) == 3 and isinstance(node.args[2], float) and \
+            node.args[2] <= torch.finfo(values[node].dtype).min:  # where(keep, bias, lowest): the bias, masked
+        bias = relative_bias(gm, values, node.args[1]) if isinstance(node.args[1], fx.Node) else None
+        if bias is not None:
+            return bias, node.args[0], passed | {node}
+    return None, mask, set()
 
 
 def find(gm: fx.GraphModule, values: dict) -> tuple[dict[fx.Node, Match], dict[fx.Node, str]]:
     """The attention blocks of the graph by anchor, and the reason for each core not mapped."""
+    from rpn2c.frontends import fx_norms
+
     found: dict[fx.Node, Match] = {}
     misses: dict[fx.Node, str] = {}
+    norms = fx_norms.find(gm, values)[0]
     for node in gm.graph.nodes:
         try:
             core = (_core(node), {node}) if is_sdpa(node) else _eager(values, node)
             if core is not None:
-                m = match(gm, values, node, *core)
+                m = match(gm, values, node, *core, norms)
                 found[m.anchor] = m
         except Miss as err:
             misses[node] = str(err)
@@ -481,6 +538,9 @@ PATTERNS = {
     "cache": "torch.cat([empty past, k], dim=-2) -> k",
     "mask": "an attn_mask built from a padding-mask input [B, S] (probed) -> key_padding (keep_mask), causal",
     "merge": "o.transpose(1, 2).reshape(B, T, H·D) then a linear o_proj -> fusion = concat_linear",
+    "qk_norm": "norm(q_proj(x).view(B, T, H, D)) of the queries and keys (an RMSNorm over D) -> qk_norm = \"rms\"",
+    "bias": "an attn_mask made from the offset's buckets and one table (fx_position_bias) -> attn_mask = "
+            "relative_bias(...), scale as given",
 }
 
 
@@ -532,8 +592,18 @@ def emit(conv, node: fx.Node, m: Match):
     e = _shape(conv.values, node)[-1]
     out_bias = _tensor(conv, m.out, "bias")
     xi = [f"rank = {m.rank}"] + (["causal = true"] if m.causal else []) + \
-         ([f"rotary = {lit(m.rotary)}"] if m.rotary is not None else [])
+         ([f"rotary = {lit(m.rotary)}"] if m.rotary is not None else []) + \
+         ([f"scale = {lit(m.scale)}"] if m.scale is not None else [])
+    if m.qk_norm is not None:
+        qn = m.qk_norm[0]
+        xi += ['qk_norm = "rms"', f"qk_norm_eps = {lit(qn.eps)}"] + (["qk_norm_upcast = true"] if qn.upcast else [])
     uses = []
+    if m.bias is not None:  # T5's relative position bias: head h adds slice h to its scores
+        from rpn2c.frontends import fx_position_bias
+
+        b = fx_position_bias.emit(conv, node, m.bias, x)
+        xi.append(f"attn_mask = {b.name}")
+        uses.append(b)
     if m.padding is not None:  # 1 = attend, as the library reads it
         pad = conv.value(node, conv.env[m.padding], "padding mask")
         sym = x.items_from[0].item_dims.get(x.items_from[1]) if x.items_from else None
@@ -545,7 +615,9 @@ def emit(conv, node: fx.Node, m: Match):
                ([f"kv_heads = {m.kv_heads}"] if m.kv_heads != m.heads else [])
     comment = [f"[{path}] attention written out ({_name(m.core.target)}): {m.heads} heads of rank {m.rank}"
                + (f", {m.kv_heads} key/value heads" if m.kv_heads != m.heads else "")
-               + (", causal" if m.causal else "") + (f", rotary θ = {lit(m.rotary)}" if m.rotary else ""),
+               + (", causal" if m.causal else "") + (f", rotary θ = {lit(m.rotary)}" if m.rotary else "")
+               + (", a relative position bias" if m.bias else "") + (", RMSNorm of each head's q and k"
+                                                                        if m.qk_norm else ""),
                f"  q/k/v projections -> the packed in_proj_weight; {m.out.module or m.out.weight} -> concat_linear"]
     y = ctx.head(x, settings + ["xi_instance = attention(...)", f"out = {m.rank}", "bias = false",
                                 f"fusion = concat_linear(out = {e}{'' if out_bias else ', bias = false'})"],
@@ -557,6 +629,9 @@ def emit(conv, node: fx.Node, m: Match):
         xi.insert(1, "bias = true")
         stmt.settings.remove("bias = false")
     stmt.settings[stmt.settings.index("xi_instance = attention(...)")] = f"xi_instance = attention({', '.join(xi)})"
+    if m.qk_norm is not None:  # γ_q, γ_k [D], shared by the heads
+        for which, norm in zip("qk", m.qk_norm):
+            conv.b.link(f"{name}.{which}_norm_weight", conv.path, conv.module, norm.weight, None, False, None)
     w = _tensor(conv, m.out, "weight")
     conv.b.link(f"{name}.fusion.linear.weight", *w[:3], None, w[3], None)
     if out_bias:

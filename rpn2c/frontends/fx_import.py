@@ -265,6 +265,7 @@ class _GraphConverter:
         self.env: dict[fx.Node, Any] = {}
         self.order = {n: i for i, n in enumerate(values)}
         self.matches, self.absorbed, self.misses = {}, {}, {}
+        self.shared: dict[fx.Node, Value] = {}  # values recognisers make once for several matches (a position bias)
 
     # -------------------------------------------------------------------------------------------- naming, errors
     def _qual(self, local: str) -> str:

@@ -70,7 +70,8 @@ class _BilinearXi(XiModule):
             return qq, kk
         gq = self.q_norm_weight if gamma_q is None else gamma_q
         gk = self.k_norm_weight if gamma_k is None else gamma_k
-        return _rms(qq, gq, self.hp.qk_norm_eps, literal), _rms(kk, gk, self.hp.qk_norm_eps, literal)
+        eps, up = self.hp.qk_norm_eps, self.hp.qk_norm_upcast
+        return _rms(qq, gq, eps, literal, up), _rms(kk, gk, eps, literal, up)
 
     def rotate(self, qq, kk):
         """Queries and keys ``[..., N, r]`` turned by their items' positions (rotary; unchanged without it)."""
@@ -228,8 +229,12 @@ class _LinearAttentionXi(XiModule):
         return linear_attention.linear_attention(*self._features(q, c), z, self.hp.causal)
 
 
-def _rms(t, gamma, eps: float, literal: bool):
-    """``t/√(mean(t²) + ε)·γ`` over the last axis; half precision normalised in float32 (as ``rms_norm``)."""
+def _rms(t, gamma, eps: float, literal: bool, upcast: bool = False):
+    """``t/√(mean(t²) + ε)·γ`` over the last axis; half precision normalised in float32 (as ``rms_norm``);
+    ``upcast``: every dtype normalised in float32 and cast back before γ (LlamaRMSNorm's order)."""
+    if upcast:
+        h = t.to(torch.float32)
+        return gamma * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(t.dtype)
     if literal:
         return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + eps) * gamma
     if t.dtype in (torch.float16, torch.bfloat16):
