@@ -172,6 +172,7 @@ class _Operand:
     rotary: tuple[fx.Node, fx.Node] | None = None
     repeat: int = 1
     norm: Any = None  # an RMSNorm over each head's features (fx_norms.Match): Qwen3's q_norm / k_norm
+    factor: float = 1.0  # a constant the heads are multiplied by (x-transformers' q * (scale / default_scale))
 
 
 def _empty_cache(values: dict, node: fx.Node) -> fx.Node | None:
@@ -249,9 +250,15 @@ def _repeat_kv(values: dict, node: fx.Node) -> tuple[fx.Node, int, set] | None:
 def _operand(gm: fx.GraphModule, values: dict, node: fx.Node, what: str, norms: dict) -> _Operand:
     """Walk back from an attention operand [B, H, T, D] to its projection (``norms``: the RMSNorms by anchor)."""
     nodes: set[fx.Node] = set()
-    rotary, repeat = None, 1
+    rotary, repeat, factor = None, 1, 1.0
     while True:
         if _is(node, *_PASS):
+            nodes.add(node)
+            node = node.args[0]
+            continue
+        if _is(node, operator.mul, torch.mul) and len(node.args) == 2 and isinstance(node.args[0], fx.Node) and \
+                _constant(values, node.args[1]) is not None:  # q * c, c made from sizes
+            factor *= _constant(values, node.args[1])
             nodes.add(node)
             node = node.args[0]
             continue
@@ -286,7 +293,7 @@ def _operand(gm: fx.GraphModule, values: dict, node: fx.Node, what: str, norms: 
     nodes |= {node, split}
     proj = _projection(gm, values, split.args[0])
     nodes |= proj.nodes
-    return _Operand(proj, shape[2], shape[3], nodes, rotary, repeat, norm)
+    return _Operand(proj, shape[2], shape[3], nodes, rotary, repeat, norm, factor)
 
 
 # ------------------------------------------------------------------------------------------------ output side
@@ -352,6 +359,8 @@ def _constant(values: dict, x: Any) -> float | None:
     v = values.get(x) if isinstance(x, fx.Node) else None
     if isinstance(v, torch.Tensor) and v.dim() == 0 and _input_free(x):
         return float(v)
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and _input_free(x):  # a number computed from sizes
+        return float(v)
     return None
 
 
@@ -360,14 +369,21 @@ def _eager(values: dict, node: fx.Node) -> tuple[dict, set[fx.Node]] | None:
     the arguments SDPA would take, and the nodes of the core (None when ``node`` is no such product)."""
     import torch.nn.functional as F
 
-    if not _is(node, *_MATMUL) or len(node.args) != 2:
+    if _einsum(node, "av"):
+        p, v = node.args[1:3]
+    elif _is(node, *_MATMUL) and len(node.args) == 2:
+        p, v = node.args
+    else:
         return None
-    p, v = node.args
     nodes = {node}
     if _is(p, F.dropout) and not p.kwargs.get("training", p.args[2] if len(p.args) > 2 else True):
         nodes.add(p)
         p = p.args[0]
-    if _is(p, "to", "type_as"):
+    if isinstance(p, fx.Node) and p.op == "call_module" and values.get(p) is not None and \
+            p.meta.get("nn_module_stack") is not None and _dropout_module(p):  # an nn.Dropout (eval)
+        nodes.add(p)
+        p = p.args[0]
+    if _is(p, "to", "type_as", "type"):
         nodes.add(p)
         p = p.args[0]
     if not _is(p, F.softmax, torch.softmax, "softmax"):
@@ -388,17 +404,45 @@ def _eager(values: dict, node: fx.Node) -> tuple[dict, set[fx.Node]] | None:
         scale = c if scores.target is operator.mul else 1 / c
         nodes.add(scores)
         scores = scores.args[0]
-    if not _is(scores, *_MATMUL):
-        return None
-    q, kt = scores.args
-    if not (_is(kt, *_TRANSPOSE) and tuple(d % 4 for d in kt.args[1:3]) in ((2, 3), (3, 2))):
+    if _einsum(scores, "qk"):
+        q, key = scores.args[1:3]
+    elif _is(scores, *_MATMUL):
+        q, kt = scores.args
+        if not (_is(kt, *_TRANSPOSE) and tuple(d % 4 for d in kt.args[1:3]) in ((2, 3), (3, 2))):
+            return None
+        nodes.add(kt)
+        key = kt.args[0]
+    else:
         return None
     if dtype is not None and dtype != values[scores].dtype:
-        raise Miss(f"the softmax runs in {dtype}, not the scores' {values[scores].dtype} (eager attention's float32 "
-                   "softmax: SDPA, attn_implementation='sdpa', converts)")
-    nodes |= {scores, kt}
-    return {"query": q, "key": kt.args[0], "value": v, "attn_mask": mask, "dropout_p": 0.0, "is_causal": False,
+        raise Miss(f"the softmax runs in {dtype}, not the scores' {values[scores].dtype}: the attention ξ's softmax "
+                   "runs in the scores' dtype (SDPA converts: attn_implementation='sdpa' in transformers, "
+                   "attn_flash=True in x-transformers)")
+    nodes.add(scores)
+    return {"query": q, "key": key, "value": v, "attn_mask": mask, "dropout_p": 0.0, "is_causal": False,
             "scale": scale, "enable_gqa": False}, nodes
+
+
+def _dropout_module(node: fx.Node) -> bool:
+    stack = node.meta.get("nn_module_stack") or {}
+    return any(t == node.target and issubclass(cls, nn.Dropout) for t, cls in stack.values())
+
+
+def _einsum(node: Any, form: str) -> bool:
+    """``torch.einsum`` over [B, H, ·, ·] operands: ``"qk"`` = q @ kᵀ (``b h i d, b h j d -> b h i j``), ``"av"``
+    = a @ v (``b h i j, b h j d -> b h i d``), whatever the letters."""
+    if not _is(node, torch.einsum) or len(node.args) != 3 or not isinstance(node.args[0], str):
+        return False
+    try:
+        ins, out = node.args[0].replace(" ", "").split("->")
+        a, b = ins.split(",")
+    except ValueError:
+        return False
+    if not all(len(t) == 4 for t in (a, b, out)) or not a[:2] == b[:2] == out[:2]:
+        return False
+    if form == "qk":
+        return a[3] == b[3] and out[2:] == a[2] + b[2] and a[2] != b[2]
+    return a[3] == b[2] and out[2:] == a[2] + b[3] and len(set(a[2:] + b[3])) == 3
 
 
 def _theta(values: dict, cos: fx.Node, dims: int) -> float:
@@ -455,8 +499,10 @@ def match(gm: fx.GraphModule, values: dict, core: fx.Node, o: dict, core_nodes: 
     groups = k.heads * k.repeat
     if groups != q.heads and not (o["enable_gqa"] and q.heads % k.heads == 0):
         raise Miss(f"{q.heads} query heads over {k.heads} key heads")
-    scale = o["scale"]
-    scale = None if scale is None or math.isclose(float(scale), q.dims ** -0.5, rel_tol=1e-12) else float(scale)
+    if v.factor != 1.0:
+        raise Miss(f"the values are multiplied by {v.factor}")
+    scale = (q.dims ** -0.5 if o["scale"] is None else float(o["scale"])) * q.factor * k.factor
+    scale = None if math.isclose(scale, q.dims ** -0.5, rel_tol=1e-12) else scale
     theta = None
     if q.rotary is not None:
         if not all(_input_free(t) for t in q.rotary):

@@ -116,6 +116,7 @@ class _Absorbed:
 
 # the recognisers run over the traced graph before conversion: (pattern, find, emit at the anchor node)
 RECOGNISERS = (("attention", fx_attention.find, fx_attention.emit), ("RMSNorm", fx_norms.find, fx_norms.emit),
+               ("weighted LayerNorm", fx_norms.find_scaled, fx_norms.emit_scaled),
                ("tanh GELU", fx_gelu.find, fx_gelu.emit))
 
 
@@ -251,7 +252,7 @@ _ELEMENTWISE_METHODS = {"add": "add", "add_": "add", "mul": "mul", "mul_": "mul"
 _REDUCTIONS = {"mean": "mean", "sum": "sum", "amax": "max"}
 _CAT = (torch.cat, torch.concat, torch.concatenate)
 _IDENTITY_METHODS = ("contiguous", "clone")
-_CASTS = ("to", "type_as", "float", "double", "type")
+_CASTS = ("to", "type_as", "float", "double", "type", "long", "int", "half", "bfloat16")
 _NO_OPTION = ("input", "_stacklevel", "inplace")
 _RESHAPES = ("view", "reshape", "squeeze", "unsqueeze")
 

@@ -144,3 +144,67 @@ def emit(conv, node: fx.Node, m: Match):
     if m.weight:
         conv.b.link(f"{y.name}.weight", conv.path, conv.module, m.weight, None, False, None)
     return y
+
+
+# ------------------------------------------------------------------------------------------------ weighted LayerNorm
+@dataclass
+class Scaled:
+    """``ln(x) * (w + c)`` with ``ln`` an ``nn.LayerNorm`` without affine and ``w`` a parameter [F] read in forward
+    (x-transformers' LayerNorm, ``c = 1`` with ``unit_offset``): ``layer_norm(bias = false, offset = c)``, weight ``w``."""
+
+    x: fx.Node
+    anchor: fx.Node
+    norm: str
+    weight: str
+    nodes: set[fx.Node]
+    offset: float = 0.0
+
+
+def _parameter(values: dict, node: object, width: int) -> tuple[str, set, float] | None:
+    """``self.w`` or ``self.w + c`` of shape [width] -> (target, nodes, offset c)."""
+    if _is(node, operator.add, torch.add) and len(node.args) == 2 and isinstance(node.args[1], (int, float)) \
+            and not isinstance(node.args[1], bool):
+        found = _parameter(values, node.args[0], width)
+        if found and len(_users(node)) == 1 and not found[2]:
+            return found[0], found[1] | {node}, float(node.args[1])
+        return None
+    if isinstance(node, fx.Node) and node.op == "get_attr" and _shape(values, node) == (width,):
+        return str(node.target), {node}, 0.0
+    return None
+
+
+def find_scaled(gm: fx.GraphModule, values: dict) -> tuple[dict[fx.Node, Scaled], dict[fx.Node, str]]:
+    from torch import nn
+
+    found, misses = {}, {}
+    for node in gm.graph.nodes:
+        if node.op != "call_module":
+            continue
+        ln = gm.get_submodule(node.target)
+        users = _users(node)
+        if type(ln) is not nn.LayerNorm or ln.elementwise_affine or len(ln.normalized_shape) != 1 or \
+                len(users) != 1 or not _is(users[0], *_MUL):
+            continue
+        w = _parameter(values, _other(users[0], node), ln.normalized_shape[0])
+        if w is None:
+            misses[users[0]] = "the LayerNorm's output is scaled by no parameter [F] (self.gamma [+ c])"
+            continue
+        found[users[0]] = Scaled(node.args[0], users[0], str(node.target), w[0], {node, users[0]} | w[1], w[2])
+    return found, misses
+
+
+def emit_scaled(conv, node: fx.Node, m: Scaled):
+    """``layer_norm(x, eps, bias = false)`` with its weight linked to the parameter."""
+    from rpn2c.frontends.kit import lit
+
+    ln = conv.gm.get_submodule(m.norm)
+    ctx = conv.ctx(node)
+    x = conv.typed(ctx, conv.value(node, conv.env[m.x], "norm input"))
+    path, _ = conv._owner(node)
+    local = path[len(conv.path):].lstrip(".") if conv.path else path
+    offset = f", offset = {lit(m.offset)}" if m.offset else ""
+    y = ctx.op("layer_norm", [x], f"eps = {lit(float(ln.eps))}, bias = false{offset}",
+               name=conv.b.fresh(conv.base + local, "norm"),
+               comment=f"[{path or 'root'}] LayerNorm without affine times a parameter -> layer_norm(bias = false)")
+    conv.b.link(f"{y.name}.weight", conv.path, conv.module, m.weight, None, False, None)
+    return y

@@ -116,6 +116,20 @@ def _gpt2_mlp():
     return GPT2MLP(32, GPT2Config(n_embd=8, activation_function="gelu", resid_pdrop=0.1))
 
 
+def _xt(layers: str, **kw) -> Callable[[], nn.Module]:
+    """An x-transformers ``TransformerWrapper`` over 2 layers of ``Encoder`` / ``Decoder`` (its defaults otherwise)."""
+    def build():
+        import x_transformers
+
+        torch.manual_seed(0)
+        attn = getattr(x_transformers, layers)(dim=16, depth=2, heads=2, **kw)
+        return x_transformers.TransformerWrapper(num_tokens=50, max_seq_len=16, attn_layers=attn)
+    return build
+
+
+_XT_SOFTMAX = "x-transformers' default attention takes its softmax in float32 (no attention ξ form in float64)"
+_XT_ROTARY = "x-transformers' RotaryEmbedding: disable_autocast looks for a tensor argument with torch.is_tensor"
+
 CASES: dict[str, Case] = {
     "pyg_gcn": Case("torch_geometric", _pyg("GCN"), _graph()),
     "pyg_gat": Case("torch_geometric", _pyg("GAT", heads=2), _graph()),
@@ -168,6 +182,11 @@ CASES: dict[str, Case] = {
     "hf_t5_encoder_padded": Case("transformers", _hf("T5Config", "T5EncoderModel", vocab_size=50, d_model=16,
                                                      d_kv=8, d_ff=32, num_layers=2, num_heads=2),
                                  lambda: (*_ids()(), {"attention_mask": _padding()}), slow=True),
+    "xt_encoder_flash": Case("x_transformers", _xt("Encoder", attn_flash=True), _ids(), slow=True),
+    "xt_decoder_flash": Case("x_transformers", _xt("Decoder", attn_flash=True), _ids(), slow=True),
+    "xt_encoder": Case("x_transformers", _xt("Encoder"), _ids(), refuses=_XT_SOFTMAX, slow=True),
+    "xt_decoder_rotary": Case("x_transformers", _xt("Decoder", attn_flash=True, rotary_pos_emb=True), _ids(),
+                              refuses=_XT_ROTARY, slow=True),
 }
 
 

@@ -55,6 +55,24 @@ class _BatchNorm(nn.Module):
         return self.bn(x.contiguous())
 
 
+class LayerNormModule(nn.Module):
+    """y = layer_norm(x) · (γ + offset) [+ β] over the trailing ``shape``; γ starts at 1 − offset (a fresh norm
+    scales by 1), as x-transformers' LayerNorm with ``unit_offset``."""
+
+    def __init__(self, shape: tuple[int, ...], eps: float, bias: bool, offset: float):
+        super().__init__()
+        self.shape, self.eps, self.offset = tuple(shape), eps, offset
+        self.weight = nn.Parameter(torch.full(self.shape, 1.0 - offset))
+        self.bias = nn.Parameter(torch.zeros(self.shape)) if bias else None
+
+    def forward(self, x):
+        y = F.layer_norm(x, self.shape, None, None, self.eps) * (self.weight + self.offset)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.shape}, eps={self.eps}, offset={self.offset}"
+
+
 class RMSNormModule(nn.Module):
     """y = x / √(mean(x²) + ε) · (γ + offset) over the trailing ``shape`` (``F.rms_norm``, torch's fused kernel);
     γ starts at 1 − offset, so a fresh norm scales by 1. Half-precision inputs are normalised in float32 and cast
