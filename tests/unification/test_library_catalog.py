@@ -144,6 +144,8 @@ CASES: dict[str, Case] = {
     "pyg_chebnet": Case("torch_geometric", _two_convs("ChebConv", K=3), _graph()),
     "pyg_gat_v2": Case("torch_geometric", _pyg("GAT", 2, v2=True), _graph(),
                        refuses="GATv2Conv: its score aᵀ LeakyReLU(W_s x_j + W_t x_i) is no graph_attention form"),
+    "pyg_transformer_conv": Case("torch_geometric", _two_convs("TransformerConv", heads=2, concat=False), _graph(),
+                                 refuses="TransformerConv: the value bias inside the edge softmax has no head slot"),
     "pyg_graphsage_max": Case("torch_geometric", _pyg("GraphSAGE", 2, aggr="max"), _graph(),
                               refuses="SAGEConv aggr='max': the graph ξ aggregates by a (normalised) sum"),
     "pyg_gcn_graph_layer_norm": Case("torch_geometric", _pyg("GCN", 2, norm="layer_norm"), _graph(),
