@@ -33,7 +33,7 @@ class _Embedded(nn.Module):
 
     def forward(self, ids):
         x = self.tok(ids.long()) + self.pos(torch.arange(ids.shape[1])) * 8 ** -0.5
-        x = _default(None, x)
+        x = _default(x, None)  # callable(x) of the traced tensor: False, as on the example
         return self.out(self.ln(x) * (self.gamma + 1.0))
 
 
