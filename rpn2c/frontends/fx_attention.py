@@ -29,7 +29,7 @@ import torch.fx as fx
 from torch import nn
 
 from rpn2c.frontends.fx_match import Miss, ancestors, calls as _is, name as _name
-from rpn2c.frontends.fx_masks import padding_mask
+from rpn2c.frontends.fx_masks import _feeding, padding_mask
 from rpn2c.frontends.fx_position_bias import RelativeBias, relative_bias
 from rpn2c.frontends.fx_match import shape as _shape
 from rpn2c.frontends.fx_match import users as _users
@@ -76,6 +76,7 @@ class Match:
     scale: float | None = None  # the logit scale when it is not 1/√D
     bias: RelativeBias | None = None  # a per-head relative position bias added to the scores
     qk_norm: tuple | None = None  # the (query, key) RMSNorms per head (fx_norms.Match each)
+    softmax_upcast: bool = False  # the softmax in float32, cast back (x-transformers' Attend, Llama's eager form)
 
 
 def is_sdpa(node: fx.Node) -> bool:
@@ -343,7 +344,8 @@ def _output_projection(gm: fx.GraphModule, values: dict, merged: fx.Node) -> tup
 # ------------------------------------------------------------------------------------------------ the block
 def _core(node: fx.Node) -> dict:
     names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-    out = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False}
+    out = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False,
+           "softmax_upcast": False}
     out.update(zip(names, node.args))
     out.update(node.kwargs)
     return out
@@ -364,9 +366,11 @@ def _constant(values: dict, x: Any) -> float | None:
     return None
 
 
-def _eager(values: dict, node: fx.Node) -> tuple[dict, set[fx.Node]] | None:
-    """Attention written out: ``softmax(q @ k.transpose(-2, -1) · scale [+ mask], dim=-1) [dropout] @ v`` ->
-    the arguments SDPA would take, and the nodes of the core (None when ``node`` is no such product)."""
+def _eager(values: dict, node: fx.Node, gm: fx.GraphModule | None = None) -> tuple[dict, set[fx.Node]] | None:
+    """Attention written out: ``softmax(q @ k.transpose(-2, -1) · scale [+ mask], dim=-1) [dropout] @ v`` (or
+    ``einsum``; the scores ``masked_fill``'ed by a causal mask; the softmax in float32 and cast back) -> the
+    arguments SDPA would take (``softmax_upcast`` besides), and the nodes of the core (None when ``node`` is no
+    such product)."""
     import torch.nn.functional as F
 
     if _einsum(node, "av"):
@@ -383,9 +387,10 @@ def _eager(values: dict, node: fx.Node) -> tuple[dict, set[fx.Node]] | None:
             p.meta.get("nn_module_stack") is not None and _dropout_module(p):  # an nn.Dropout (eval)
         nodes.add(p)
         p = p.args[0]
+    cast = None
     if _is(p, "to", "type_as", "type"):
         nodes.add(p)
-        p = p.args[0]
+        cast, p = p, p.args[0]
     if not _is(p, F.softmax, torch.softmax, "softmax"):
         return None
     dim = p.kwargs.get("dim", p.args[1] if len(p.args) > 1 else None)
@@ -393,7 +398,20 @@ def _eager(values: dict, node: fx.Node) -> tuple[dict, set[fx.Node]] | None:
         return None
     dtype = p.kwargs.get("dtype")
     nodes.add(p)
-    scores, mask = p.args[0], None
+    scores, mask, causal = p.args[0], None, False
+    if _is(scores, "masked_fill") and len(scores.args) == 3 and gm is not None:  # x-transformers' causal mask
+        blocked, fill = scores.args[1], scores.args[2]
+        t, s_ = values[scores].shape[-2:]
+        future = torch.ones(t, s_, dtype=torch.bool).triu(s_ - t + 1)
+        b = values.get(blocked)
+        if not (isinstance(fill, float) and fill <= torch.finfo(values[scores].dtype).min and _input_free(blocked)
+                and isinstance(b, torch.Tensor) and b.dtype == torch.bool and b.shape[-2:] == (t, s_)
+                and bool((b == future).all())):
+            raise Miss("the scores are masked_fill'ed by no causal mask made from sizes (the future blocked by the "
+                       "dtype's lowest value)")
+        causal = True
+        nodes |= {scores} | _feeding(gm, blocked)
+        scores = scores.args[0]
     if _is(scores, operator.add, torch.add) and len(scores.args) == 2:
         a, b = scores.args
         scores, mask = (a, b) if _is(a, *_MATMUL, operator.mul, operator.truediv) else (b, a)
@@ -414,13 +432,13 @@ def _eager(values: dict, node: fx.Node) -> tuple[dict, set[fx.Node]] | None:
         key = kt.args[0]
     else:
         return None
-    if dtype is not None and dtype != values[scores].dtype:
-        raise Miss(f"the softmax runs in {dtype}, not the scores' {values[scores].dtype}: the attention ξ's softmax "
-                   "runs in the scores' dtype (SDPA converts: attn_implementation='sdpa' in transformers, "
-                   "attn_flash=True in x-transformers)")
+    upcast = dtype is not None and dtype != values[scores].dtype
+    if upcast and (dtype != torch.float32 or cast is None or values[cast].dtype != values[scores].dtype):
+        raise Miss(f"the softmax runs in {dtype} and is not cast back to the scores' {values[scores].dtype} "
+                   "(softmax_upcast: a float32 softmax, cast back)")
     nodes.add(scores)
-    return {"query": q, "key": key, "value": v, "attn_mask": mask, "dropout_p": 0.0, "is_causal": False,
-            "scale": scale, "enable_gqa": False}, nodes
+    return {"query": q, "key": key, "value": v, "attn_mask": mask, "dropout_p": 0.0, "is_causal": causal,
+            "scale": scale, "enable_gqa": False, "softmax_upcast": upcast}, nodes
 
 
 def _dropout_module(node: fx.Node) -> bool:
@@ -516,7 +534,7 @@ def match(gm: fx.GraphModule, values: dict, core: fx.Node, o: dict, core_nodes: 
             raise Miss(f"the relative bias has {bias.heads} heads, the attention {q.heads}")
         nodes |= bias.nodes | bias_nodes
     return Match(q.proj.x, anchor, q.proj, k.proj, v.proj, out, q.heads, k.heads, q.dims, causal, theta, nodes, core,
-                 padding.input if padding is not None else None, scale, bias, qk_norm)
+                 padding.input if padding is not None else None, scale, bias, qk_norm, bool(o["softmax_upcast"]))
 
 
 def _qk_norm(q: Any, k: Any, v: Any) -> tuple | None:
@@ -565,7 +583,7 @@ def find(gm: fx.GraphModule, values: dict) -> tuple[dict[fx.Node, Match], dict[f
     norms = fx_norms.find(gm, values)[0]
     for node in gm.graph.nodes:
         try:
-            core = (_core(node), {node}) if is_sdpa(node) else _eager(values, node)
+            core = (_core(node), {node}) if is_sdpa(node) else _eager(values, node, gm)
             if core is not None:
                 m = match(gm, values, node, *core, norms)
                 found[m.anchor] = m
@@ -577,7 +595,8 @@ def find(gm: fx.GraphModule, values: dict) -> tuple[dict[fx.Node, Match], dict[f
 PATTERNS = {
     "heads": "x.view(B, T, H, D).transpose(1, 2) of a projection -> the heads of one attention head statement",
     "sdpa": "F.scaled_dot_product_attention(q, k, v, is_causal, scale = 1/√D) -> attention(rank = D, causal)",
-    "eager": "softmax(q @ k.transpose(-2, -1) · 1/√D [+ mask], -1) @ v, softmax in the scores' dtype -> the same",
+    "eager": "softmax(q @ k.transpose(-2, -1) · 1/√D [+ mask], -1) @ v (or einsum) -> the same; a float32 softmax "
+             "cast back -> softmax_upcast = true; a causal masked_fill -> causal = true",
     "rotary": "q·cos + rotate_half(q)·sin (cos/sin of positions 0..T−1) -> attention(rotary = θ)",
     "repeat_kv": "x[:, :, None].expand(...).reshape(...) or SDPA's enable_gqa -> kv_heads = G",
     "packed": "c_attn(x).split(E, dim=2) (GPT-2's Conv1D) -> the packed in_proj_weight, transposed",
@@ -640,6 +659,8 @@ def emit(conv, node: fx.Node, m: Match):
     xi = [f"rank = {m.rank}"] + (["causal = true"] if m.causal else []) + \
          ([f"rotary = {lit(m.rotary)}"] if m.rotary is not None else []) + \
          ([f"scale = {lit(m.scale)}"] if m.scale is not None else [])
+    if m.softmax_upcast:
+        xi.append("softmax_upcast = true")
     if m.qk_norm is not None:
         qn = m.qk_norm[0]
         xi += ['qk_norm = "rms"', f"qk_norm_eps = {lit(qn.eps)}"] + (["qk_norm_upcast = true"] if qn.upcast else [])

@@ -2,7 +2,8 @@
 and parameter gradients, free parameters): ``callable(x)`` answers as on the example while tracing; positions
 times a constant are ``learned_position(scale)``; ``ln(x) * (γ + c)`` is ``layer_norm(bias = false, offset = c)``
 (and ``nn.LayerNorm(bias=False)`` converts); attention written with ``einsum`` and queries multiplied by a constant
-map onto the attention ξ; a softmax taken in float32 is refused at its line."""
+map onto the attention ξ, a float32 softmax cast back as ``softmax_upcast`` and a causal ``masked_fill`` as
+``causal = true``; near misses are refused at their line."""
 
 from __future__ import annotations
 
@@ -79,7 +80,46 @@ def test_einsum_attention_with_a_query_factor_converts():
     assert "attention(rank = 4, scale = 0.15)" in spec.text and spec.text.count("= head(") == 1
 
 
-def test_a_softmax_in_float32_is_refused():
-    with pytest.raises(TorchImportError) as info:
-        rpn2c.from_torch(_Einsum(torch.float32).double(), (rand(2, 5, 16, seed=3),))
-    assert "the softmax runs in torch.float32" in str(info.value) and info.value.library_file == __file__
+class _Causal(_Einsum):
+    """The eager attention with x-transformers' causal mask: ``sim.masked_fill(triu(1), −max)`` (``shift``: the
+    diagonal blocked too, no causal mask)."""
+
+    def __init__(self, shift=0):
+        super().__init__(torch.float32)
+        self.shift = shift
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = (p(x).reshape(b, t, self.h, self.d).permute(0, 2, 1, 3) for p in (self.q, self.k, self.v))
+        sim = torch.einsum("b h i d, b h j d -> b h i j", q, k) * self.d ** -0.5
+        sim = sim.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1 - self.shift), -torch.finfo(sim.dtype).max)
+        attn = sim.softmax(dim=-1, dtype=torch.float32).type(sim.dtype)
+        return self.o(torch.einsum("b h i j, b h j d -> b h i d", attn, v).permute(0, 2, 1, 3).reshape(b, t, -1))
+
+
+def test_a_float32_softmax_cast_back_is_softmax_upcast():
+    """x-transformers' Attend takes the softmax in float32 and casts back: ``softmax_upcast``, float32 weights in a
+    float64 model, equal in both lowerings; with a causal masked_fill too."""
+    torch.manual_seed(0)
+    spec = assert_same_model(_Einsum(torch.float32), (rand(2, 5, 16, seed=3),))
+    assert "attention(rank = 4, scale = 0.15, softmax_upcast = true)" in spec.text
+    spec = assert_same_model(_Causal(), (rand(2, 5, 16, seed=3),))
+    assert "attention(rank = 4, causal = true, softmax_upcast = true)" in spec.text
+
+
+def test_softmax_upcast_is_float32_arithmetic():
+    from rpn2c.components.impl.xi_attention import _masked_softmax
+
+    logits = rand(2, 5, 5, seed=1) * 4
+    want = torch.softmax(logits.float(), dim=-1).double()
+    assert torch.equal(_masked_softmax(logits, None, True, upcast=True), want)
+    assert 1e-12 < (want - torch.softmax(logits, dim=-1)).abs().max() < 1e-6
+
+
+def test_near_misses_are_refused_at_their_line():
+    with pytest.raises(TorchImportError) as info:  # a half-precision softmax: no upcast form
+        rpn2c.from_torch(_Einsum(torch.float16).double(), (rand(2, 5, 16, seed=3),))
+    assert "the softmax runs in torch.float16" in str(info.value) and info.value.library_file == __file__
+    with pytest.raises(TorchImportError) as info:  # the diagonal blocked too: no causal mask
+        rpn2c.from_torch(_Causal(shift=1).double(), (rand(2, 5, 16, seed=3),))
+    assert "masked_fill'ed by no causal mask" in str(info.value)
