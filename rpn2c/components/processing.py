@@ -212,10 +212,17 @@ class _NormHP(HP):
 
 @register
 class LayerNorm(Processing):
-    """Layer normalisation over the features of each item (over C·ΠS for a grid)."""
+    """Layer normalisation over the features of each item (over C·ΠS for a grid); ``bias = false``: the affine
+    form's weight alone (``nn.LayerNorm(bias=False)``, x-transformers' LayerNorm); ``offset``: scaled by γ + offset."""
 
     name, family = "layer_norm", "processing"
-    HP = _NormHP
+
+    class HP(_NormHP):
+        bias: bool = Field(True, json_schema_extra={"hash": "omit_default"},
+                           description="the affine form's bias (false: a weight alone)")
+        offset: float = Field(0.0, allow_inf_nan=False, json_schema_extra={"hash": "omit_default"},
+                              description="γ + offset scales the items (x-transformers' unit_offset: 1, with γ "
+                                          "initialised to 0)")
 
     def shape(self, t):
         return tuple(t.shape[1:]) if t.kind == "grid" else (t.features,)
@@ -228,12 +235,16 @@ class LayerNorm(Processing):
         return None
 
     def count(self, t):
-        return 2 * math.prod(self.shape(t)) if self.hp.affine else 0
+        return (1 + self.hp.bias) * math.prod(self.shape(t)) if self.hp.affine else 0
 
     def build(self, t):
         from torch import nn
 
-        return nn.LayerNorm(self.shape(t), eps=self.hp.eps, elementwise_affine=self.hp.affine)
+        if self.hp.offset and self.hp.affine:
+            from rpn2c.components.impl.processing import LayerNormModule
+
+            return LayerNormModule(self.shape(t), self.hp.eps, self.hp.bias, self.hp.offset)
+        return nn.LayerNorm(self.shape(t), eps=self.hp.eps, elementwise_affine=self.hp.affine, bias=self.hp.bias)
 
 
 @register
@@ -251,6 +262,16 @@ class RMSNorm(Processing):
         offset: float = Field(0.0, description="γ + offset scales the items (Gemma: 1, with γ initialised to 0)")
         upcast: bool = Field(False, description="normalise in float32 for every input dtype, then cast back before "
                                                 "γ (transformers' LlamaRMSNorm: a float64 model too)")
+        upcast_variance: bool = Field(False, json_schema_extra={"hash": "omit_default"},
+                                      description="only mean(x²) in float32, the input scaled by its rsqrt at its own "
+                                                  "precision (transformers' T5LayerNorm: a float64 model too)")
+
+        @model_validator(mode="after")
+        def _one_upcast(self):
+            if self.upcast and self.upcast_variance:
+                raise ValueError("upcast (the whole norm in float32) and upcast_variance (only mean(x²)) exclude "
+                                 "each other")
+            return self
 
     shape = LayerNorm.shape
     check = LayerNorm.check
@@ -261,7 +282,8 @@ class RMSNorm(Processing):
     def build(self, t):
         from rpn2c.components.impl.processing import RMSNormModule
 
-        return RMSNormModule(self.shape(t), self.hp.eps, self.hp.affine, self.hp.offset, self.hp.upcast)
+        return RMSNormModule(self.shape(t), self.hp.eps, self.hp.affine, self.hp.offset, self.hp.upcast,
+                             self.hp.upcast_variance)
 
 
 @register

@@ -126,11 +126,15 @@ class SinusoidalPosition(Op):
 
 class _LearnedHP(HP):
     max_len: int = Field(ge=1, description="the most items a sequence may have")
+    scale: float = Field(1.0, allow_inf_nan=False, json_schema_extra={"hash": "omit_default"},
+                         description="a constant factor on the table, x + scale·P[:T] (x-transformers' "
+                                     "AbsolutePositionalEmbedding: dim^(−1/2))")
 
 
 @register
 class LearnedPosition(Op):
-    """learned_position(x, max_len = L): x + P[:T], P ∈ R^{L×d} learned (L·d parameters); T > L is an error."""
+    """learned_position(x, max_len = L): x + P[:T], P ∈ R^{L×d} learned (L·d parameters); T > L is an error;
+    ``scale = s``: x + s·P[:T]."""
 
     name, family = "learned_position", "op"
     HP = _LearnedHP
@@ -149,7 +153,7 @@ class LearnedPosition(Op):
     def build(self, ins):
         from rpn2c.components.impl.sequence import _LearnedModule
 
-        return _LearnedModule(self.hp.max_len, ins[0].features)
+        return _LearnedModule(self.hp.max_len, ins[0].features, self.hp.scale)
 
 
 @register

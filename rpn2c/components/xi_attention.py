@@ -59,6 +59,13 @@ class _BilinearHP(HP):
                     "shared by the identical heads of a layer")
     qk_norm_eps: float = Field(1e-6, gt=0, json_schema_extra=_LATER,
                                description="ε of qk_norm (unused without it)")
+    softmax_upcast: bool = Field(False, json_schema_extra=_LATER,
+                                 description="the row softmax in float32 for every input dtype, cast back "
+                                             "(x-transformers' Attend: a float64 model too); the weights are formed "
+                                             "explicitly, not by an SDPA kernel")
+    qk_norm_upcast: bool = Field(False, json_schema_extra=_LATER,
+                                 description="qk_norm in float32 for every input dtype, cast back before γ "
+                                             "(transformers' Qwen3RMSNorm: a float64 model too)")
 
 
     @model_validator(mode="after")
@@ -89,7 +96,8 @@ def _check_head_bias(ctx) -> None:
 
 
 def _no_input_mask(hp) -> bool:
-    return hp.softmax and hp.attn_mask is None and hp.key_padding is None and hp.regions is None
+    return (hp.softmax and hp.attn_mask is None and hp.key_padding is None and hp.regions is None
+            and not hp.softmax_upcast)
 
 
 def _flex_falls_back(m, qq, kk, values, aux) -> bool:

@@ -351,6 +351,15 @@ def gatv2_conv(m, ctx: Context) -> Value:
                    "make it convertible; GATConv converts")
 
 
+def transformer_conv(m, ctx: Context) -> Value:
+    """torch_geometric.nn.TransformerConv: refused with what is missing."""
+    ctx.fail(None, "TransformerConv scores an edge by (W_q x_i + b_q)·(W_k x_j + b_k)/√d with a softmax over each "
+                   "node's incoming edges as listed (no self-loops) and sums W_v x_j + b_v over them (b_v inside "
+                   "the weighted sum: absent at a node without incoming edges), plus lin_skip(x_i) or its beta gate; "
+                   "the scores are the hybrid graph ∘ attention ξ's, but a value bias inside ξ has no head slot, so "
+                   "no converter maps it yet; GATConv converts")
+
+
 def pyg_batch_norm(m, ctx: Context) -> Value:
     """torch_geometric.nn.norm.BatchNorm: its inner ``nn.BatchNorm1d`` over the node features (in eval mode the
     single-node branch computes the same from the running statistics)."""
@@ -377,7 +386,9 @@ def pyg_layer_norm(m, ctx: Context) -> Value:
 
 
 def register_all() -> None:
-    from torch_geometric.nn import ChebConv, GATConv, GATv2Conv, GCNConv, GINConv, GraphConv, SAGEConv
+    from torch_geometric.nn import (
+        ChebConv, GATConv, GATv2Conv, GCNConv, GINConv, GraphConv, SAGEConv, TransformerConv,
+    )
     from torch_geometric.nn.dense.linear import Linear
     from torch_geometric.nn.norm import BatchNorm, LayerNorm
 
@@ -388,6 +399,7 @@ def register_all() -> None:
     register_converter(LayerNorm, pyg_layer_norm)
 
     register_converter(GATv2Conv, gatv2_conv)
+    register_converter(TransformerConv, transformer_conv)
     register_converter(GCNConv, gcn_conv)
     register_converter(GATConv, gat_conv)
     register_converter(SAGEConv, sage_conv)

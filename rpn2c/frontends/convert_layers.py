@@ -320,12 +320,13 @@ def layer_norm(m: nn.LayerNorm, ctx: Context) -> Value:
     want = tuple(x.shape[1:]) if x.kind == "grid" else (x.shape[-1],)
     if x.kind not in ("vector", "items", "grid") or shape != want:
         ctx.fail(f"normalized_shape={list(shape)}", f"layer_norm normalises {list(want)} of this {x.kind} value")
-    if m.elementwise_affine and m.bias is None:
-        ctx.fail("bias=False", "layer_norm's affine form has both a weight and a bias")
-    kwargs = [f"eps = {lit(float(m.eps))}"] + ([] if m.elementwise_affine else ["affine = false"])
+    biased = m.elementwise_affine and m.bias is not None
+    kwargs = [f"eps = {lit(float(m.eps))}"] + ([] if m.elementwise_affine else ["affine = false"]) + \
+        (["bias = false"] if m.elementwise_affine and not biased else [])
     y, prefix = ctx.process(x, "layer_norm", ", ".join(kwargs), comment="normalisation is output processing")
     if m.elementwise_affine:
         ctx.param(f"{prefix}.weight", "weight")
+    if biased:
         ctx.param(f"{prefix}.bias", "bias")
     return y
 

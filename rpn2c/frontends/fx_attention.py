@@ -29,7 +29,8 @@ import torch.fx as fx
 from torch import nn
 
 from rpn2c.frontends.fx_match import Miss, ancestors, calls as _is, name as _name
-from rpn2c.frontends.fx_masks import padding_mask
+from rpn2c.frontends.fx_masks import _feeding, padding_mask
+from rpn2c.frontends.fx_position_bias import RelativeBias, relative_bias
 from rpn2c.frontends.fx_timm import fused_qkv
 from rpn2c.frontends.fx_match import shape as _shape
 from rpn2c.frontends.fx_match import users as _users
@@ -73,6 +74,10 @@ class Match:
     nodes: set[fx.Node] = field(default_factory=set)
     core: fx.Node | None = None
     padding: fx.Node | None = None  # the padding-mask input read as key_padding
+    scale: float | None = None  # the logit scale when it is not 1/√D
+    bias: RelativeBias | None = None  # a per-head relative position bias added to the scores
+    qk_norm: tuple | None = None  # the (query, key) RMSNorms per head (fx_norms.Match each)
+    softmax_upcast: bool = False  # the softmax in float32, cast back (x-transformers' Attend, Llama's eager form)
 
 
 def is_sdpa(node: fx.Node) -> bool:
@@ -173,6 +178,8 @@ class _Operand:
     nodes: set[fx.Node]
     rotary: tuple[fx.Node, fx.Node] | None = None
     repeat: int = 1
+    norm: Any = None  # an RMSNorm over each head's features (fx_norms.Match): Qwen3's q_norm / k_norm
+    factor: float = 1.0  # a constant the heads are multiplied by (x-transformers' q * (scale / default_scale))
 
 
 def _empty_cache(values: dict, node: fx.Node) -> fx.Node | None:
@@ -247,12 +254,18 @@ def _repeat_kv(values: dict, node: fx.Node) -> tuple[fx.Node, int, set] | None:
     return x, after[1] // before[1], {node, expand, lifted}
 
 
-def _operand(gm: fx.GraphModule, values: dict, node: fx.Node, what: str) -> _Operand:
-    """Walk back from an attention operand [B, H, T, D] to its projection."""
+def _operand(gm: fx.GraphModule, values: dict, node: fx.Node, what: str, norms: dict) -> _Operand:
+    """Walk back from an attention operand [B, H, T, D] to its projection (``norms``: the RMSNorms by anchor)."""
     nodes: set[fx.Node] = set()
-    rotary, repeat = None, 1
+    rotary, repeat, factor = None, 1, 1.0
     while True:
         if _is(node, *_PASS) or _identity(gm, node):
+            nodes.add(node)
+            node = node.args[0]
+            continue
+        if _is(node, operator.mul, torch.mul) and len(node.args) == 2 and isinstance(node.args[0], fx.Node) and \
+                _constant(values, node.args[1]) is not None:  # q * c, c made from sizes
+            factor *= _constant(values, node.args[1])
             nodes.add(node)
             node = node.args[0]
             continue
@@ -284,7 +297,11 @@ def _operand(gm: fx.GraphModule, values: dict, node: fx.Node, what: str) -> _Ope
     if not (_is(node, *_TRANSPOSE, "permute", torch.permute) and _swaps_1_2(values, node)):
         raise Miss(f"the {what} '{node.name}' is not a projection's output split into heads "
                    "(x.view(B, T, H, D).transpose(1, 2))")
-    split = node.args[0]
+    split, norm = node.args[0], None
+    if split in norms and _shape(values, norms[split].x) == _shape(values, split):  # RMSNorm of each head's D
+        norm = norms[split]
+        nodes |= norm.nodes
+        split = norm.x
     shape, flat = _shape(values, split), _shape(values, split.args[0]) if isinstance(split, fx.Node) else None
     if not _is(split, *_RESHAPE) or shape is None or flat is None or len(shape) != 4 or \
             flat != (shape[0], shape[1], shape[2] * shape[3]):
@@ -292,7 +309,7 @@ def _operand(gm: fx.GraphModule, values: dict, node: fx.Node, what: str) -> _Ope
     nodes |= {node, split}
     proj = _projection(gm, values, split.args[0])
     nodes |= proj.nodes
-    return _Operand(proj, shape[2], shape[3], nodes, rotary, repeat)
+    return _Operand(proj, shape[2], shape[3], nodes, rotary, repeat, norm, factor)
 
 
 # ------------------------------------------------------------------------------------------------ output side
@@ -342,7 +359,8 @@ def _output_projection(gm: fx.GraphModule, values: dict, merged: fx.Node) -> tup
 # ------------------------------------------------------------------------------------------------ the block
 def _core(node: fx.Node) -> dict:
     names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-    out = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False}
+    out = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False,
+           "softmax_upcast": False}
     out.update(zip(names, node.args))
     out.update(node.kwargs)
     return out
@@ -358,24 +376,36 @@ def _constant(values: dict, x: Any) -> float | None:
     v = values.get(x) if isinstance(x, fx.Node) else None
     if isinstance(v, torch.Tensor) and v.dim() == 0 and _input_free(x):
         return float(v)
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and _input_free(x):  # a number computed from sizes
+        return float(v)
     return None
 
 
-def _eager(values: dict, node: fx.Node) -> tuple[dict, set[fx.Node]] | None:
-    """Attention written out: ``softmax(q @ k.transpose(-2, -1) · scale [+ mask], dim=-1) [dropout] @ v`` ->
-    the arguments SDPA would take, and the nodes of the core (None when ``node`` is no such product)."""
+def _eager(values: dict, node: fx.Node, gm: fx.GraphModule | None = None) -> tuple[dict, set[fx.Node]] | None:
+    """Attention written out: ``softmax(q @ k.transpose(-2, -1) · scale [+ mask], dim=-1) [dropout] @ v`` (or
+    ``einsum``; the scores ``masked_fill``'ed by a causal mask; the softmax in float32 and cast back) -> the
+    arguments SDPA would take (``softmax_upcast`` besides), and the nodes of the core (None when ``node`` is no
+    such product)."""
     import torch.nn.functional as F
 
-    if not _is(node, *_MATMUL) or len(node.args) != 2:
+    if _einsum(node, "av"):
+        p, v = node.args[1:3]
+    elif _is(node, *_MATMUL) and len(node.args) == 2:
+        p, v = node.args
+    else:
         return None
-    p, v = node.args
     nodes = {node}
     if _is(p, F.dropout) and not p.kwargs.get("training", p.args[2] if len(p.args) > 2 else True):
         nodes.add(p)
         p = p.args[0]
-    if _is(p, "to", "type_as"):
+    if isinstance(p, fx.Node) and p.op == "call_module" and values.get(p) is not None and \
+            p.meta.get("nn_module_stack") is not None and _dropout_module(p):  # an nn.Dropout (eval)
         nodes.add(p)
         p = p.args[0]
+    cast = None
+    if _is(p, "to", "type_as", "type"):
+        nodes.add(p)
+        cast, p = p, p.args[0]
     if not _is(p, F.softmax, torch.softmax, "softmax"):
         return None
     dim = p.kwargs.get("dim", p.args[1] if len(p.args) > 1 else None)
@@ -383,7 +413,20 @@ def _eager(values: dict, node: fx.Node) -> tuple[dict, set[fx.Node]] | None:
         return None
     dtype = p.kwargs.get("dtype")
     nodes.add(p)
-    scores, mask = p.args[0], None
+    scores, mask, causal = p.args[0], None, False
+    if _is(scores, "masked_fill") and len(scores.args) == 3 and gm is not None:  # x-transformers' causal mask
+        blocked, fill = scores.args[1], scores.args[2]
+        t, s_ = values[scores].shape[-2:]
+        future = torch.ones(t, s_, dtype=torch.bool).triu(s_ - t + 1)
+        b = values.get(blocked)
+        if not (isinstance(fill, float) and fill <= torch.finfo(values[scores].dtype).min and _input_free(blocked)
+                and isinstance(b, torch.Tensor) and b.dtype == torch.bool and b.shape[-2:] == (t, s_)
+                and bool((b == future).all())):
+            raise Miss("the scores are masked_fill'ed by no causal mask made from sizes (the future blocked by the "
+                       "dtype's lowest value)")
+        causal = True
+        nodes |= {scores} | _feeding(gm, blocked)
+        scores = scores.args[0]
     if _is(scores, operator.add, torch.add) and len(scores.args) == 2:
         a, b = scores.args
         scores, mask = (a, b) if _is(a, *_MATMUL, operator.mul, operator.truediv) else (b, a)
@@ -394,17 +437,45 @@ def _eager(values: dict, node: fx.Node) -> tuple[dict, set[fx.Node]] | None:
         scale = c if scores.target is operator.mul else 1 / c
         nodes.add(scores)
         scores = scores.args[0]
-    if not _is(scores, *_MATMUL):
+    if _einsum(scores, "qk"):
+        q, key = scores.args[1:3]
+    elif _is(scores, *_MATMUL):
+        q, kt = scores.args
+        if not (_is(kt, *_TRANSPOSE) and tuple(d % 4 for d in kt.args[1:3]) in ((2, 3), (3, 2))):
+            return None
+        nodes.add(kt)
+        key = kt.args[0]
+    else:
         return None
-    q, kt = scores.args
-    if not (_is(kt, *_TRANSPOSE) and tuple(d % 4 for d in kt.args[1:3]) in ((2, 3), (3, 2))):
-        return None
-    if dtype is not None and dtype != values[scores].dtype:
-        raise Miss(f"the softmax runs in {dtype}, not the scores' {values[scores].dtype} (eager attention's float32 "
-                   "softmax: SDPA, attn_implementation='sdpa', converts)")
-    nodes |= {scores, kt}
-    return {"query": q, "key": kt.args[0], "value": v, "attn_mask": mask, "dropout_p": 0.0, "is_causal": False,
-            "scale": scale, "enable_gqa": False}, nodes
+    upcast = dtype is not None and dtype != values[scores].dtype
+    if upcast and (dtype != torch.float32 or cast is None or values[cast].dtype != values[scores].dtype):
+        raise Miss(f"the softmax runs in {dtype} and is not cast back to the scores' {values[scores].dtype} "
+                   "(softmax_upcast: a float32 softmax, cast back)")
+    nodes.add(scores)
+    return {"query": q, "key": key, "value": v, "attn_mask": mask, "dropout_p": 0.0, "is_causal": causal,
+            "scale": scale, "enable_gqa": False, "softmax_upcast": upcast}, nodes
+
+
+def _dropout_module(node: fx.Node) -> bool:
+    stack = node.meta.get("nn_module_stack") or {}
+    return any(t == node.target and issubclass(cls, nn.Dropout) for t, cls in stack.values())
+
+
+def _einsum(node: Any, form: str) -> bool:
+    """``torch.einsum`` over [B, H, ·, ·] operands: ``"qk"`` = q @ kᵀ (``b h i d, b h j d -> b h i j``), ``"av"``
+    = a @ v (``b h i j, b h j d -> b h i d``), whatever the letters."""
+    if not _is(node, torch.einsum) or len(node.args) != 3 or not isinstance(node.args[0], str):
+        return False
+    try:
+        ins, out = node.args[0].replace(" ", "").split("->")
+        a, b = ins.split(",")
+    except ValueError:
+        return False
+    if not all(len(t) == 4 for t in (a, b, out)) or not a[:2] == b[:2] == out[:2]:
+        return False
+    if form == "qk":
+        return a[3] == b[3] and out[2:] == a[2] + b[2] and a[2] != b[2]
+    return a[3] == b[2] and out[2:] == a[2] + b[3] and len(set(a[2:] + b[3])) == 3
 
 
 def _theta(values: dict, cos: fx.Node, dims: int) -> float:
@@ -432,17 +503,22 @@ def _input_free(node: fx.Node) -> bool:
     return all(n.op != "placeholder" for n in ancestors(node, through_sizes=False))
 
 
-def match(gm: fx.GraphModule, values: dict, core: fx.Node, o: dict, core_nodes: set[fx.Node]) -> Match:
-    """The attention block around the attention core ``core`` (SDPA's arguments ``o``; raises :class:`Miss`)."""
-    causal, padding = bool(o["is_causal"]), None
+def match(gm: fx.GraphModule, values: dict, core: fx.Node, o: dict, core_nodes: set[fx.Node],
+          norms: dict | None = None) -> Match:
+    """The attention block around the attention core ``core`` (SDPA's arguments ``o``; raises :class:`Miss`);
+    ``norms``: the graph's RMSNorms by anchor, read as query/key norms where they normalise each head."""
+    causal, padding, bias, bias_nodes = bool(o["is_causal"]), None, None, set()
     if o["attn_mask"] is not None:
         if causal:
             raise Miss("is_causal with an attn_mask")
-        padding = padding_mask(gm, values, o["attn_mask"])
-        causal = padding.causal
+        bias, mask, bias_nodes = _split_bias(gm, values, o["attn_mask"])
+        if mask is not None:
+            padding = padding_mask(gm, values, mask)
+            causal = padding.causal
     if o["dropout_p"]:
         raise Miss(f"dropout_p={o['dropout_p']} drops attention weights in eval")
-    q, k, v = (_operand(gm, values, o[n], n) for n in ("query", "key", "value"))
+    q, k, v = (_operand(gm, values, o[n], n, norms or {}) for n in ("query", "key", "value"))
+    qk_norm = _qk_norm(q.norm, k.norm, v.norm)
     if v.rotary is not None or (q.rotary is None) != (k.rotary is None):
         raise Miss("rotary positions turn the query and the key, not the value")
     if q.rotary and q.rotary != k.rotary:
@@ -456,9 +532,10 @@ def match(gm: fx.GraphModule, values: dict, core: fx.Node, o: dict, core_nodes: 
     groups = k.heads * k.repeat
     if groups != q.heads and not (o["enable_gqa"] and q.heads % k.heads == 0):
         raise Miss(f"{q.heads} query heads over {k.heads} key heads")
-    scale = o["scale"]
-    if scale is not None and not math.isclose(float(scale), q.dims ** -0.5, rel_tol=1e-12):
-        raise Miss(f"scale={scale}, not 1/√{q.dims}")
+    if v.factor != 1.0:
+        raise Miss(f"the values are multiplied by {v.factor}")
+    scale = (q.dims ** -0.5 if o["scale"] is None else float(o["scale"])) * q.factor * k.factor
+    scale = None if math.isclose(scale, q.dims ** -0.5, rel_tol=1e-12) else scale
     theta = None
     if q.rotary is not None:
         if not all(_input_free(t) for t in q.rotary):
@@ -467,19 +544,63 @@ def match(gm: fx.GraphModule, values: dict, core: fx.Node, o: dict, core_nodes: 
     merged, out_nodes = _merge(values, core)
     out, anchor = _output_projection(gm, values, merged)
     nodes = q.nodes | k.nodes | v.nodes | out_nodes | out.nodes | core_nodes | (padding.nodes if padding else set())
+    if bias is not None:
+        if bias.heads != q.heads:
+            raise Miss(f"the relative bias has {bias.heads} heads, the attention {q.heads}")
+        nodes |= bias.nodes | bias_nodes
     return Match(q.proj.x, anchor, q.proj, k.proj, v.proj, out, q.heads, k.heads, q.dims, causal, theta, nodes, core,
-                 padding.input if padding is not None else None)
+                 padding.input if padding is not None else None, scale, bias, qk_norm, bool(o["softmax_upcast"]))
+
+
+def _qk_norm(q: Any, k: Any, v: Any) -> tuple | None:
+    """``(q norm, k norm)`` when both the queries and the keys are RMS-normalised per head alike (Qwen3)."""
+    if q is None and k is None and v is None:
+        return None
+    if v is not None or q is None or k is None:
+        raise Miss("an RMSNorm per head normalises " + ("the values" if v is not None else "only one of the query "
+                   "and the key") + " (qk_norm normalises both the queries and the keys)")
+    if (q.eps, q.upcast, q.variance) != (k.eps, k.upcast, k.variance) or not (q.weight and k.weight):
+        raise Miss("the query and key norms differ in ε, dtype or weights (qk_norm: one ε, a weight each)")
+    if q.variance:
+        raise Miss("the query/key norm takes only the variance in float32 (qk_norm normalises in one dtype)")
+    return q, k
+
+
+def _split_bias(gm: fx.GraphModule, values: dict, mask: fx.Node) -> tuple[RelativeBias | None, Any, set]:
+    """An attn_mask as (a relative position bias, the rest of the mask, the nodes joining them): the bias alone,
+    ``bias + mask``, ``where(keep, bias, lowest)`` (T5 with a padding mask), or no bias at all."""
+    node, passed = mask, set()
+    while _is(node, *_PASS):
+        passed.add(node)
+        node = node.args[0]
+    bias = relative_bias(gm, values, node)
+    if bias is not None:
+        return bias, None, passed
+    if _is(node, operator.add, torch.add) and len(node.args) == 2 and all(isinstance(a, fx.Node) for a in node.args):
+        for one, other in (node.args, node.args[::-1]):
+            bias = relative_bias(gm, values, one)
+            if bias is not None:
+                return bias, other, passed | {node}
+    if _is(node, torch.where) and len(node.args) == 3 and isinstance(node.args[2], float) and \
+            node.args[2] <= torch.finfo(values[node].dtype).min:  # where(keep, bias, lowest): the bias, masked
+        bias = relative_bias(gm, values, node.args[1]) if isinstance(node.args[1], fx.Node) else None
+        if bias is not None:
+            return bias, node.args[0], passed | {node}
+    return None, mask, set()
 
 
 def find(gm: fx.GraphModule, values: dict) -> tuple[dict[fx.Node, Match], dict[fx.Node, str]]:
     """The attention blocks of the graph by anchor, and the reason for each core not mapped."""
+    from rpn2c.frontends import fx_norms
+
     found: dict[fx.Node, Match] = {}
     misses: dict[fx.Node, str] = {}
+    norms = fx_norms.find(gm, values)[0]
     for node in gm.graph.nodes:
         try:
-            core = (_core(node), {node}) if is_sdpa(node) else _eager(values, node)
+            core = (_core(node), {node}) if is_sdpa(node) else _eager(values, node, gm)
             if core is not None:
-                m = match(gm, values, node, *core)
+                m = match(gm, values, node, *core, norms)
                 found[m.anchor] = m
         except Miss as err:
             misses[node] = str(err)
@@ -489,7 +610,8 @@ def find(gm: fx.GraphModule, values: dict) -> tuple[dict[fx.Node, Match], dict[f
 PATTERNS = {
     "heads": "x.view(B, T, H, D).transpose(1, 2) of a projection -> the heads of one attention head statement",
     "sdpa": "F.scaled_dot_product_attention(q, k, v, is_causal, scale = 1/√D) -> attention(rank = D, causal)",
-    "eager": "softmax(q @ k.transpose(-2, -1) · 1/√D [+ mask], -1) @ v, softmax in the scores' dtype -> the same",
+    "eager": "softmax(q @ k.transpose(-2, -1) · 1/√D [+ mask], -1) @ v (or einsum) -> the same; a float32 softmax "
+             "cast back -> softmax_upcast = true; a causal masked_fill -> causal = true",
     "rotary": "q·cos + rotate_half(q)·sin (cos/sin of positions 0..T−1) -> attention(rotary = θ)",
     "repeat_kv": "x[:, :, None].expand(...).reshape(...) or SDPA's enable_gqa -> kv_heads = G",
     "packed": "c_attn(x).split(E, dim=2) (GPT-2's Conv1D) -> the packed in_proj_weight, transposed",
@@ -498,6 +620,9 @@ PATTERNS = {
     "cache": "torch.cat([empty past, k], dim=-2) -> k",
     "mask": "an attn_mask built from a padding-mask input [B, S] (probed) -> key_padding (keep_mask), causal",
     "merge": "o.transpose(1, 2).reshape(B, T, H·D) then a linear o_proj -> fusion = concat_linear",
+    "qk_norm": "norm(q_proj(x).view(B, T, H, D)) of the queries and keys (an RMSNorm over D) -> qk_norm = \"rms\"",
+    "bias": "an attn_mask made from the offset's buckets and one table (fx_position_bias) -> attn_mask = "
+            "relative_bias(...), scale as given",
 }
 
 
@@ -549,8 +674,20 @@ def emit(conv, node: fx.Node, m: Match):
     e = _shape(conv.values, node)[-1]
     out_bias = _tensor(conv, m.out, "bias")
     xi = [f"rank = {m.rank}"] + (["causal = true"] if m.causal else []) + \
-         ([f"rotary = {lit(m.rotary)}"] if m.rotary is not None else [])
+         ([f"rotary = {lit(m.rotary)}"] if m.rotary is not None else []) + \
+         ([f"scale = {lit(m.scale)}"] if m.scale is not None else [])
+    if m.softmax_upcast:
+        xi.append("softmax_upcast = true")
+    if m.qk_norm is not None:
+        qn = m.qk_norm[0]
+        xi += ['qk_norm = "rms"', f"qk_norm_eps = {lit(qn.eps)}"] + (["qk_norm_upcast = true"] if qn.upcast else [])
     uses = []
+    if m.bias is not None:  # T5's relative position bias: head h adds slice h to its scores
+        from rpn2c.frontends import fx_position_bias
+
+        b = fx_position_bias.emit(conv, node, m.bias, x)
+        xi.append(f"attn_mask = {b.name}")
+        uses.append(b)
     if m.padding is not None:  # 1 = attend, as the library reads it
         pad = conv.value(node, conv.env[m.padding], "padding mask")
         sym = x.items_from[0].item_dims.get(x.items_from[1]) if x.items_from else None
@@ -562,7 +699,9 @@ def emit(conv, node: fx.Node, m: Match):
                ([f"kv_heads = {m.kv_heads}"] if m.kv_heads != m.heads else [])
     comment = [f"[{path}] attention written out ({_name(m.core.target)}): {m.heads} heads of rank {m.rank}"
                + (f", {m.kv_heads} key/value heads" if m.kv_heads != m.heads else "")
-               + (", causal" if m.causal else "") + (f", rotary θ = {lit(m.rotary)}" if m.rotary else ""),
+               + (", causal" if m.causal else "") + (f", rotary θ = {lit(m.rotary)}" if m.rotary else "")
+               + (", a relative position bias" if m.bias else "") + (", RMSNorm of each head's q and k"
+                                                                        if m.qk_norm else ""),
                f"  q/k/v projections -> the packed in_proj_weight; {m.out.module or m.out.weight} -> concat_linear"]
     y = ctx.head(x, settings + ["xi_instance = attention(...)", f"out = {m.rank}", "bias = false",
                                 f"fusion = concat_linear(out = {e}{'' if out_bias else ', bias = false'})"],
@@ -574,6 +713,9 @@ def emit(conv, node: fx.Node, m: Match):
         xi.insert(1, "bias = true")
         stmt.settings.remove("bias = false")
     stmt.settings[stmt.settings.index("xi_instance = attention(...)")] = f"xi_instance = attention({', '.join(xi)})"
+    if m.qk_norm is not None:  # γ_q, γ_k [D], shared by the heads
+        for which, norm in zip("qk", m.qk_norm):
+            conv.b.link(f"{name}.{which}_norm_weight", conv.path, conv.module, norm.weight, None, False, None)
     w = _tensor(conv, m.out, "weight")
     conv.b.link(f"{name}.fusion.linear.weight", *w[:3], None, w[3], None)
     if out_bias:

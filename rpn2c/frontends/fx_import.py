@@ -116,6 +116,7 @@ class _Absorbed:
 
 # the recognisers run over the traced graph before conversion: (pattern, find, emit at the anchor node)
 RECOGNISERS = (("attention", fx_attention.find, fx_attention.emit), ("RMSNorm", fx_norms.find, fx_norms.emit),
+               ("weighted LayerNorm", fx_norms.find_scaled, fx_norms.emit_scaled),
                ("tanh GELU", fx_gelu.find, fx_gelu.emit), ("batch norm", fx_timm.find, fx_timm.emit),
                ("token mixing", fx_timm.find_mixing, fx_timm.emit_mixing))
 
@@ -252,7 +253,7 @@ _ELEMENTWISE_METHODS = {"add": "add", "add_": "add", "mul": "mul", "mul_": "mul"
 _REDUCTIONS = {"mean": "mean", "sum": "sum", "amax": "max"}
 _CAT = (torch.cat, torch.concat, torch.concatenate)
 _IDENTITY_METHODS = ("contiguous", "clone")
-_CASTS = ("to", "type_as", "float", "double", "type")
+_CASTS = ("to", "type_as", "float", "double", "type", "long", "int", "half", "bfloat16")
 _NO_OPTION = ("input", "_stacklevel", "inplace")
 _RESHAPES = ("view", "reshape", "squeeze", "unsqueeze")
 
@@ -266,6 +267,7 @@ class _GraphConverter:
         self.env: dict[fx.Node, Any] = {}
         self.order = {n: i for i, n in enumerate(values)}
         self.matches, self.absorbed, self.misses = {}, {}, {}
+        self.shared: dict[fx.Node, Value] = {}  # values recognisers make once for several matches (a position bias)
 
     # -------------------------------------------------------------------------------------------- naming, errors
     def _qual(self, local: str) -> str:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpn2c.frontends import fx_layout
-from rpn2c.frontends.kit import Context, Value
+from rpn2c.frontends.kit import Context, Value, lit
 
 PASS = object()  # "reads no parameter": fx_import converts the node by its own tables
 
@@ -57,6 +57,7 @@ class Positions:
     module: nn.Embedding
     path: str
     n: int
+    scale: float = 1.0  # times a constant (x-transformers' AbsolutePositionalEmbedding: dim ** -0.5)
 
 
 @dataclass(eq=False)
@@ -223,13 +224,17 @@ def _elementwise(conv, node: fx.Node, fn: str, args: tuple, kwargs: dict) -> Val
     pos = a if isinstance(a, Positions) else b if isinstance(b, Positions) else None
     if pos is not None:
         x = b if pos is a else a
+        if fn == "mul" and isinstance(x, (int, float)) and not isinstance(x, bool):
+            return replace(pos, scale=pos.scale * float(x))
         if fn != "add" or not isinstance(x, Value) or x.kind != "items" or x.time_major:
             conv.fail(node, "positions from an embedding of torch.arange convert when added to a batch-first "
                             "sequence (x + pos(arange(T)))")
         ctx = Context(conv.b, pos.module, pos.path, [x], {}, None, _base(pos.path) or "pos")
-        y = ctx.op("learned_position", [x], f"max_len = {pos.module.num_embeddings}", prefix="pos", shape=x.shape,
-                   comment=f"[{pos.path}] {pos.path}(arange(T)) added to the sequence: learned positions x + P[:T], "
-                           f"P = the embedding's table ({pos.module.num_embeddings} rows)")
+        scaled = "" if pos.scale == 1.0 else f", scale = {lit(pos.scale)}"
+        y = ctx.op("learned_position", [x], f"max_len = {pos.module.num_embeddings}{scaled}", prefix="pos",
+                   shape=x.shape, comment=f"[{pos.path}] {pos.path}(arange(T)) added to the sequence: learned "
+                                          f"positions x + {'s·' if scaled else ''}P[:T], P = the embedding's table "
+                                          f"({pos.module.num_embeddings} rows)")
         ctx.param(f"{y.name}.weight", "weight")
         y.layout, y.items_from = x.layout, x.items_from
         return y

@@ -11,7 +11,8 @@ tracing). Library code that reads a traced tensor's metadata then runs as it did
   from the length), but comparing, indexing or testing them evaluates on the example: ``if b != ids.shape[0]``,
   ``assert t <= max_len``, ``range(t)``, ``b, t = x.shape``;
 - ``bool(tensor)`` (a branch on a tensor's values, ``if mask.all()``) is refused: it would bake the example's data
-  into the model.
+  into the model;
+- ``callable(x)`` is the example's (a tensor is not callable, although an fx proxy defines ``__call__``).
 
 The root ``forward`` is traced through a wrapper whose parameters are the example's tensor arguments by name; every
 other argument (``return_dict``, ``use_cache``, ``None`` defaults, ``**kwargs`` entries) is bound to its example
@@ -243,6 +244,27 @@ def _refusing_autograd_functions(path: str, module: nn.Module):
         torch.autograd.Function.apply = original
 
 
+@contextlib.contextmanager
+def _example_callable():
+    """While tracing, ``callable(x)`` of a traced value answers as on the example: fx's proxies define ``__call__``,
+    so library code such as ``arg() if callable(arg) else arg`` (x-transformers' ``default``) would call a tensor."""
+    import builtins
+
+    original = builtins.callable
+
+    def example_callable(obj: Any) -> bool:
+        if isinstance(obj, _ExampleProxy):
+            v = obj._example()
+            return original(v) if v is not _MISSING else True
+        return original(obj)
+
+    builtins.callable = example_callable
+    try:
+        yield
+    finally:
+        builtins.callable = original
+
+
 def _has_proxy(x: Any) -> bool:
     found = []
     fx.node.map_aggregate(x, lambda v: found.append(isinstance(v, fx.Proxy)))
@@ -286,7 +308,8 @@ def trace(module: nn.Module, path: str, call: RecordedCall) -> tuple[fx.GraphMod
     tracer.record_stack_traces = True  # node.meta["stack_trace"]: a refusal names the library's line
     try:
         module.__class__ = _wrapper_class(original, tensors, concrete)
-        with _refusing_autograd_functions(path, module), fx_params.factory_sizes(), torch.no_grad():
+        with _refusing_autograd_functions(path, module), fx_params.factory_sizes(), _example_callable(), \
+                torch.no_grad():
             graph = tracer.trace(module)
         module.__class__ = original
         gm = fx.GraphModule(module, graph)

@@ -58,7 +58,6 @@ CASES = [
      "last axis"),
     ("layernorm-2d-on-sequence", _seq(nn.Linear(3, 3), nn.LayerNorm([4, 3])), (rand(2, 4, 3),), {}, "1",
      "LayerNorm", "normalized_shape=[4, 3]"),
-    ("layernorm-no-bias", _seq(nn.LayerNorm(3, bias=False)), (rand(2, 3),), {}, "0", "LayerNorm", "bias=False"),
     ("batchnorm-batch-stats", _seq(nn.BatchNorm1d(3, track_running_stats=False)), (rand(2, 3),), {}, "0",
      "BatchNorm1d", "track_running_stats=False"),
     ("batchnorm-cma", _seq(nn.BatchNorm1d(3, momentum=None)), (rand(2, 3),), {}, "0", "BatchNorm1d",

@@ -55,23 +55,47 @@ class _BatchNorm(nn.Module):
         return self.bn(x.contiguous())
 
 
+class LayerNormModule(nn.Module):
+    """y = layer_norm(x) · (γ + offset) [+ β] over the trailing ``shape``; γ starts at 1 − offset (a fresh norm
+    scales by 1), as x-transformers' LayerNorm with ``unit_offset``."""
+
+    def __init__(self, shape: tuple[int, ...], eps: float, bias: bool, offset: float):
+        super().__init__()
+        self.shape, self.eps, self.offset = tuple(shape), eps, offset
+        self.weight = nn.Parameter(torch.full(self.shape, 1.0 - offset))
+        self.bias = nn.Parameter(torch.zeros(self.shape)) if bias else None
+
+    def forward(self, x):
+        y = F.layer_norm(x, self.shape, None, None, self.eps) * (self.weight + self.offset)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.shape}, eps={self.eps}, offset={self.offset}"
+
+
 class RMSNormModule(nn.Module):
     """y = x / √(mean(x²) + ε) · (γ + offset) over the trailing ``shape`` (``F.rms_norm``, torch's fused kernel);
     γ starts at 1 − offset, so a fresh norm scales by 1. Half-precision inputs are normalised in float32 and cast
     back before the scale, as transformers' Llama and T5 norms do (wider inputs keep their precision); ``upcast``
-    does so for every dtype, in LlamaRMSNorm's order of operations (a float64 input is normalised in float32)."""
+    does so for every dtype, in LlamaRMSNorm's order of operations (a float64 input is normalised in float32);
+    ``upcast_variance`` takes only mean(x²) in float32 and scales x at its own precision (T5LayerNorm's order)."""
 
-    def __init__(self, shape: tuple[int, ...], eps: float, affine: bool, offset: float, upcast: bool = False):
+    def __init__(self, shape: tuple[int, ...], eps: float, affine: bool, offset: float, upcast: bool = False,
+                 upcast_variance: bool = False):
         super().__init__()
-        self.shape, self.eps, self.offset, self.upcast = tuple(shape), eps, offset, upcast
+        self.shape, self.eps, self.offset = tuple(shape), eps, offset
+        self.upcast, self.upcast_variance = upcast, upcast_variance
         self.weight = nn.Parameter(torch.full(self.shape, 1.0 - offset)) if affine else None
 
     def forward(self, x):
         w = self.weight if self.weight is None or not self.offset else self.weight + self.offset
+        dims = tuple(range(-len(self.shape), 0))
         if self.upcast:
             h = x.to(torch.float32)
-            dims = tuple(range(-len(self.shape), 0))
             y = (h * torch.rsqrt(h.pow(2).mean(dims, keepdim=True) + self.eps)).to(x.dtype)
+            return y if w is None else w * y
+        if self.upcast_variance:  # x * rsqrt(float32 variance): float32 for half inputs, then cast back
+            y = (x * torch.rsqrt(x.to(torch.float32).pow(2).mean(dims, keepdim=True) + self.eps)).to(x.dtype)
             return y if w is None else w * y
         if x.dtype in (torch.float16, torch.bfloat16):
             y = F.rms_norm(x.float(), self.shape, None, self.eps).to(x.dtype)
@@ -80,7 +104,7 @@ class RMSNormModule(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"{self.shape}, eps={self.eps}" + (f", offset={self.offset}" if self.offset else "")
-                + (", upcast" if self.upcast else ""))
+                + (", upcast" if self.upcast else "") + (", upcast_variance" if self.upcast_variance else ""))
 
 
 class RReLUModule(nn.RReLU):

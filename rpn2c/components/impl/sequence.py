@@ -86,16 +86,17 @@ class _SinusoidalModule(nn.Module):
 
 
 class _LearnedModule(nn.Module):
-    def __init__(self, max_len: int, d: int):
+    def __init__(self, max_len: int, d: int, scale: float = 1.0):
         super().__init__()
         self.weight = nn.Parameter(torch.randn(max_len, d) * 0.02)
+        self.scale = scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n = x.shape[-2]
         if n > self.weight.shape[0]:
             raise InputError(f"learned_position(max_len = {self.weight.shape[0]}) got a sequence of {n} items: "
                              f"feed at most {self.weight.shape[0]}, or raise max_len")
-        return x + self.weight[:n]
+        return x + (self.weight[:n] if self.scale == 1.0 else self.weight[:n] * self.scale)
 
 
 class _PrependModule(nn.Module):

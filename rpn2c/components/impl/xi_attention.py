@@ -70,7 +70,8 @@ class _BilinearXi(XiModule):
             return qq, kk
         gq = self.q_norm_weight if gamma_q is None else gamma_q
         gk = self.k_norm_weight if gamma_k is None else gamma_k
-        return _rms(qq, gq, self.hp.qk_norm_eps, literal), _rms(kk, gk, self.hp.qk_norm_eps, literal)
+        eps, up = self.hp.qk_norm_eps, self.hp.qk_norm_upcast
+        return _rms(qq, gq, eps, literal, up), _rms(kk, gk, eps, literal, up)
 
     def rotate(self, qq, kk):
         """Queries and keys ``[..., N, r]`` turned by their items' positions (rotary; unchanged without it)."""
@@ -160,7 +161,7 @@ class _BilinearXi(XiModule):
     def entries(self, q, c, aux, dst, src):
         """Row = output entries A[dst, src] in O(E·r) without the N x N matrix: masked logits, and with softmax
         the row softmax over all keys (:func:`structure.bilinear_entries`)."""
-        if self.multiplied:  # the multiplied window changes every score of a row: its dense map at the edges
+        if self.multiplied or self.hp.softmax_upcast:  # every score of a row changes: its dense map at the edges
             return self.matrix(q, c, aux, literal=False)[..., dst, src]
         qq, kk = self._qk(q, c, aux)
         return structure.bilinear_entries(qq, kk, dst, src, self.scale, self.hp.softmax,
@@ -174,7 +175,7 @@ class _BilinearXi(XiModule):
         logits = self.logits(qq, kk, literal)
         self._check_masks(aux, q.shape[0] if q.dim() == 3 else 1, q.shape[-2], c.shape[-2])
         mask = self._additive_mask(aux, q.shape[-2], c.shape[-2], q.dtype, q.device, literal=literal)
-        return _masked_softmax(logits, mask, self.hp.softmax)
+        return _masked_softmax(logits, mask, self.hp.softmax, self.hp.softmax_upcast)
 
     def relation(self, q, c, aux):
         """The matrix with the rotary tables and the masks from item indices (no band or rotation matrix)."""
@@ -193,12 +194,12 @@ class _BilinearXi(XiModule):
         """softmax(qq kkᵀ · scale + masks) · values, ``[..., Nq, r]`` × ``[..., Nc, r]`` × ``[..., Nc, n]``: SDPA with
         every mask as one additive mask; a multiplied window (R ⊙ Ψ) changes the scores themselves, which no
         kernel's mask expresses, so its weights are formed here."""
-        if self.multiplied:
+        if self.multiplied or self.hp.softmax_upcast:  # weights formed here (no kernel scores so)
             self._check_masks(aux, qq.shape[0] if qq.dim() >= 3 else 1, qq.shape[-2], kk.shape[-2])
             mask = self._additive_mask(aux, qq.shape[-2], kk.shape[-2], qq.dtype, qq.device, all_heads=qq.dim() == 4)
             if mask is not None and qq.dim() == 4 and mask.dim() == 3:
                 mask = mask.unsqueeze(1)
-            weights = _masked_softmax(self.logits(qq, _repeat_kv(qq, kk)), mask, True)
+            weights = _masked_softmax(self.logits(qq, _repeat_kv(qq, kk)), mask, True, self.hp.softmax_upcast)
             return weights @ _repeat_kv(qq, values)
         self._check_masks(aux, qq.shape[0] if qq.dim() >= 3 else 1, qq.shape[-2], kk.shape[-2])
         mask = self._additive_mask(aux, qq.shape[-2], kk.shape[-2], qq.dtype, qq.device, all_heads=qq.dim() == 4)
@@ -240,8 +241,12 @@ class _LinearAttentionXi(XiModule):
         return linear_attention.linear_attention(*self._features(q, c), z, self.hp.causal)
 
 
-def _rms(t, gamma, eps: float, literal: bool):
-    """``t/√(mean(t²) + ε)·γ`` over the last axis; half precision normalised in float32 (as ``rms_norm``)."""
+def _rms(t, gamma, eps: float, literal: bool, upcast: bool = False):
+    """``t/√(mean(t²) + ε)·γ`` over the last axis; half precision normalised in float32 (as ``rms_norm``);
+    ``upcast``: every dtype normalised in float32 and cast back before γ (LlamaRMSNorm's order)."""
+    if upcast:
+        h = t.to(torch.float32)
+        return gamma * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(t.dtype)
     if literal:
         return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + eps) * gamma
     if t.dtype in (torch.float16, torch.bfloat16):
@@ -249,16 +254,21 @@ def _rms(t, gamma, eps: float, literal: bool):
     return F.rms_norm(t, (t.shape[-1],), gamma, eps)
 
 
-def _masked_softmax(logits, mask, softmax: bool):
+def _masked_softmax(logits, mask, softmax: bool, upcast: bool = False):
     """``softmax(logits + mask)`` over the keys, a query with no key left giving a zero row (as SDPA); without
-    softmax a blocked pair has weight 0 (not −inf) and finite additive masks are added."""
+    softmax a blocked pair has weight 0 (not −inf) and finite additive masks are added; ``upcast``: the softmax
+    in float32, cast back to the logits' dtype."""
     if not softmax:
         return logits if mask is None else torch.where(torch.isneginf(mask), 0.0, logits + mask)
+
+    def soft(t):
+        return torch.softmax(t, dim=-1, dtype=torch.float32).to(t.dtype) if upcast else torch.softmax(t, dim=-1)
+
     if mask is None:
-        return torch.softmax(logits, dim=-1)
+        return soft(logits)
     logits = logits + mask
     empty = torch.isneginf(logits).all(-1, keepdim=True)
-    return torch.where(empty, 0.0, torch.softmax(torch.where(empty, 0.0, logits), dim=-1))
+    return torch.where(empty, 0.0, soft(torch.where(empty, 0.0, logits)))
 
 
 def _grouped(qq, kk) -> bool:
