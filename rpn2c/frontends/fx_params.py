@@ -371,6 +371,10 @@ class factory_sizes:
     a factory's sizes as separate arguments to its torch-function handler, which refuses them)."""
 
     def __enter__(self):
+        # fx's stack-trace record imports torch._dynamo on the trace's first node anyway; imported under these
+        # patches, dynamo would take them for torch's factories and refuse the real ones in every later compile
+        import torch._dynamo  # noqa: F401
+
         self.saved = {name: getattr(torch, name) for name in _FACTORIES}
         for name, fn in self.saved.items():
             setattr(torch, name, _packing(fn, name == "full"))

@@ -134,3 +134,23 @@ def test_tensor_through_kwargs_and_heads_split_refuse_with_what_is_missing():
     with pytest.raises(TorchImportError, match="splits the features into 2 heads of 2") as info:
         rpn2c.from_torch(_Heads().double(), (rand(2, 3, 4),))
     assert info.value.op == "Tensor.view"
+
+
+def test_a_trace_leaves_torch_factories_as_dynamo_knows_them():
+    """fx's stack-trace record imports torch._dynamo during the first trace; were that under the tracer's factory
+    patches, dynamo would take them for torch.ones & co. and refuse the real ones in every later compile (a
+    fullgraph compile after a conversion, in a fresh interpreter)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\nfrom torch import nn\nimport rpn2c\n"
+        "class M(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n        return torch.relu(self.fc(x)) + x\n"
+        "assert 'torch._dynamo' not in sys.modules\n"
+        "rpn2c.from_torch(M(), (torch.randn(2, 3, 4),))\n"
+        "f = torch.compile(lambda x: x + torch.ones(3), backend='aot_eager', fullgraph=True)\n"
+        "assert torch.equal(f(torch.zeros(3)), torch.ones(3))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
