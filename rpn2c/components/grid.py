@@ -134,33 +134,32 @@ class Geometry:
         return tuple((max(0, -(-lo // d)), min(k - 1, hi // d))
                      for (lo, hi), k, d in zip(structure.reachable_offsets(spatial, span), self.kernel, self.dilation))
 
-    def cut_size(self, spatial: tuple[int, ...]) -> int:
-        """Taps of :meth:`cut` (counted without enumerating the kernel box)."""
-        if self.padding_mode != "zeros":
-            return self.patch_size
-        box = self.reach(spatial)
-        if self.taps is not None:
-            return max(1, sum(all(lo <= v <= hi for v, (lo, hi) in zip(t, box)) for t in self.taps))
-        return max(1, math.prod(max(0, hi - lo + 1) for lo, hi in box))
-
     def cut(self, spatial: tuple[int, ...]) -> Geometry:
-        """This geometry with only the taps that land inside the grid for some patch (:meth:`reach`; at least one):
-        under zero padding every other tap reads the fill value in every patch, so a reduction whose neutral element
-        that value is gives the same result without them. Itself when nothing is cut (and for the padding modes that
-        map every tap into the grid)."""
+        """This geometry cut to the taps that land inside the grid for some patch (:meth:`reach`; at least one): the
+        kernel box shrunk to ``[lo, hi]`` per axis, the windows' starts moved by ``lo·d`` (``pad_before − lo·d``,
+        which is negative where the first window starts inside the grid), so every kept tap reads the cell it read
+        and the patches are the same. Under zero padding every other tap reads the fill value in every patch, so a
+        reduction whose neutral element that value is gives the same result without them. Itself when nothing is
+        cut (and for the padding modes that map every tap into the grid)."""
         if self.padding_mode != "zeros":
             return self
         box = self.reach(spatial)
-        if self.taps is None:
-            if all(lo == 0 and hi == k - 1 for (lo, hi), k in zip(box, self.kernel)):
-                return self
-            kept = list(itertools.product(*(range(lo, hi + 1) for lo, hi in box))) or [(0,) * self.rank]
-        else:
+        taps = None
+        if self.taps is not None:
             kept = [t for t in self.taps if all(lo <= v <= hi for v, (lo, hi) in zip(t, box))]
             if len(kept) == len(self.taps):
                 return self
-            kept = kept or [self.taps[0]]
-        return replace(self, taps=tuple(kept))
+            if not kept:  # no tap ever lands in the grid: keep the first (every patch reads only the fill)
+                kept, box = [self.taps[0]], tuple((v, v) for v in self.taps[0])
+            taps = tuple(tuple(v - lo for v, (lo, _) in zip(t, box)) for t in kept)
+        elif all(lo == 0 and hi == k - 1 for (lo, hi), k in zip(box, self.kernel)):
+            return self
+        else:
+            box = tuple((lo, hi) if lo <= hi else (0, 0) for lo, hi in box)
+        kernel = tuple(hi - lo + 1 for lo, hi in box)
+        before = tuple(b - lo * d for b, (lo, _), d in zip(self.pad_before, box, self.dilation))
+        after = tuple(a - (k - 1 - hi) * d for a, (_, hi), k, d in zip(self.pad_after, box, self.kernel, self.dilation))
+        return replace(self, kernel=kernel, pad_before=before, pad_after=after, taps=taps)
 
     def patch_index(self, spatial: tuple[int, ...], device=None) -> torch.Tensor:
         """LongTensor [P, p]: flat (row-major) source position of every tap of every patch, -1 outside the grid.

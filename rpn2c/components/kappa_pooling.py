@@ -95,18 +95,20 @@ class _PatchPool(Kappa):
             (hp.outside == "ignore" or (hp.outside == "auto" and self.metric in ("max", "min")))
 
     def _taps(self, feat) -> tuple[Geometry, tuple[int, ...], int]:
-        """The geometry and grid the module pools with and the taps per patch it gathers (:meth:`Geometry.cut`
-        where that is exact)."""
+        """The geometry and grid the module gathers and natively pools with (:meth:`Geometry.cut` where that is
+        exact) and its taps per patch."""
         geo, spatial, _, ignore = pool_plan(self.geometry(len(feat) - 1), tuple(feat[1:]), self._ignores(),
                                             self.ceil_mode)
-        return geo, spatial, geo.cut_size(spatial) if cut_exact(self.metric, ignore) else geo.patch_size
+        if cut_exact(self.metric, ignore):
+            geo = geo.cut(spatial)
+        return geo, spatial, geo.patch_size
 
     def scratch(self, feat):
         """Elements per sample the module makes besides its output: the (patch, tap) index and what it is built from
         (:func:`index_elements`), the gathered taps ``C·P·p`` and native pooling's padded grid ``C·Π(L + pads)``."""
         geo, spatial, p = self._taps(feat)
         built = index_elements(geo, spatial, p)[0]
-        padded = math.prod(n + b + a for n, b, a in zip(spatial, geo.pad_before, geo.pad_after))
+        padded = math.prod(max(1, n + b + a) for n, b, a in zip(spatial, geo.pad_before, geo.pad_after))
         return built + feat[0] * (math.prod(geo.out_spatial(spatial)) * p + padded)
 
     def literal(self, feat):

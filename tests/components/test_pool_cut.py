@@ -10,6 +10,7 @@ import copy
 import torch
 from hypothesis import given, settings, strategies as st
 
+from rpn2c.components.grid import native_pooling
 from rpn2c.components.kappa import cut_exact, ignore_fill
 from rpn2c.components.registry import REGISTRY
 from rpn2c.functional import compression as FC
@@ -72,6 +73,8 @@ def test_the_cut_patch_equals_the_whole_box_in_float64(shape, metric, outside, h
     assert module.index.shape[1] == k._taps((2, *spatial))[2]  # the check's count is what is built
     torch.testing.assert_close(module(x), want, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(literal(copy.deepcopy(module))(x), want, rtol=1e-12, atol=1e-12)
+    if native_pooling(module.geo, metric):  # the kernel op pools the cut window (negative pads crop)
+        torch.testing.assert_close(module.pool(x), want, rtol=1e-12, atol=1e-12)
     if cut_exact(metric, module.ignore) and module.fill != ignore_fill(metric) and metric != "mean":
         assert module.fill == 0.0  # a zero read outside is the neutral element of a sum or a norm
 
@@ -79,8 +82,9 @@ def test_the_cut_patch_equals_the_whole_box_in_float64(shape, metric, outside, h
 @settings(max_examples=40, deadline=None)
 @given(shapes(), st.integers(1, 6), st.integers(1, 6))
 def test_a_cut_tap_is_outside_the_grid_in_every_patch(shape, h, w):
-    """``Geometry.reach`` is sound: each tap it leaves out reads -1 in every row of the whole box's index; and its
-    count (read by the check, no tensor) is the number of taps kept."""
+    """``Geometry.cut`` is sound and keeps the patches: its index is the whole box's at the kept taps (the box
+    shrunk to ``[lo, hi]``, the windows moved by ``lo·d``), every tap it leaves out reads -1 in every patch, and
+    every tap that lands inside the grid somewhere is kept."""
     kind, hp, rank = shape
     hp = {k: v for k, v in hp.items() if v is not None}
     spatial = (h, w, 3)[:rank]
@@ -91,12 +95,14 @@ def test_a_cut_tap_is_outside_the_grid_in_every_patch(shape, h, w):
     except Exception:
         return
     cut = geo.cut(spatial)
-    kept = set(cut.tap_positions())
-    dropped = [i for i, t in enumerate(geo.tap_positions()) if t not in kept]
+    assert cut.out_spatial(spatial) == geo.out_spatial(spatial)
+    lo = [(b - c) // d for b, c, d in zip(geo.pad_before, cut.pad_before, geo.dilation)]
+    where = {t: i for i, t in enumerate(geo.tap_positions())}
+    kept = [where[tuple(v + o for v, o in zip(t, lo))] for t in cut.tap_positions()]
+    assert torch.equal(cut.patch_index(spatial), full[:, kept])
+    dropped = sorted(set(range(full.shape[1])) - set(kept))
     assert bool((full[:, dropped] < 0).all())
-    assert geo.cut_size(spatial) == cut.patch_size >= 1
-    inside = (full >= 0).any(0)  # every tap that lands inside somewhere is kept
-    assert all(t in kept for t, hit in zip(geo.tap_positions(), inside.tolist()) if hit)
+    assert len(kept) == cut.patch_size >= 1
 
 
 def test_a_window_far_wider_than_the_grid_gathers_only_the_grid():

@@ -37,7 +37,7 @@ class PatchPoolModule(nn.Module):
         self.register_buffer("outside", ~valid, persistent=False)
         self.register_buffer("count", valid.sum(-1).clamp(min=1), persistent=False)
         if metric in ("sum", "mean"):  # the box-sum convolution's kernel, should the rule ``pool`` choose it
-            self.register_buffer("mask", geo.kernel_mask().to(torch.get_default_dtype()), persistent=False)
+            self.register_buffer("mask", self.taps.kernel_mask().to(torch.get_default_dtype()), persistent=False)
 
     def _mean_ignoring(self, s):
         return s / self.count.to(s.dtype)
@@ -47,7 +47,7 @@ class PatchPoolModule(nn.Module):
         the explicitly padded grid, sum/mean by a depthwise convolution with the patch mask."""
         if self.prepad:
             x = F.pad(x, self.prepad)
-        geo, metric = self.geo, self.metric
+        geo, metric = self.taps, self.metric  # the window cut to the grid where that is exact
         pads = pad_pairs(geo)
         padded = any(pads)  # F.pad copies even when every pad is zero
         pool = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[geo.rank - 1]
@@ -58,7 +58,7 @@ class PatchPoolModule(nn.Module):
                          geo.dilation)
         y = structure.box_sum(F.pad(x, pads) if padded else x, self.mask, geo.stride, geo.dilation)
         if metric == "mean":
-            y = y / self.count.to(x.dtype).reshape(self.out_spatial) if self.ignore else y / geo.patch_size
+            y = y / self.count.to(x.dtype).reshape(self.out_spatial) if self.ignore else y / self.geo.patch_size
         return y
 
     def forward(self, x, grid=True):
