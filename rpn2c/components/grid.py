@@ -195,6 +195,14 @@ def index_elements(geo: Geometry, spatial: tuple[int, ...], taps: int) -> tuple[
     return (2 * geo.rank + 6) * patches * taps, (math.prod(spatial) + 1) * patches * taps
 
 
+def pad_pairs(geo: Geometry) -> list[int]:
+    """``F.pad`` argument for the geometry's padding (last axis first; a negative pad crops)."""
+    pads: list[int] = []
+    for b, a in zip(reversed(geo.pad_before), reversed(geo.pad_after)):
+        pads += [b, a]
+    return pads
+
+
 def pool_plan(geo: Geometry, spatial: tuple[int, ...], ignore: bool, ceil_mode: bool):
     """``(geometry, grid, prepad, ignore)`` a pooling runs with: torch's ``ceil_mode`` adds partial last windows
     (:func:`ceil_extension`) whose taps past the padded grid are skipped; with zero padding read as 0 the grid is
@@ -204,8 +212,7 @@ def pool_plan(geo: Geometry, spatial: tuple[int, ...], ignore: bool, ceil_mode: 
     prepad: list[int] = []
     if any(extra):
         if not ignore and (any(geo.pad_before) or any(geo.pad_after)):
-            for b, a in zip(reversed(geo.pad_before), reversed(geo.pad_after)):
-                prepad += [b, a]
+            prepad = pad_pairs(geo)
             spatial = tuple(n + b + a for n, b, a in zip(spatial, geo.pad_before, geo.pad_after))
             geo = replace(geo, pad_before=(0,) * geo.rank, pad_after=(0,) * geo.rank)
         geo = replace(geo, pad_after=tuple(a + e for a, e in zip(geo.pad_after, extra)))

@@ -333,14 +333,6 @@ class SphereHP(_PackingHP):
 PatchShapeHP = Union[ConvPatchHP, CentredCuboidHP, CylinderHP, SphereHP]
 
 
-def pad_pairs(geo: Geometry) -> list[int]:
-    """``F.pad`` argument for the geometry's padding (last axis first)."""
-    pads: list[int] = []
-    for b, a in zip(reversed(geo.pad_before), reversed(geo.pad_after)):
-        pads += [b, a]
-    return pads
-
-
 # ------------------------------------------------------------------------------------------------ composites
 def parts_hp(families: tuple[str, ...]) -> type[HP]:
     """Schema of a composite: ``parts`` = inner κ by name and options, validated against ``families``."""

@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rpn2c.components.grid import Geometry, pool_plan
-from rpn2c.components.kappa import cut_exact, ignore_fill, pad_pairs
+from rpn2c.components.grid import Geometry, pad_pairs, pool_plan
+from rpn2c.components.kappa import cut_exact, ignore_fill
 from rpn2c.functional import compression as FC
 from rpn2c.functional import structure
 
