@@ -114,3 +114,21 @@ def test_a_window_far_wider_than_the_grid_gathers_only_the_grid():
         assert tuple(module.index.shape) == (196, 729)
         torch.testing.assert_close(module(x), want[..., None, None].expand(2, 3, 14, 14))
         torch.testing.assert_close(module.pool(x), module(x))
+
+
+def test_the_matrix_view_of_a_window_wider_than_the_grid_is_built_from_the_cut_window():
+    """``rpn2c show``'s pooling matrix of half = 1000 on 14 × 14 (its padding matrix over the whole box would have
+    150 billion entries): the mean is 1/2001² on every cell, the max selects each channel's largest cell."""
+    import rpn2c
+    from rpn2c.runtime.layer_matrix import layer_matrix
+
+    spec = "model m {{\n  input x: image[B, 2, 14, 14]\n  y = compress(x) {{\n    kappa = {}\n  }}\n  return y\n}}\n"
+    x = torch.randn(1, 2, 14, 14, dtype=F64)
+    mean = layer_matrix(rpn2c.compile(spec.format("cuboid_mean(half = 1000)")).double(), "y", {"x": x})
+    torch.testing.assert_close(mean.matrix, torch.block_diag(*[torch.full((196, 196), 1 / 2001**2, dtype=F64)] * 2))
+    top = layer_matrix(rpn2c.compile(spec.format("cuboid_max(half = 1000)")).double(), "y", {"x": x})
+    winners = x[0].flatten(1).argmax(-1)
+    want = torch.zeros(2, 196, 2, 196, dtype=F64)
+    for c in range(2):
+        want[c, :, c, winners[c]] = 1.0
+    torch.testing.assert_close(top.matrix, want.reshape(392, 392))
