@@ -121,6 +121,32 @@ def test_models_built_and_trained_eagerly_never_import_the_compiler():
     assert _loaded(_python("import sys\n" + code)) == ["torch"]
 
 
+def test_a_manifold_compression_built_and_run_eagerly_never_imports_the_compiler():
+    """t-SNE and Isomap κ (scikit-learn on the host) are kept out of dynamo's tracing only once dynamo is imported:
+    building and running them imports torch and scikit-learn, not ``torch._dynamo``."""
+    spec = ("model m {\n  input x: vector[B, 6]\n  y = head(x) {\n    kappa = KAPPA\n    psi = eye\n  }\n"
+            "  return y\n}\n")
+    code = ("import torch, rpn2c\n"
+            "for kappa in ('tsne(k = 2)', 'isomap(k = 2)'):\n"
+            f"    model = rpn2c.compile({spec!r}.replace('KAPPA', kappa))\n"
+            "    assert torch.isfinite(model(torch.randn(12, 6))).all()\n"
+            f"print(json.dumps([m for m in {RUNTIME!r} if m in sys.modules]))\n")
+    assert "torch._dynamo" not in _loaded(_python("import sys\n" + code))
+
+
+def test_a_manifold_compression_compiled_breaks_the_graph_around_scikit_learn():
+    """Once dynamo is imported the host embedding is ``torch.compiler.disable``d: torch.compile runs it eagerly (a
+    graph break, not a trace of scikit-learn) and gives the eager output."""
+    import torch
+
+    from rpn2c.functional.compression_modules import ManifoldCompression
+
+    module = ManifoldCompression(2, method="isomap")
+    x = torch.randn(10, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    compiled = torch.compile(module, backend="eager")
+    torch.testing.assert_close(compiled(x), module(x))
+
+
 def test_the_recurrent_kernels_constant_mark_is_the_one_dynamo_sets():
     """``rnn_op`` marks its trace-time constants itself: ``torch.compiler.assume_constant_result`` would import
     dynamo to set the same attribute."""

@@ -525,6 +525,8 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span, label: 
                 raise LayerShapeError(str(exc), h.kappa.span) from None
             tr = HeadTrace("grid", c, None, mz=c, spatial_out=tuple(feat_out[1:]), grid_kappa=True,
                            d=feat_out[0])
+            if all(is_known(s) for s in data.spatial):  # what the module builds: a pooling's index and taps
+                tr.scratch, tr.literal = kappa.scratch((c, *data.spatial)), kappa.literal((c, *data.spatial))
             tr.n = h.out if h.out is not None else feat_out[0]
             if tr.n != feat_out[0]:
                 raise LayerShapeError(f"psi = eye needs out = D = {feat_out[0]}, got out = {tr.n}", span)

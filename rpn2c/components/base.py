@@ -118,6 +118,11 @@ class Kappa(Component):
         resource guard charges it (``rpn2c.check.budget``)."""
         return 0
 
+    def literal(self, feat: tuple[int, ...]) -> int:
+        """Elements of the structural matrix only the reference lowering builds for a grid κ (a pooling's padding
+        matrix); :func:`rpn2c.ir.estimate.reference_elements` charges it."""
+        return 0
+
     def build(self, feat: tuple[int, ...]) -> nn.Module:
         from rpn2c.components.impl.base import _Elementwise
 

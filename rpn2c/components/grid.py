@@ -10,7 +10,8 @@ Cylinder/sphere patches use a subset of the kernel box (``taps``).
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Literal, TYPE_CHECKING, Union
 
 from pydantic import field_validator
@@ -103,6 +104,8 @@ class Geometry:
         """Boolean kernel box marking the taps (all True for a cuboid)."""
         import torch
 
+        if self.taps is None:
+            return torch.ones(self.kernel, dtype=torch.bool, device=device)
         mask = torch.zeros(self.kernel, dtype=torch.bool, device=device)
         for t in self.tap_positions():
             mask[t] = True
@@ -120,6 +123,43 @@ class Geometry:
         return {"extent": spatial, "offsets": self.offsets(device), "stride": self.stride,
                 "pad_before": self.pad_before, "out_counts": self.out_spatial(spatial), "mode": self.padding_mode,
                 "row_shift": self.row_shift, "layer_shift": self.layer_shift, "lattice": self.lattice}
+
+    def reach(self, spatial: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+        """Per axis the kernel-box positions ``[lo, hi]`` of the taps that land inside the grid for some patch: tap
+        ``j`` (offset ``j·d``) of a window starting at ``u`` reads ``u + j·d``, so ``j`` is kept when
+        ``−u_max <= j·d <= L − 1 − u_min`` (:func:`rpn2c.functional.structure.reachable_offsets`); ``lo > hi``
+        when no tap does."""
+        span = structure.origin_span(spatial, self.stride, self.pad_before, self.out_spatial(spatial),
+                                     self.row_shift, self.layer_shift, self.lattice)
+        return tuple((max(0, -(-lo // d)), min(k - 1, hi // d))
+                     for (lo, hi), k, d in zip(structure.reachable_offsets(spatial, span), self.kernel, self.dilation))
+
+    def cut(self, spatial: tuple[int, ...]) -> Geometry:
+        """This geometry cut to the taps that land inside the grid for some patch (:meth:`reach`; at least one): the
+        kernel box shrunk to ``[lo, hi]`` per axis, the windows' starts moved by ``lo·d`` (``pad_before − lo·d``,
+        which is negative where the first window starts inside the grid), so every kept tap reads the cell it read
+        and the patches are the same. Under zero padding every other tap reads the fill value in every patch, so a
+        reduction whose neutral element that value is gives the same result without them. Itself when nothing is
+        cut (and for the padding modes that map every tap into the grid)."""
+        if self.padding_mode != "zeros":
+            return self
+        box = self.reach(spatial)
+        taps = None
+        if self.taps is not None:
+            kept = [t for t in self.taps if all(lo <= v <= hi for v, (lo, hi) in zip(t, box))]
+            if len(kept) == len(self.taps):
+                return self
+            if not kept:  # no tap ever lands in the grid: keep the first (every patch reads only the fill)
+                kept, box = [self.taps[0]], tuple((v, v) for v in self.taps[0])
+            taps = tuple(tuple(v - lo for v, (lo, _) in zip(t, box)) for t in kept)
+        elif all(lo == 0 and hi == k - 1 for (lo, hi), k in zip(box, self.kernel)):
+            return self
+        else:
+            box = tuple((lo, hi) if lo <= hi else (0, 0) for lo, hi in box)
+        kernel = tuple(hi - lo + 1 for lo, hi in box)
+        before = tuple(b - lo * d for b, (lo, _), d in zip(self.pad_before, box, self.dilation))
+        after = tuple(a - (k - 1 - hi) * d for a, (_, hi), k, d in zip(self.pad_after, box, self.kernel, self.dilation))
+        return replace(self, kernel=kernel, pad_before=before, pad_after=after, taps=taps)
 
     def patch_index(self, spatial: tuple[int, ...], device=None) -> torch.Tensor:
         """LongTensor [P, p]: flat (row-major) source position of every tap of every patch, -1 outside the grid.
@@ -145,6 +185,39 @@ def ceil_extension(geo: Geometry, spatial) -> tuple[int, ...]:
             out -= 1
         extra.append(max(0, (out - 1) * s + span - (n + pb + pa)))
     return tuple(extra)
+
+
+def index_elements(geo: Geometry, spatial: tuple[int, ...], taps: int) -> tuple[int, int]:
+    """``(built, literal)`` float32 elements of the (patch, tap) index of ``taps`` taps per patch: what building it
+    makes (``[P, p, rank]`` int64 positions, the flat index, its validity mask: at most ``(2·rank + 6)·P·p``) and
+    the reference lowering's padding matrix ``[N + 1, P·p]`` (eq 67)."""
+    patches = math.prod(geo.out_spatial(spatial))
+    return (2 * geo.rank + 6) * patches * taps, (math.prod(spatial) + 1) * patches * taps
+
+
+def pad_pairs(geo: Geometry) -> list[int]:
+    """``F.pad`` argument for the geometry's padding (last axis first; a negative pad crops)."""
+    pads: list[int] = []
+    for b, a in zip(reversed(geo.pad_before), reversed(geo.pad_after)):
+        pads += [b, a]
+    return pads
+
+
+def pool_plan(geo: Geometry, spatial: tuple[int, ...], ignore: bool, ceil_mode: bool):
+    """``(geometry, grid, prepad, ignore)`` a pooling runs with: torch's ``ceil_mode`` adds partial last windows
+    (:func:`ceil_extension`) whose taps past the padded grid are skipped; with zero padding read as 0 the grid is
+    padded explicitly first (``prepad``, ``F.pad`` pairs), so that every out-of-grid tap left is one past the padded
+    grid and is skipped."""
+    extra = ceil_extension(geo, spatial) if ceil_mode else (0,) * geo.rank
+    prepad: list[int] = []
+    if any(extra):
+        if not ignore and (any(geo.pad_before) or any(geo.pad_after)):
+            prepad = pad_pairs(geo)
+            spatial = tuple(n + b + a for n, b, a in zip(spatial, geo.pad_before, geo.pad_after))
+            geo = replace(geo, pad_before=(0,) * geo.rank, pad_after=(0,) * geo.rank)
+        geo = replace(geo, pad_after=tuple(a + e for a, e in zip(geo.pad_after, extra)))
+        ignore = True
+    return geo, tuple(spatial), prepad, ignore and geo.padding_mode == "zeros"
 
 
 def native_pooling(geo: Geometry, metric: str) -> bool:

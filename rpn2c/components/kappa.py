@@ -183,6 +183,13 @@ def metric_kwargs(hp) -> dict[str, Any]:
             "std": {"correction": hp.correction}}.get(hp.metric, {})
 
 
+def cut_exact(metric: str, ignore: bool) -> bool:
+    """Whether the taps that read the zero-padding fill in every patch may be left out of a pooling of ``metric``: an
+    ignored tap reads φ's neutral element; a tap read as 0 adds nothing to a sum or a norm, and a mean is their sum
+    over the whole patch's size."""
+    return metric in _IGNORABLE if ignore else metric in ("sum", "mean", "l1", "l2", "linf", "lp")
+
+
 def ignore_fill(metric: str) -> float:
     """The neutral element read by out-of-grid taps when they are ignored (max: −inf, min: +inf, prod: 1, ...)."""
     return _IGNORABLE[metric]
@@ -324,14 +331,6 @@ class SphereHP(_PackingHP):
 
 
 PatchShapeHP = Union[ConvPatchHP, CentredCuboidHP, CylinderHP, SphereHP]
-
-
-def pad_pairs(geo: Geometry) -> list[int]:
-    """``F.pad`` argument for the geometry's padding (last axis first)."""
-    pads: list[int] = []
-    for b, a in zip(reversed(geo.pad_before), reversed(geo.pad_after)):
-        pads += [b, a]
-    return pads
 
 
 # ------------------------------------------------------------------------------------------------ composites

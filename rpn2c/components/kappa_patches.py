@@ -8,7 +8,7 @@ tables come from :mod:`rpn2c.functional.structure`. The tinyBIG class names are 
 from __future__ import annotations
 
 from rpn2c.components.base import GRID_VOLUME, Kappa, ShapeRuleError, compress_example
-from rpn2c.components.grid import Geometry, PatchHP
+from rpn2c.components.grid import Geometry, PatchHP, index_elements
 from rpn2c.components.kappa import CentredCuboidHP, CylinderHP, SphereHP
 from rpn2c.components.registry import register
 
@@ -33,6 +33,16 @@ class _PatchExpansion(Kappa):
             raise ShapeRuleError(f"{self.name} gathers patches of a grid; the input has flat features {feat}")
         geo = self.geometry(len(feat) - 1)
         return (feat[0] * geo.patch_size, *geo.out_spatial(tuple(feat[1:])))
+
+    def scratch(self, feat):
+        """What building the (patch, tap) index makes (:func:`index_elements`); the taps gathered are the output."""
+        geo = self.geometry(len(feat) - 1)
+        return index_elements(geo, tuple(feat[1:]), geo.patch_size)[0]
+
+    def literal(self, feat):
+        """Elements of the reference lowering's padding matrix ``[N + 1, P·p]`` (eq 67)."""
+        geo = self.geometry(len(feat) - 1)
+        return index_elements(geo, tuple(feat[1:]), geo.patch_size)[1]
 
     def build(self, feat):
         from rpn2c.components.impl.kappa_patches import PatchGatherModule

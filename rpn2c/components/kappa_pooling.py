@@ -18,9 +18,10 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 
 from rpn2c.components.base import GRID_VOLUME, Kappa, ShapeRuleError, compress_example
-from rpn2c.components.grid import Geometry, IntOrList, ceil_extension, native_pooling, positive_per_axis
-from rpn2c.components.kappa import (CentredCuboidHP, ConvPatchHP, CylinderHP, PoolHP, SphereHP, ignore_fill,
-                                    metric_kwargs)
+from rpn2c.components.grid import (Geometry, IntOrList, ceil_extension, index_elements, native_pooling, pool_plan,
+                                  positive_per_axis)
+from rpn2c.components.kappa import (CentredCuboidHP, ConvPatchHP, CylinderHP, PoolHP, SphereHP, cut_exact,
+                                    ignore_fill, metric_kwargs)
 from rpn2c.components.registry import HP, register
 from rpn2c.ir.types import is_known
 
@@ -87,15 +88,40 @@ class _PatchPool(Kappa):
     def native_pooling(self, rank: int) -> bool:
         return native_pooling(self.geometry(rank), self.metric)
 
+    def _ignores(self) -> bool:
+        """Out-of-grid taps are skipped (not read as 0)."""
+        hp = self.hp
+        return hp.ignores_outside() if hasattr(hp, "ignores_outside") else \
+            (hp.outside == "ignore" or (hp.outside == "auto" and self.metric in ("max", "min")))
+
+    def _taps(self, feat) -> tuple[Geometry, tuple[int, ...], int]:
+        """The geometry and grid the module gathers and natively pools with (:meth:`Geometry.cut` where that is
+        exact) and its taps per patch."""
+        geo, spatial, _, ignore = pool_plan(self.geometry(len(feat) - 1), tuple(feat[1:]), self._ignores(),
+                                            self.ceil_mode)
+        if cut_exact(self.metric, ignore):
+            geo = geo.cut(spatial)
+        return geo, spatial, geo.patch_size
+
+    def scratch(self, feat):
+        """Elements per sample the module makes besides its output: the (patch, tap) index and what it is built from
+        (:func:`index_elements`), the gathered taps ``C·P·p`` and native pooling's padded grid ``C·Π(L + pads)``."""
+        geo, spatial, p = self._taps(feat)
+        built = index_elements(geo, spatial, p)[0]
+        padded = math.prod(max(1, n + b + a) for n, b, a in zip(spatial, geo.pad_before, geo.pad_after))
+        return built + feat[0] * (math.prod(geo.out_spatial(spatial)) * p + padded)
+
+    def literal(self, feat):
+        """Elements of the reference lowering's padding matrix ``[N + 1, P·p]`` (eq 67, the taps gathered)."""
+        return index_elements(*self._taps(feat))[1]
+
     def build(self, feat):
         from rpn2c.components.impl.kappa_pooling import PatchPoolModule
 
         hp = self.hp
         kw = metric_kwargs(hp) if hasattr(hp, "metric") else {}
-        ignore = hp.ignores_outside() if hasattr(hp, "ignores_outside") else \
-            (hp.outside == "ignore" or (hp.outside == "auto" and self.metric in ("max", "min")))
         self.features_out(tuple(feat))  # the ceil_mode checks
-        return PatchPoolModule(self.geometry(len(feat) - 1), tuple(feat[1:]), self.metric, kw, ignore,
+        return PatchPoolModule(self.geometry(len(feat) - 1), tuple(feat[1:]), self.metric, kw, self._ignores(),
                                self.ceil_mode)
 
 

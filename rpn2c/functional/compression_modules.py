@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from rpn2c.functional.compression import (COMPRESSION_DISTRIBUTIONS, _MANIFOLDS, _gen, gaussian_random_matrix,
                                           sparse_random_matrix)
 from rpn2c.functional.expansion import combination_index, log_pdf, mvn_equicorrelated_log_pdf, positive_squash
+from rpn2c.functional.untraced import untraced
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -426,8 +427,6 @@ class ManifoldCompression(nn.Module):
 
     def __init__(self, k: int, *, method: str = "isomap", seed: int = 0, **kw: Any) -> None:
         super().__init__()
-        if not hasattr(ManifoldCompression._host_embed, "_torchdynamo_disable"):  # once, when the first is built
-            ManifoldCompression._host_embed = torch.compiler.disable(ManifoldCompression._host_embed)
         try:
             import sklearn.manifold  # noqa: F401
         except ImportError as e:  # pragma: no cover - depends on the environment
@@ -495,9 +494,10 @@ class ManifoldCompression(nn.Module):
             return M.SpectralEmbedding(n_components=self.k, random_state=self.seed, **kw).fit_transform(X)
         return M.smacof(pairwise_distances(X), n_components=self.k, random_state=self.seed, **kw)[0]
 
+    @untraced
     def _host_embed(self, x: Tensor) -> Tensor:
-        """Not traced: scikit-learn on the host cannot be, so torch.compile breaks the graph here (``__init__``
-        applies ``torch.compiler.disable``, which imports ``torch._dynamo``, once a manifold κ is built)."""
+        """Not traced: scikit-learn on the host cannot be, so torch.compile breaks the graph here (``untraced``:
+        ``torch.compiler.disable`` once dynamo is imported, never importing it where nothing is compiled)."""
         return torch.as_tensor(self._embed(x.detach().reshape(-1, x.shape[-1]).cpu().double().numpy()))
 
     def forward(self, x: Tensor) -> Tensor:

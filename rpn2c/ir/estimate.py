@@ -114,11 +114,13 @@ def reference_elements(node, sizes: dict[str, int] | None = None) -> int:
     ``L`` ``[T·H, T·H]`` (its ``[T, T, H, H]`` blocks gathered and masked: about 3 (T·H)²), ``W_RNN = L (I_T ⊗ W_ih)``
     and its factor (2 · T·H · T·D) and the powers ``A^0 … A^T`` (twice (T+1)·H², a diagonal ``A`` made dense
     first); for a layer, the N×N matrix of each instance ξ that propagates over an edge list (graph, PageRank:
-    the default lowering runs them on the edges); 0 for any other node."""
+    the default lowering runs them on the edges) and a grid κ's literal matrix (a pooling's padding matrix
+    ``[N, P·p]``); 0 for any other node."""
     if node.kind == "layer":
         return sum(dim_size(t.nz, sizes) * dim_size(t.n_out, sizes) * h.channels
                    for h, t in zip(node.layer.heads, node.trace["heads"])
-                   if t.view == "items" and getattr(t, "propagating", ()))
+                   if t.view == "items" and getattr(t, "propagating", ())) + \
+            sum(getattr(t, "literal", 0) for t in node.trace["heads"])
     if node.kind != "recurrent":
         return 0
     spec = node.layer

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from rpn2c.components.kappa import pad_pairs
+from rpn2c.components.grid import pad_pairs
 from rpn2c.components.registry import kernels
 from rpn2c.functional import structure
 from rpn2c.functional.expansion import taylor_reconcile

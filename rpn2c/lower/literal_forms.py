@@ -50,7 +50,7 @@ class LiteralPatchPool(PatchPoolModule):
     def forward(self, x, grid=True):
         if self.prepad:
             x = nn.functional.pad(x, self.prepad)
-        taps = literal_patches(x, self.geo, self.spatial)  # [B, C, P, p]
+        taps = literal_patches(x, self.taps, self.spatial)  # [B, C, P, p] (the taps that can land in the grid)
         if self.ignore and self.fill != 0.0:
             taps = taps.masked_fill(self.outside, self.fill)
         return self.finish(FC.reduce(taps, self.reduction, -1, **self.kw), x.shape[:2])

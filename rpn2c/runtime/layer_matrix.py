@@ -298,7 +298,7 @@ def _adaptive_pooling(name, pool, x) -> LayerMatrix:
 
 def _pooling(name, pool, x) -> LayerMatrix:
     """``I_C ⊗ S``: averaging/summing matrix for mean/sum, the input-dependent selection for max/min."""
-    geo = pool.geo
+    geo = pool.taps  # the window cut to the taps that can land in the grid, where the module cuts it
     metric = {"average": "mean", "maximum": "max", "minimum": "min"}.get(pool.metric, pool.metric)
     spatial = tuple(int(s) for s in x.shape[1:])
     _room(math.prod(spatial), math.prod(geo.out_spatial(spatial)), geo.patch_size)
@@ -308,7 +308,7 @@ def _pooling(name, pool, x) -> LayerMatrix:
     if metric in ("mean", "sum"):
         s = a3.sum(-1).T  # [P, N]
         if metric == "mean":
-            s = s / (pool.count.double()[:, None] if pool.ignore else geo.patch_size)
+            s = s / (pool.count.double()[:, None] if pool.ignore else pool.geo.patch_size)
         m = _kron(_eye(cin), s)
         return LayerMatrix(name, f"pooling ({metric})", m, torch.zeros(len(m), dtype=torch.float64), x.flatten(),
                            tuple(x.shape), out_shape, "vec(Y) = (I_C ⊗ S) vec(X), S[q, n] = weight of cell n in "

@@ -275,3 +275,51 @@ def test_the_estimates_cover_a_propagating_graphs_largest_tensor_in_both_lowerin
             model(x, edges)
         assert mode.most <= bound + held, (reference, mode.most, bound, held)
     assert literal >= n * n
+
+
+POOL = """model m {{
+  input x: image[B, 2, 14, 14]
+  y = compress(x) {{
+    kappa = {kappa}
+  }}
+  return y
+}}
+"""
+
+
+@pytest.mark.parametrize("kappa", [
+    "cuboid_max(half = 1000)",
+    "cuboid_mean(half = 300, stride = 3)",
+    'cuboid_pool(metric = "l2", half = 40, half_after = 2)',
+    'cuboid_pool(metric = "variance", half = 5)',
+    'patch_pool(metric = "median", size = 9, pad = 4, stride = 2, padding_mode = "replicate")',
+    "cylinder_max(radius = 60)",
+    "cuboid_expansion(half = 3, stride = 2)",
+])
+def test_the_estimates_cover_what_a_pooling_builds_and_runs(kappa):
+    """A pooling's (patch, tap) index is built when the model is: every tensor made while compiling and in a forward
+    pass (both lowerings, B = 1) is within the check's estimate, the reference lowering's padding matrix within its
+    literal charge; the buffers are not excused (they are what the estimate must charge). A window far wider than
+    the grid is within it because only its taps that reach the grid are built."""
+    from rpn2c.ir.estimate import reference_elements
+
+    spec = POOL.format(kappa=kappa)
+    graph = rpn2c.check(spec)
+    estimate = sum(node_elements(n) for n in graph.nodes())
+    literal = sum(reference_elements(n) for n in graph.nodes())
+    assert estimate * 4 < 2**28  # each is a few MB at most
+    for reference, bound in ((False, estimate), (True, estimate + literal)):
+        mode = _Largest()
+        with torch.no_grad(), mode:
+            model = rpn2c.compile(spec, reference=reference)
+            model(torch.randn(1, 2, 14, 14))
+        assert mode.most <= bound, (reference, mode.most, bound)
+
+
+def test_a_pooling_whose_index_would_not_fit_is_refused_at_check():
+    """A variance over a 2001 × 2001 window on 14 × 14 reads every tap (a 0 read outside counts): its index of 785
+    million entries is charged, and refused (E0602, located) before anything is built."""
+    with pytest.raises(rpn2c.SpecResourceError) as info:
+        rpn2c.check(POOL.format(kappa='cuboid_pool(metric = "variance", half = 1000)'))
+    d = info.value.diagnostics[0]
+    assert d.code == "E0602" and (d.span.line, d.span.col) == (3, 7)

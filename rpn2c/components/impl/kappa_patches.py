@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import nn
 
-from rpn2c.components.grid import Geometry
-from rpn2c.components.kappa import pad_pairs
+from rpn2c.components.grid import Geometry, pad_pairs
 from rpn2c.functional import structure
 
 

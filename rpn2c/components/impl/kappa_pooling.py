@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rpn2c.components.grid import Geometry, ceil_extension
-from rpn2c.components.kappa import ignore_fill, pad_pairs
+from rpn2c.components.grid import Geometry, pad_pairs, pool_plan
+from rpn2c.components.kappa import cut_exact, ignore_fill
 from rpn2c.functional import compression as FC
 from rpn2c.functional import structure
 
@@ -26,29 +24,20 @@ class PatchPoolModule(nn.Module):
     def __init__(self, geo: Geometry, spatial, metric: str, kw: dict, ignore: bool, ceil_mode: bool = False):
         super().__init__()
         self.metric, self.kw = metric, kw
-        self.prepad: list[int] = []
-        extra = ceil_extension(geo, spatial) if ceil_mode else (0,) * geo.rank
-        if any(extra):
-            # torch's ceil_mode: the added last windows skip their taps past the padded grid. With zero padding
-            # read as 0 (outside = "zero") the grid is padded explicitly first, so that every out-of-grid tap left
-            # is one past the padded grid and is skipped.
-            if not ignore and (any(geo.pad_before) or any(geo.pad_after)):
-                self.prepad = pad_pairs(geo)
-                spatial = tuple(n + b + a for n, b, a in zip(spatial, geo.pad_before, geo.pad_after))
-                geo = replace(geo, pad_before=(0,) * geo.rank, pad_after=(0,) * geo.rank)
-            geo = replace(geo, pad_after=tuple(a + e for a, e in zip(geo.pad_after, extra)))
-            ignore = True
-        self.geo, self.spatial = geo, tuple(spatial)
+        geo, spatial, self.prepad, self.ignore = pool_plan(geo, tuple(spatial), ignore, ceil_mode)
+        self.geo, self.spatial = geo, spatial
         self.out_spatial = geo.out_spatial(self.spatial)
-        index = geo.patch_index(self.spatial)
-        valid = index >= 0
-        self.ignore = ignore and geo.padding_mode == "zeros"
         self.fill = ignore_fill(metric) if self.ignore else 0.0
+        # the gathered taps: those that land inside the grid for some patch, when every other one reads the
+        # reduction's neutral element (cut_exact); a patch wider than the grid never enumerates its kernel box
+        self.taps = geo.cut(self.spatial) if cut_exact(metric, self.ignore) else geo
+        index = self.taps.patch_index(self.spatial)
+        valid = index >= 0
         self.register_buffer("index", index, persistent=False)
         self.register_buffer("outside", ~valid, persistent=False)
         self.register_buffer("count", valid.sum(-1).clamp(min=1), persistent=False)
         if metric in ("sum", "mean"):  # the box-sum convolution's kernel, should the rule ``pool`` choose it
-            self.register_buffer("mask", geo.kernel_mask().to(torch.get_default_dtype()), persistent=False)
+            self.register_buffer("mask", self.taps.kernel_mask().to(torch.get_default_dtype()), persistent=False)
 
     def _mean_ignoring(self, s):
         return s / self.count.to(s.dtype)
@@ -58,7 +47,7 @@ class PatchPoolModule(nn.Module):
         the explicitly padded grid, sum/mean by a depthwise convolution with the patch mask."""
         if self.prepad:
             x = F.pad(x, self.prepad)
-        geo, metric = self.geo, self.metric
+        geo, metric = self.taps, self.metric  # the window cut to the grid where that is exact
         pads = pad_pairs(geo)
         padded = any(pads)  # F.pad copies even when every pad is zero
         pool = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[geo.rank - 1]
@@ -69,7 +58,7 @@ class PatchPoolModule(nn.Module):
                          geo.dilation)
         y = structure.box_sum(F.pad(x, pads) if padded else x, self.mask, geo.stride, geo.dilation)
         if metric == "mean":
-            y = y / self.count.to(x.dtype).reshape(self.out_spatial) if self.ignore else y / geo.patch_size
+            y = y / self.count.to(x.dtype).reshape(self.out_spatial) if self.ignore else y / self.geo.patch_size
         return y
 
     def forward(self, x, grid=True):
@@ -81,13 +70,17 @@ class PatchPoolModule(nn.Module):
 
     @property
     def reduction(self) -> str:
-        """The φ each patch is reduced by: a mean that ignores out-of-grid taps sums, then divides by the count."""
-        return "sum" if self.metric == "mean" and self.ignore else self.metric
+        """The φ each patch is reduced by: a mean that ignores out-of-grid taps, or whose taps were cut, sums, then
+        divides by the count (or by the whole patch's size)."""
+        return "sum" if self.metric == "mean" and (self.ignore or self.taps is not self.geo) else self.metric
 
     def finish(self, y, batch_channels):
-        """The reduced patches ``[B, C, P]`` on the output grid (the ignoring mean divided by each count)."""
+        """The reduced patches ``[B, C, P]`` on the output grid (the ignoring mean divided by each count, the mean of
+        a cut patch by the whole patch's size: its cut taps read 0)."""
         if self.metric == "mean" and self.ignore:
             y = self._mean_ignoring(y)
+        elif self.metric == "mean" and self.taps is not self.geo:
+            y = y / self.geo.patch_size
         return y.reshape(*batch_channels, *self.out_spatial)
 
     def extra_repr(self):

@@ -14,8 +14,6 @@ that need gradients cannot be cached: they take the gather/scatter form (:func:`
 
 from __future__ import annotations
 
-import functools
-import sys
 from collections import OrderedDict
 from typing import Optional
 
@@ -25,6 +23,7 @@ from torch import Tensor
 from rpn2c.functional.checked import tensor_key
 from rpn2c.functional.structure.graph import dense_from_edges, dense_pays, forget_checked_edges, graph_norm_weights
 from rpn2c.functional.structure.spmm import _csr, _csr_parts
+from rpn2c.functional.untraced import untraced
 
 MAX_GRAPHS = 4  # operators kept (least recently used goes first)
 _CACHE: OrderedDict[tuple, tuple[tuple, _Operator]] = OrderedDict()
@@ -97,24 +96,6 @@ def _build(edges, weight, n, dtype, device, self_loops, norm, directed) -> _Oper
     return _Operator(src, dst, w, n)
 
 
-def _untraced(fn):
-    """``fn`` kept out of dynamo's tracing, as ``torch.library.custom_op`` keeps an op's implementation, without its
-    import of ``torch._dynamo`` (seconds) on the first eager call: until something imports dynamo nothing traces,
-    and the first call after that wraps ``fn`` in ``torch.compiler.disable``."""
-    disabled = None
-
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        nonlocal disabled
-        if disabled is None:
-            if "torch._dynamo" not in sys.modules:
-                return fn(*args, **kwargs)
-            disabled = torch.compiler.disable(fn)
-        return disabled(*args, **kwargs)
-
-    return call
-
-
 def _mm(edges: Tensor, weight: Optional[Tensor], x: Tensor, n: int, self_loops: Optional[bool], norm: str,
         directed: bool, transpose: bool) -> Tensor:
     op = graph_operator_cached(edges, weight, n, x.dtype, x.device, self_loops, norm, directed)
@@ -124,7 +105,7 @@ def _mm(edges: Tensor, weight: Optional[Tensor], x: Tensor, n: int, self_loops: 
 # what ``@torch.library.custom_op("rpn2c::graph_mm", mutates_args=())`` on ``_mm`` registers, but for the wrapper
 torch.library.define("rpn2c::graph_mm", "(Tensor edges, Tensor? weight, Tensor x, SymInt n, bool? self_loops, "
                      "str norm, bool directed, bool transpose) -> Tensor", tags=(torch.Tag.pt2_compliant_tag,))
-torch.library.impl("rpn2c::graph_mm", "CompositeExplicitAutograd", _untraced(_mm))
+torch.library.impl("rpn2c::graph_mm", "CompositeExplicitAutograd", untraced(_mm))
 _graph_mm = torch.ops.rpn2c.graph_mm.default
 
 

@@ -392,6 +392,53 @@ def patch_index(
     return _flat_taps(origin, offsets, extent, mode)
 
 
+def origin_span(
+    extent: Sequence[int],
+    stride: IntOrTuple = 1,
+    pad_before: IntOrTuple = 0,
+    out_counts: Sequence[int] | None = None,
+    row_shift: int = 0,
+    layer_shift: Sequence[tuple[int, int]] = (),
+    lattice: Lattice | None = None,
+) -> tuple[tuple[int, int], ...]:
+    """Per axis ``(u_min, u_max)``, the least and greatest coordinate ``q·stride − pad_before (+ shifts)`` that a
+    patch of :func:`patch_index` (same arguments) reads its offsets from; no tensor (the check reads it).
+
+    Along axis ``a`` the shifts and the patch indices vary independently, so the extremes are ``q_a = 0`` and
+    ``q_a = count_a − 1`` with the least / greatest shift; a lattice's rounding ``⌊v + ½⌋`` is monotone."""
+    ndim = len(extent)
+    pb = _tuple(pad_before, ndim, 0, "pad_before")
+    if lattice is not None:
+        counts = lattice.counts(extent) if out_counts is None else _tuple(out_counts, ndim, 1, "out_counts")
+        dist, rows, layers = lattice.distances, lattice.row_shift, lattice.layers
+    else:
+        s = _tuple(stride, ndim, 1, "stride")
+        counts = centre_counts(extent, s) if out_counts is None else _tuple(out_counts, ndim, 1, "out_counts")
+        dist, rows, layers = s, row_shift, tuple(layer_shift)
+    extra: list[list[float]] = [[0.0] for _ in range(ndim)]
+    if rows and ndim >= 2 and counts[0] > 1:
+        extra[1] = [0.0, float(rows)]
+    if layers and ndim >= 3:
+        used = layers[: min(int(counts[2]), len(layers))]
+        extra[0] = [float(v[0]) for v in used]
+        extra[1] = [r + float(v[1]) for r in extra[1] for v in used]
+    span = []
+    for a in range(ndim):
+        lo, hi = min(extra[a]), (int(counts[a]) - 1) * dist[a] + max(extra[a])
+        if lattice is not None:  # the centres are rounded half up (Lattice.centres)
+            lo, hi = math.floor(lo + 0.5 + 1e-9), math.floor(hi + 0.5 + 1e-9)
+        span.append((int(lo) - pb[a], int(hi) - pb[a]))
+    return tuple(span)
+
+
+def reachable_offsets(extent: Sequence[int], span: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Per axis the offsets ``o`` with ``0 <= u + o < L`` for some origin ``u`` in ``span`` (:func:`origin_span`):
+    ``[−u_max, L − 1 − u_min]``. A tap whose offset is outside this range on some axis lands outside the grid for
+    every patch: under zero padding it reads the fill value in every patch and may be left out wherever that value
+    is the reduction's neutral element (an ignored tap, a 0 in a sum or a norm)."""
+    return tuple((-hi, int(L) - 1 - lo) for L, (lo, hi) in zip(extent, span))
+
+
 def _flat_taps(origin: Tensor, offsets: Tensor, extent: Sequence[int], mode: str) -> Tensor:
     """Flat source position of every tap ``origin[P] + offsets[p]`` (``-1`` outside the grid under zeros)."""
     import torch
