@@ -174,7 +174,7 @@ def _every_form(text, monkeypatch):
         m.setattr(RecurrentModule, "_opaque", lambda self, x, grad: True)
         yield "opaque", rpn2c.compile(text).double()
     loop = CompiledModel(optimize(rpn2c.check(text), disable={"fused_recurrent"})).double()
-    assert "lowering=loop" in repr(loop.y)
+    assert "lowering=time_loop" in repr(loop.y)
     yield "loop", loop
     yield "reference", rpn2c.compile(text, reference=True).double()
 

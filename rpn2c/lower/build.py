@@ -85,13 +85,16 @@ class CompiledModel(nn.Module):
                 return ReferenceLayer(node.layer, node.trace["heads"], x, ctx, aux, node.type)
             return LayerModule(node.layer, node.trace["heads"], x, ctx, aux, node.type, node, preds)
         if node.kind == "recurrent":  # imported here: its module registers torch ops, which few models need
+            from rpn2c.lower.program import recurrent_program
             from rpn2c.lower.recurrent import RecurrentModule
 
-            x = g.node(preds["x"]).type
-            # the rewritten term's op: the fused kernel, a parallel scan, a time loop; ``recur`` (no rule) and the
-            # reference lowering run the paper's form
-            op = node.terms[1].op if node.terms and not self.reference else "recur"
-            return RecurrentModule(node.layer, x.features, node.trace["recurrent"], op)
+            features, trace = g.node(preds["x"]).type.features, node.trace["recurrent"]
+            if self.reference:  # the oracle: the literal recurrence on the module's tensors, no rewritten term
+                from rpn2c.lower.literal_forms import literal
+
+                return literal(RecurrentModule(node.layer, features, trace))
+            # the rewritten term's op runs: the fused kernel, a parallel scan, a time loop, ``recur``'s step loop
+            return RecurrentModule(node.layer, features, trace, recurrent_program(node))
         args = [g.node(preds[f"arg{i}"]).type for i in range(len(preds))]
         comp = node.op.component
         module = comp.build(args) if comp.family == "op" else comp.build(args[0])
