@@ -98,3 +98,41 @@ def test_every_literal_form_is_its_default_module_with_only_its_forward_replaced
         assert form.__bases__ == (default,) and "__init__" not in vars(form), form
         assert "forward" in vars(form), form
         assert default.__module__.startswith("rpn2c.components.") or default.__module__ == "rpn2c.lower.recurrent"
+
+
+RECURRENT = {  # cell, extra: the fused kernel, the step loop (κ_state expands), the scan (linear, selective)
+    "lstm": "  layers = 2  bidirectional = true", "gru": "  kappa_state = chebyshev(d = 2)",
+    "linear": "  bidirectional = true", "mingru": ""}
+
+
+@pytest.mark.parametrize("cell", sorted(RECURRENT))
+def test_the_literal_recurrence_runs_none_of_the_default_forms_and_agrees_with_them(cell, monkeypatch):
+    """The oracle's recurrent layer loads the default's state_dict and, with every form of the default module
+    (fused kernel, scan, step loop and their parts) raising, computes the same outputs and gradients in float64."""
+    import torch
+
+    import rpn2c
+    from rpn2c.lower.recurrent import RecurrentModule
+
+    text = (f"model r {{\n  input x: sequence[B, 5, 3]\n  y = recurrent(x) {{ cell = {cell}  out = 4"
+            f"{RECURRENT[cell]} }}\n  return y\n}}\n")
+    torch.manual_seed(0)
+    fast = rpn2c.compile(text).double()
+    ref = rpn2c.compile(text, reference=True).double()
+    ref.load_state_dict(fast.state_dict())
+    x = torch.randn(2, 5, 3, dtype=torch.float64, requires_grad=True)
+    want = fast(x)
+    (want_grad,) = torch.autograd.grad(want.square().sum(), x)
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("the oracle ran a default form")
+
+    for name in ("fused", "scan", "loop", "_kernel", "_loop_direction", "_scan_direction", "_selective_direction",
+                 "_directions", "_stack", "_input_gates"):
+        monkeypatch.setattr(RecurrentModule, name, forbidden)
+    got = ref(x)
+    (got_grad,) = torch.autograd.grad(got.square().sum(), x)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-9, atol=1e-11)
+    with pytest.raises(AssertionError, match="default form"):
+        fast(x)
