@@ -148,7 +148,7 @@ class LiteralRecurrence(RecurrentModule):
         h0 = zeros if state is None else state.transpose(0, 1)
         c0 = zeros if cell_state is None else cell_state.transpose(0, 1)
         linear = cell.linear and spec.kappa_state.name == "identity"
-        direction = _selective_by_matrix if cell.selective else _by_w_rnn if linear else _by_chain
+        direction = _selective_by_matrix if cell.selective else _by_w_rnn if linear else chain_direction
         out = x
         for i in range(spec.layers):
             if i > 0 and spec.dropout > 0:
@@ -179,7 +179,7 @@ def _by_w_rnn(m: RecurrentModule, x, init, layer, direction):
     return h.reshape(b, n, -1) + torch.einsum("thk,bk->bth", powers, init[0])
 
 
-def _by_chain(m: RecurrentModule, x, init, layer, direction):
+def chain_direction(m: RecurrentModule, x, init, layer, direction):
     """The state fed back to step t is ``(A H)_t + e_t ⊙ h_init``: ``A`` the materialised chain matrix (``A[t, t−1]
     = 1`` forward, ``A[t, t+1] = 1`` backward) over the layer's own output rows ``H`` produced so far, ``e_t`` the
     chain's first step; the gate heads multiply by the weight matrices explicitly."""
