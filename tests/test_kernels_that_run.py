@@ -34,7 +34,6 @@ SIGNATURE = {
     "stacked_linear": ("addmm", "mm"),
     "degree_linear": ("addmm", "mm"),
 }
-RECURRENT_FORM = {"rnn_fused": "fused", "parallel_scan": "scan", "time_loop": "loop"}
 
 
 class _Ops(TorchDispatchMode):
@@ -68,11 +67,11 @@ def _computed(root):
 
 
 def _traced_steps(model):
-    """Wrap every layer's program steps to count the ops that run."""
+    """Wrap every layer's and recurrent layer's program steps to count the ops that run."""
     ran = Counter()
     for nid, path, kind, _ in model._steps:
         module = model.get_submodule(path)
-        if kind != "layer":
+        if kind not in ("layer", "recurrent"):
             continue
 
         def wrap(step, nid=nid):
@@ -96,12 +95,9 @@ def test_every_op_of_the_rewritten_terms_runs_and_nothing_else(path):
         model(*values)
     want = Counter()
     for node in model.graph.nodes():
-        if node.kind == "layer" and node.terms:
+        if node.kind in ("layer", "recurrent") and node.terms:
             want.update((node.id, t.op) for t in _computed(node.terms[1]))
     assert ran == want
-    for node in model.graph.nodes():  # a recurrent node's term op is the form its module runs
-        if node.kind == "recurrent":
-            assert model.get_submodule(node.id)._default_form() == RECURRENT_FORM[node.terms[1].op]
     kernels = {t.op for n in model.graph.nodes() if n.terms for t in n.terms[1].walk()}
     for op in kernels & set(SIGNATURE):
         if op in declared_kernels() and declared_kernels()[op].fallback is not None:

@@ -162,7 +162,7 @@ def test_without_the_scan_rule_the_time_loop_computes_the_same():
     assert "parallel_scan" not in graph.node("y").plan
     loop = CompiledModel(graph).double()
     loop.load_state_dict(scan.state_dict())
-    assert "lowering=loop" in repr(loop.y)
+    assert "lowering=time_loop" in repr(loop.y)
     x = _rand(3, 9, 2)
     assert_close(scan(x), loop(x), rtol=1e-10, atol=1e-10)
 

@@ -21,10 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "rpn2c"
 ORACLE = ("rpn2c.lower.oracle", "rpn2c.lower.reference", "rpn2c.lower.literal_forms")
 # the default lowering's modules: every component and maths module, and lower/'s default path (build.py is the
-# switch between the two lowerings; recurrent.py still runs the paper's recurrence as one form of its module)
+# switch between the two lowerings)
 DEFAULT = sorted([*(PACKAGE / "components").rglob("*.py"), *(PACKAGE / "functional").rglob("*.py"),
                   *(PACKAGE / "lower" / f"{m}.py" for m in ("heads", "program", "emitters", "emit", "attention",
-                                                            "parts"))])
+                                                            "parts", "recurrent"))])
 
 
 def lowering_flags(source: str) -> list[str]:
@@ -65,9 +65,9 @@ def test_the_flag_check_can_fail():
 
 def test_a_default_model_built_and_run_loads_no_oracle_module():
     """Built, run and differentiated in the default lowering (grid heads and pooling, a graph, attention, a scan
-    with its causal convolution, shifted windows with patch merges and an item readout): none of the oracle's
-    modules is imported; nor by a relation or a Hopfield update."""
-    paths = [ROOT / "specs" / f"{s}.rpn" for s in ("cnn", "gcn", "transformer", "mamba_lm", "swin", "vit")]
+    with its causal convolution, shifted windows with patch merges and an item readout, recurrent layers): none of
+    the oracle's modules is imported; nor by a relation or a Hopfield update."""
+    paths = [ROOT / "specs" / f"{s}.rpn" for s in ("cnn", "gcn", "transformer", "mamba_lm", "swin", "vit", "rnn")]
     texts = [p.read_text(encoding="utf-8") for p in paths] + [
         "model r {\n  input x: sequence[B, 5, 4]\n  input c: sequence[B, 6, 3]\n"
         "  r = relation(x, c, xi = attention(rank = 2))\n  y = apply(r, c)\n  return y\n}\n",
@@ -93,8 +93,46 @@ def test_every_literal_form_is_its_default_module_with_only_its_forward_replaced
     """A literal form keeps the default module's construction (so one state_dict loads into both lowerings)."""
     from rpn2c.lower.literal_forms import FORMS
 
-    assert len(FORMS) == 8
+    assert len(FORMS) == 11
     for default, form in FORMS.items():
         assert form.__bases__ == (default,) and "__init__" not in vars(form), form
         assert "forward" in vars(form), form
-        assert default.__module__.startswith("rpn2c.components."), default
+        assert default.__module__.startswith("rpn2c.components.") or default.__module__ == "rpn2c.lower.recurrent"
+
+
+RECURRENT = {  # cell, extra: the fused kernel, the step loop (κ_state expands), the scan (linear, selective)
+    "lstm": "  layers = 2  bidirectional = true", "gru": "  kappa_state = chebyshev(d = 2)",
+    "linear": "  bidirectional = true", "mingru": ""}
+
+
+@pytest.mark.parametrize("cell", sorted(RECURRENT))
+def test_the_literal_recurrence_runs_none_of_the_default_forms_and_agrees_with_them(cell, monkeypatch):
+    """The oracle's recurrent layer loads the default's state_dict and, with every form of the default module
+    (fused kernel, scan, step loop and their parts) raising, computes the same outputs and gradients in float64."""
+    import torch
+
+    import rpn2c
+    from rpn2c.lower.recurrent import RecurrentModule
+
+    text = (f"model r {{\n  input x: sequence[B, 5, 3]\n  y = recurrent(x) {{ cell = {cell}  out = 4"
+            f"{RECURRENT[cell]} }}\n  return y\n}}\n")
+    torch.manual_seed(0)
+    fast = rpn2c.compile(text).double()
+    ref = rpn2c.compile(text, reference=True).double()
+    ref.load_state_dict(fast.state_dict())
+    x = torch.randn(2, 5, 3, dtype=torch.float64, requires_grad=True)
+    want = fast(x)
+    (want_grad,) = torch.autograd.grad(want.square().sum(), x)
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("the oracle ran a default form")
+
+    for name in ("fused", "scan", "loop", "_kernel", "_loop_direction", "_scan_direction", "_selective_direction",
+                 "_directions", "_stack", "_input_gates"):
+        monkeypatch.setattr(RecurrentModule, name, forbidden)
+    got = ref(x)
+    (got_grad,) = torch.autograd.grad(got.square().sum(), x)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-9, atol=1e-11)
+    with pytest.raises(AssertionError, match="default form"):
+        fast(x)

@@ -174,7 +174,7 @@ def _every_form(text, monkeypatch):
         m.setattr(RecurrentModule, "_opaque", lambda self, x, grad: True)
         yield "opaque", rpn2c.compile(text).double()
     loop = CompiledModel(optimize(rpn2c.check(text), disable={"fused_recurrent"})).double()
-    assert "lowering=loop" in repr(loop.y)
+    assert "lowering=time_loop" in repr(loop.y)
     yield "loop", loop
     yield "reference", rpn2c.compile(text, reference=True).double()
 
@@ -558,3 +558,19 @@ def test_a_compiled_recurrence_under_autocast_computes_in_eager_s_dtype(cell):
     assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
     got.float().sum().backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_explain_shows_the_recurrent_form_that_runs_and_its_fallback():
+    """The rewritten term's op is the module's one program step; `rpn2c explain` prints the record's fallback."""
+    from rpn2c.lower.build import CompiledModel
+    from rpn2c.passes import optimize
+    from rpn2c.runtime.explain import render_explain
+
+    text = "model r {\n  input x: sequence[B, 5, 4]\n  y = recurrent(x) { cell = lstm  out = 6 }\n  return y\n}\n"
+    graph = optimize(rpn2c.check(text))
+    shown = render_explain(graph)
+    assert "  rewritten  rnn_fused[lstm](input(x))" in shown
+    assert "  fallback   rnn_fused ⇢ loop at run time when the sequence length is a symbol" in shown
+    assert [s.op for s in CompiledModel(graph).y.program] == ["rnn_fused"]
+    off = optimize(rpn2c.check(text), disable={"fused_recurrent", "time_loop"})
+    assert [s.op for s in CompiledModel(off).y.program] == ["recur"] and "fallback" not in render_explain(off)

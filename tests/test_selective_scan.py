@@ -172,7 +172,7 @@ def _forms(text):
     ref = rpn2c.compile(text, reference=True).double()
     for m in (loop, ref):
         m.load_state_dict(scan.state_dict())
-    assert "lowering=loop" in repr(loop.y) and "lowering=scan" in repr(scan.y)
+    assert "lowering=time_loop" in repr(loop.y) and "lowering=parallel_scan" in repr(scan.y)
     return scan, loop, ref
 
 

@@ -11,15 +11,36 @@ from typing import ClassVar, Literal, TYPE_CHECKING
 
 from rpn2c.components.base import example_model
 from rpn2c.components.registry import HP, Component, register
+from rpn2c.ir.kernels import RECURRENT_ARGS, Fallback, Kernel, Predicate
 
 if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
     import torch
+
+
+def _symbolic_length(module, x, *states) -> bool:
+    from rpn2c.functional.scan import symbolic
+
+    return symbolic(x.shape[1])
+
+
+# the forms a recurrent layer runs, each a method of its module (``RecurrentModule``), called with RECURRENT_ARGS;
+# the rules of ``passes/rules/recurrent.py`` rewrite ``recur`` into them (the state's κ is theirs to check)
+RNN_FUSED = Kernel("rnn_fused", RECURRENT_ARGS, "fused",
+                   Predicate(lambda cell: cell.kernel() is not None,
+                             "a cell torch computes in one fused kernel (torch._VF.rnn_tanh, rnn_relu, gru, lstm)"),
+                   Fallback("loop", Predicate(_symbolic_length,
+                                              "the sequence length is a symbol (an export trace with a dynamic T: "
+                                              "the step loop, one torch.scan per layer and direction)")))
+PARALLEL_SCAN = Kernel("parallel_scan", RECURRENT_ARGS, "scan",
+                       Predicate(lambda cell: cell.linear, "a cell linear in its state: h_t = A_t h_{t−1} + u_t"))
+TIME_LOOP = Kernel("time_loop", RECURRENT_ARGS, "loop", Predicate(lambda cell: True, "every cell: step by step"))
 
 
 class Cell(Component):
     """Base of the cell family: ``gates`` blocks of width H, ``states`` state tensors, a fused torch kernel."""
 
     family = "cell"
+    kernels = (RNN_FUSED, PARALLEL_SCAN, TIME_LOOP)
     gates: ClassVar[int] = 1
     states: ClassVar[int] = 1  # 2 for LSTM (h, c)
     linear: ClassVar[bool] = False  # h_t = A h_{t−1} + u_t: a parallel scan / the block-Toeplitz matrix apply

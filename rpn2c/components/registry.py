@@ -324,8 +324,8 @@ def unknown_hint(name: str, families: tuple[str, ...] | None = None, extra: Iter
 
 
 def kernels() -> dict[str, Any]:
-    """Every kernel op a component declares, by name (``rpn2c.ir.kernels.Kernel``): the op table's ξ kernels.
-    Loads every family."""
+    """Every kernel op a component declares, by name (``rpn2c.ir.kernels.Kernel``): the ξ kernels and the cells'
+    recurrent forms. Loads every family."""
     load_all()
     out: dict[str, Any] = {}
     for e in all_entries():

@@ -85,6 +85,10 @@ class Relation(Op):
         module.axis = "instance"
         return RelationModule(module, len(data) > 1, keys, self.hp.swap)
 
+    def tie(self, module, source) -> bool:
+        module.tie_to(source)  # ξ's tensors, the query and key factors swapped with ``swap``
+        return True
+
 
 def _one_batch(a: TensorType, b: TensorType, what: str) -> None:
     """Both operands share the batch (or one has a single sample, broadcast)."""

@@ -18,6 +18,7 @@ from typing import Callable
 # argument signatures: what a kernel op reads, in order (``rpn2c/lower/program.py`` wires them)
 XI_ARGS = ("z", "query", "context", "aux")  # a ξ op: the term it transforms, the query, the context, the extras
 ATTEND_ARGS = ("qq", "kk", "values", "aux")  # an attention kernel: projected queries and keys, the values
+RECURRENT_ARGS = ("x", "state", "cell_state")  # a recurrent layer's form: the sequence, the initial states
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Fallback:
 @dataclass(frozen=True)
 class Kernel:
     name: str  # the kernel op in a rewritten term
-    args: tuple[str, ...]  # its argument signature (XI_ARGS, ATTEND_ARGS)
+    args: tuple[str, ...]  # its argument signature (XI_ARGS, ATTEND_ARGS, RECURRENT_ARGS)
     method: str  # the built module's method that runs it, called with ``args``
     applies: Predicate  # on the component entry: where the rule may rewrite into this kernel
     fallback: Fallback | None = None

@@ -164,8 +164,9 @@ def build_terms(graph: Graph) -> dict[str, Term]:
         elif node.kind == "recurrent":
             tab = TermTable()
             x = _input(tab, graph.preds(node.id)["x"])
-            out[node.id] = tab.make("recur", (x,), (node.id,), _info(node, None, what=str(node.layer.cell)),
-                                    (node.span, node.layer.cell.span))
+            cell = node.layer.cell
+            out[node.id] = tab.make("recur", (x,), (node.id,), _info(node, None, what=str(cell), use=cell),
+                                    (node.span, cell.span))
     return out
 
 

@@ -49,7 +49,9 @@ class CompiledModel(nn.Module):
             module = self._build(node, preds)
             _set_path(self, paths[node.id], module)
             self._steps.append((node.id, paths[node.id], node.kind, preds))
-        self._tied = [(n.id, n.tie) for n in graph.nodes() if n.tie is not None]
+        # (node, the node it is tied to, the op component that ties its module itself, if it may)
+        self._tied = [(n.id, n.tie, n.op.component if n.kind == "op" else None) for n in graph.nodes()
+                      if n.tie is not None]
         self._tie_parameters()
         self._bind_tied_psi()
         self.register_load_state_dict_post_hook(lambda module, keys: module._tie_parameters())
@@ -85,13 +87,16 @@ class CompiledModel(nn.Module):
                 return ReferenceLayer(node.layer, node.trace["heads"], x, ctx, aux, node.type)
             return LayerModule(node.layer, node.trace["heads"], x, ctx, aux, node.type, node, preds)
         if node.kind == "recurrent":  # imported here: its module registers torch ops, which few models need
+            from rpn2c.lower.program import recurrent_program
             from rpn2c.lower.recurrent import RecurrentModule
 
-            x = g.node(preds["x"]).type
-            # the rewritten term's op: the fused kernel, a parallel scan, a time loop; ``recur`` (no rule) and the
-            # reference lowering run the paper's form
-            op = node.terms[1].op if node.terms and not self.reference else "recur"
-            return RecurrentModule(node.layer, x.features, node.trace["recurrent"], op)
+            features, trace = g.node(preds["x"]).type.features, node.trace["recurrent"]
+            if self.reference:  # the oracle: the literal recurrence on the module's tensors, no rewritten term
+                from rpn2c.lower.literal_forms import literal
+
+                return literal(RecurrentModule(node.layer, features, trace))
+            # the rewritten term's op runs: the fused kernel, a parallel scan, a time loop, ``recur``'s step loop
+            return RecurrentModule(node.layer, features, trace, recurrent_program(node))
         args = [g.node(preds[f"arg{i}"]).type for i in range(len(preds))]
         comp = node.op.component
         module = comp.build(args) if comp.family == "op" else comp.build(args[0])
@@ -105,12 +110,10 @@ class CompiledModel(nn.Module):
         """``tie = c1``: the tied node's module holds ``c1``'s very parameter and buffer objects at the same paths,
         so both compute with one tensor and their gradients accumulate in it (``parameters()`` lists it once;
         ``state_dict`` names it under both paths, as torch does for tied weights)."""
-        for mine, theirs in self._tied:
-            holder = submodule(self, mine)
-            if hasattr(holder, "tie_to"):  # a module that ties itself (a relation with its factors swapped)
-                holder.tie_to(submodule(self, theirs))
-            else:
-                share(holder, submodule(self, theirs))
+        for mine, theirs, op in self._tied:
+            holder, source = submodule(self, mine), submodule(self, theirs)
+            if op is None or not op.tie(holder, source):  # (an op may tie itself: Op.tie)
+                share(holder, source)
 
     def _bind_tied_psi(self) -> None:
         """``psi = tied(src)``: each such ψ reads the source node's weight matrix (components/psi_tied.py);

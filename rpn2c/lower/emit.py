@@ -3,8 +3,8 @@
 Each IR node becomes fx nodes. A layer of the default lowering is its program (``lower/program.py``: the rewritten
 term, one emitter call per op), written inline: each step is a call of its emitter on the layer module
 (``get_attr("c1")``) and the values of earlier steps, so ``state_dict`` names do not change and the generated code
-is exactly the layer's own forward, without the interpretation. Recurrent nodes, operations and the reference
-lowering's layers are module calls. Inlined layers bypass their module's ``__call__`` and so its hooks:
+is exactly the layer's own forward, without the interpretation. Recurrent nodes (whose module runs its one-step
+program, ``lower/program.recurrent_program``), operations and the reference lowering's layers are module calls. Inlined layers bypass their module's ``__call__`` and so its hooks:
 ``inline=False`` keeps every layer a module call (FSDP needs that).
 """
 

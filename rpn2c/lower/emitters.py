@@ -1,13 +1,13 @@
-"""The op → torch table of the default lowering: exactly one emitter per op of a rewritten layer term.
+"""The op → torch table of the default lowering: exactly one emitter per op of a rewritten layer or recurrent term.
 
 An emitter ``EMITTERS[op](term, site)`` is called once, when the layer is built, with the term and the plain facts
 of its head (``Site``); it returns ``run(layer, *args)``, the op's torch computation, which reads the layer's
 parameters at call time (so moving, converting or loading the model needs nothing else). Semantic ops that no rule
-rewrote run their general form (``xi`` by its module's ``apply``, ``patches`` by index: no padding matrix);
-kernel ops run their kernel. The paper's literal forms are the oracle's alone (``lower/reference.py``, which this
-module never imports). ``lower/program.py`` orders the calls. A kernel whose choice
-depends on run-time facts declares its fallback as a predicate on its record (``rpn2c.ir.kernels``), which the
-emitter calls.
+rewrote run their general form (``xi`` by its module's ``apply``, ``patches`` by index: no padding matrix,
+``recur`` by its module's step loop); kernel ops run their kernel. The paper's literal forms are the oracle's alone
+(``lower/reference.py``, ``lower/literal_forms.py``, which this module never imports). ``lower/program.py`` orders
+the calls. A kernel whose choice depends on run-time facts declares its fallback as a predicate on its record
+(``rpn2c.ir.kernels``), which the emitter calls.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from rpn2c.components.grid import pad_pairs
 from rpn2c.components.registry import kernels
 from rpn2c.functional import structure
 from rpn2c.functional.expansion import taylor_reconcile
-from rpn2c.ir.kernels import ATTEND_ARGS, XI_ARGS, Kernel, declared
+from rpn2c.ir.kernels import ATTEND_ARGS, RECURRENT_ARGS, XI_ARGS, Kernel, declared
 from rpn2c.ir.terms import SEMANTIC_OPS, Term
 from rpn2c.lower.attention import packed_attention
 from rpn2c.lower.parts import channel, fuse, fuse_channels
@@ -189,14 +189,31 @@ def _xi_with(kernel: Kernel | None):
 
 
 def _declared_kernel(t: Term, s: Site):
-    """A kernel op its ξ component declares (``rpn2c.ir.kernels.Kernel``): the record found from the term's
-    component, run by :func:`_xi_with`."""
-    return _xi_with(declared(t.info["use"].component, t.op))(t, s)
+    """A kernel op its component declares (``rpn2c.ir.kernels.Kernel``): the record found from the term's
+    component, run by :func:`_xi_with` (a ξ's) or :func:`_recurrence` (a cell's)."""
+    kernel = declared(t.info["use"].component, t.op)
+    return (_recurrence if kernel.args == RECURRENT_ARGS else _xi_with)(kernel)(t, s)
 
 
 def own_aux(m, aux: dict) -> dict:
     """The layer's extra inputs (keyed by value id) as ``m`` reads them: keyed by its hyper-parameter names."""
     return {k: aux[v] for k, v in m.aux_keys.items() if v in aux}
+
+
+# ------------------------------------------------------------------------------------------------ recurrent ops
+def _recurrence(kernel: Kernel | None):
+    """A recurrent layer's op on its module (``lower/recurrent.RecurrentModule``): the form its cell declares bound
+    to the module (``rnn_fused`` the fused kernel, ``parallel_scan`` the scan, ``time_loop`` the step loop; the
+    fallback where its predicate holds), or, for ``recur`` (no rule fired), the general form: the recurrence
+    ``h_t = cell(κ(x_t) W_ihᵀ + b_ih, κ_s(h_{t−1}) W_hhᵀ + b_hh)`` step by step."""
+
+    @reads(*RECURRENT_ARGS)
+    def build(t: Term, s: Site):
+        if kernel is None:
+            return lambda rec, x, state=None, cell_state=None: rec.loop(x, state, cell_state)
+        return lambda rec, x, state=None, cell_state=None: kernel.bind(rec)(x, state, cell_state)
+
+    return build
 
 
 # ------------------------------------------------------------------------------------------------ κ, ψ, bias
@@ -383,6 +400,7 @@ EMITTERS: dict[str, Callable[[Term, Site], Callable]] = {
     "fuse_heads": _fuse_heads,
     "remainder": _remainder,
     "process": _process,
+    "recur": _recurrence(None),
     # kernel ops
     "xi_kernel": _xi_with(None),
     "conv": _conv,
@@ -399,18 +417,15 @@ EMITTERS: dict[str, Callable[[Term, Site], Callable]] = {
 }
 
 
-# a recurrent node's term op -> the form its ``RecurrentModule`` runs (``lower/recurrent.py``; the rules decided it)
-RECURRENT_FORMS = {"recur": "reference", "rnn_fused": "fused", "parallel_scan": "scan", "time_loop": "loop"}
-
-
 def op_table() -> dict[str, Callable[[Term, Site], Callable]]:
-    """Every op's emitter: the layer ops above and each ξ kernel op the components declare (all families loaded)."""
+    """Every op's emitter: the layer ops above and each kernel op the components declare (a ξ's, a cell's; all
+    families loaded)."""
     return {**EMITTERS, **dict.fromkeys(kernels(), _declared_kernel)}
 
 
 def kernel_ops() -> tuple[str, ...]:
-    """Every kernel op: the layer table's, the ξ kernels the components declare and the recurrent forms."""
-    return tuple(op for op in (*op_table(), *RECURRENT_FORMS) if op not in SEMANTIC_OPS)
+    """Every kernel op: the layer table's and the kernels the components declare."""
+    return tuple(op for op in op_table() if op not in SEMANTIC_OPS)
 
 
 def emitter(t: Term, s: Site) -> Callable:

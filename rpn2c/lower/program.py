@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Union
 
+from rpn2c.ir.kernels import RECURRENT_ARGS
 from rpn2c.ir.terms import Term, TermTable, layer_inputs
 from rpn2c.lower.emitters import EMITTERS, Site, emitter, signature
 
@@ -68,6 +69,13 @@ def layer_program(node, preds: dict, multi: bool, grid_out: bool, x_grid: bool,
     if not isinstance(out, int):  # the term is an input itself (nothing to compute): pass it through
         steps.append(Step("input", _identity, (out,)))
     return steps
+
+
+def recurrent_program(node) -> list[Step]:
+    """A recurrent node's program: its rewritten term's one op (``recur``, or the form a rule chose) on the
+    sequence and the initial states, which the module's forward binds by name (``RECURRENT_ARGS``)."""
+    t = node.terms[1]
+    return [Step(t.op, emitter(t, Site(None, False)), tuple(("input", r) for r in RECURRENT_ARGS))]
 
 
 def _identity(layer, x):

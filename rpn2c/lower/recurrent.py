@@ -8,26 +8,25 @@ torch's layer with ``bias_hh = 0``); the fused kernel gets a zero buffer (``zero
 ``nn.LSTM`` keeps them (``rpn2c.functional.rnn_weights``), so cuDNN does not copy them into one on every call;
 under autocast the buffer is cast once and the kernel gets views of the cast buffer.
 
-- reference: the paper's form taken literally. The state fed back to step t is ``(A H)_t + e_t ⊙ h_init``, with
-  ``A`` the materialised chain matrix (``A[t, t−1] = 1`` forward, ``A[t, t+1] = 1`` backward), ``H`` the layer's
-  own output rows produced so far and ``e_t`` marking the chain's first step; the gate heads multiply by the
-  weight matrices explicitly.
-- default: the fused torch kernel (``torch._VF.rnn_tanh/rnn_relu/gru/lstm``, what ``nn.RNN`` calls, cuDNN on GPU)
-  when κ_state is the identity — κ on the layer input is applied to the whole sequence first; otherwise a loop
-  over time steps (a state expansion does not commute with the fused kernel).
-  Inside a compiled graph the kernel runs as the opaque op ``rpn2c::<kernel>`` (``rpn2c.functional.rnn_op``)
-  wherever the compiler would unroll it over time steps (every device but oneDNN's CPU LSTM inference), so cuDNN
-  stays one call there too; an eval layer differentiated on CUDA runs cuDNN's training form with dropout 0.
+The module runs its program: the rewritten term's one op (``lower/program.recurrent_program``), whose emitter calls
+the method of the form the rule chose, the record its cell declares (``components/cells.py``):
 
-Linear cells (``linear``, ``diagonal``: ``h_t = A h_{t−1} + u_t``, ``u_t = W_ih κ(x_t) + b``) with the identity
-κ_state: the default lowering is a log-depth parallel scan over time (rule ``parallel_scan``,
-``rpn2c.functional.scan.linear_scan``); the reference lowering is seed 004's literal matrix
-``h⃗ = W_RNN x⃗ + L (1 ⊗ b) + [A^{t+1} h₀]_t`` with ``L`` block lower-triangular (blocks ``A^{i−j}``) and
-``W_RNN = L (I_T ⊗ W_ih)`` (blocks ``A^{i−j} W_ih``). With another κ_state they take the generic paths.
+- ``rnn_fused`` (:meth:`fused`): the fused torch kernel (``torch._VF.rnn_tanh/rnn_relu/gru/lstm``, what ``nn.RNN``
+  calls, cuDNN on GPU); κ on the layer input is applied to the whole sequence first. Inside a compiled graph the
+  kernel runs as the opaque op ``rpn2c::<kernel>`` (``rpn2c.functional.rnn_op``) wherever the compiler would unroll it
+  over time steps (every device but oneDNN's CPU LSTM inference), so cuDNN stays one call there too; an eval layer
+  differentiated on CUDA runs cuDNN's training form with dropout 0. Its declared fallback: the step loop in an
+  export trace whose length is a symbol.
+- ``parallel_scan`` (:meth:`scan`): a cell linear in its state, ``h_t = A h_{t−1} + u_t`` (``linear``,
+  ``diagonal``: ``u_t = W_ih κ(x_t) + b``), by a log-depth parallel scan over time
+  (``rpn2c.functional.scan.linear_scan``); selective and complex cells (``mingru``, ``mamba``, ``gla``, ``lru``:
+  ``h_t = a_t ⊙ h_{t−1} + u_t`` with ``a_t``, ``u_t`` from the input) by the scan on the per-step pairs
+  (``varying_scan``; torch's complex dtypes for the LRU).
+- ``time_loop`` (:meth:`loop`), and ``recur`` where no rule fired: the recurrence step by step, input gates for all
+  steps at once (any κ_state: a state expansion does not commute with the fused kernel).
 
-Selective and complex cells (``mingru``, ``mamba``, ``gla``, ``lru``: ``h_t = a_t ⊙ h_{t−1} + u_t`` with ``a_t``,
-``u_t`` from the input): default the parallel scan on the per-step pairs (``varying_scan``; torch's complex dtypes
-for the LRU), reference the materialised lower-triangular matrix ``L[t, s] = a_t ⊙ … ⊙ a_{s+1}``.
+The reference lowering's recurrence is the oracle's own (``lower/literal_forms.LiteralRecurrence``: the chain
+matrix, seed 004's ``L`` and ``W_RNN``); it keeps this module's tensors and names.
 """
 
 from __future__ import annotations
@@ -39,11 +38,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from rpn2c.functional import rnn_op, rnn_weights
-from rpn2c.functional.scan import linear_scan, recurrence_matrix, transition_powers, varying_matrix, varying_scan
+from rpn2c.components.cells import RNN_FUSED
+from rpn2c.functional.scan import linear_scan, varying_scan
 from rpn2c.functional.scan import symbolic as scan_symbolic
 from rpn2c.ir.trace import RecurrentTrace
 from rpn2c.ir.graph import RecurrentSpec
-from rpn2c.lower.emitters import RECURRENT_FORMS
+from rpn2c.lower.program import Step, run_program
 
 
 # Devices where torch's own kernel gets its inputs in autocast's dtype from this module: on CUDA where cuDNN runs
@@ -56,23 +56,20 @@ CAST_FIRST = ("cuda",)
 class RecurrentModule(nn.Module):
     """``h_t = cell(κ(x_t) W_ihᵀ + b_ih, κ_s(h_{t−1}) W_hhᵀ + b_hh, state_{t−1})`` over layers and directions."""
 
-    def __init__(self, spec: RecurrentSpec, features: int, trace: RecurrentTrace, op: str = "recur"):
-        """``op``, the node's rewritten term op, is the form that runs (``FORMS``): ``rnn_fused`` the fused kernel
-        (rule fused_recurrent: identity κ_state, a cell with a torch kernel), ``parallel_scan`` the scan (a linear
-        cell, identity κ_state), ``time_loop`` the step loop, ``recur`` (no rule fired; the reference lowering)
-        the paper's form (``RECURRENT_FORMS``). The rules' guards are not tested again here."""
+    def __init__(self, spec: RecurrentSpec, features: int, trace: RecurrentTrace, program: list[Step] = ()):
+        """``program``: the node's rewritten term as steps (``lower/program.recurrent_program``), what the forward
+        runs; the parts its ops need are built (the fused kernel's flat buffer). The rules chose the op: nothing
+        here tests their guards again."""
         super().__init__()
-        form = RECURRENT_FORMS[op]
-        self.spec, self.reference = spec, form == "reference"
+        self.program = list(program)
+        self.spec = spec
         self.cell = spec.cell.component
         h = spec.hidden
         self.kappa = nn.ModuleList(
             [spec.kappa.component.build((features if i == 0 else h * spec.directions,)) for i in range(spec.layers)])
         self.kappa_state = nn.ModuleList([spec.kappa_state.component.build((h,)) for _ in range(spec.layers)])
-        self.identity_kappa = spec.kappa.name == "identity"
-        identity_state = spec.kappa_state.name == "identity"
-        self.fused, self.scan = form == "fused", form == "scan"
-        self.literal_matrix = identity_state and self.cell.linear  # the reference builds seed 004's W_RNN
+        self.identity_kappa = spec.kappa.name == "identity"  # the fused kernel runs the whole stack at once
+        self.flat = any(step.op == RNN_FUSED.name for step in self.program)  # the kernel's tensors as one buffer
         self._names: list[dict[str, str]] = []
         bound = 1 / math.sqrt(h)
         for i in range(spec.layers):
@@ -87,7 +84,7 @@ class RecurrentModule(nn.Module):
                 self._names.append(names)
         self._d_in = list(trace.d_in)
         self._kernel_names = [list(n.values()) for n in self._names]  # the fused kernel's tensors, in its order
-        if self.fused and spec.bias == "single":  # b_hh = 0 for the kernel: a constant in the flat buffer
+        if self.flat and spec.bias == "single":  # b_hh = 0 for the kernel: a constant in the flat buffer
             for names in self._kernel_names:
                 zero = "zero_" + names[2].replace("bias_ih", "bias_hh")
                 self.register_buffer(zero, torch.zeros(self.cell.gates * h), persistent=False)
@@ -99,8 +96,8 @@ class RecurrentModule(nn.Module):
         """The fused kernel's tensors as views of one flat buffer per kernel call (all layers, or each layer where
         κ sits between them; ``rnn_weights.flatten``), as ``nn.RNNBase.flatten_parameters`` keeps them, so cuDNN
         does not copy them into one on every call. Names, values and ``state_dict`` do not change. Made at
-        construction and again after every conversion (``_apply``) and load; a no-op for the other forms."""
-        if not self.fused:
+        construction and again after every conversion (``_apply``) and load; a no-op where the kernel does not run."""
+        if not self.flat:
             return
         spec, kernel = self.spec, self.cell.kernel()
         groups = [(0, spec.layers)] if self.identity_kappa else [(i, 1) for i in range(spec.layers)]
@@ -161,39 +158,55 @@ class RecurrentModule(nn.Module):
         return spec.dropout > 0 and self.training and spec.layers > 1 and self._opaque(x, grad)
 
     def forward(self, x, state=None, cell_state=None):
+        """The program's one step: the form the rewritten term names (``lower/emitters._recurrence``)."""
+        return run_program(self, self.program, {"x": x, "state": state, "cell_state": cell_state}, {})
+
+    def _initial(self, x, state, cell_state):
+        """The initial states ``[L·dirs, B, H]`` (inputs are sample-first inside), zeros where not given."""
         spec = self.spec
-        fused = self.fused and not scan_symbolic(x.shape[1])  # an export trace keeps the step loop as a loop
-        b = x.shape[0]
-        n_states = spec.layers * spec.directions
-        zeros = x.new_zeros(n_states, b, spec.hidden)
-        h0 = state.transpose(0, 1) if state is not None else zeros  # [S, B, H] (inputs are sample-first inside)
-        c0 = cell_state.transpose(0, 1) if cell_state is not None else zeros
-        grad = fused and self._grad(x, h0, c0)
-        if not self.reference and fused and self.identity_kappa and not self._dropout_between_ops(x, grad):
-            return self._kernel(x, h0, c0, spec.layers, 0, grad)
-        out = x
+        zeros = x.new_zeros(spec.layers * spec.directions, x.shape[0], spec.hidden)
+        h0 = state.transpose(0, 1) if state is not None else zeros
+        return h0, cell_state.transpose(0, 1) if cell_state is not None else zeros
+
+    def _stack(self, x, layer_fn):
+        """``layer_fn(κ_i(out), i)`` over the layers, dropout between them."""
+        spec, out = self.spec, x
         for i in range(spec.layers):
             if i > 0 and spec.dropout > 0:
                 out = F.dropout(out, spec.dropout, self.training)
-            inp = self.kappa[i](out)
-            if not self.reference and fused:
-                out = self._kernel(inp, h0, c0, 1, i, grad)
-                continue
-            if self.cell.selective:
-                run = self._selective_direction
-            elif self.reference:
-                run = self._matrix_direction if self.literal_matrix else self._reference_direction
-            else:
-                run = self._scan_direction if self.scan else self._loop_direction
-            outs = []
-            for d in range(spec.directions):
-                s = i * spec.directions + d
-                init = (h0[s], c0[s])[: self.cell.states]
-                outs.append(run(inp, init, i, d))
-            out = torch.cat(outs, dim=-1)
+            out = layer_fn(self.kappa[i](out), i)
         return out
 
-    # ------------------------------------------------------------------------------------------- default
+    def _directions(self, x, state, cell_state, run):
+        """Each layer as ``run(input, initial states, layer, direction)`` per direction, concatenated."""
+        h0, c0 = self._initial(x, state, cell_state)
+        dirs, k = self.spec.directions, self.cell.states
+        return self._stack(x, lambda inp, i: torch.cat(
+            [run(inp, (h0[i * dirs + d], c0[i * dirs + d])[:k], i, d) for d in range(dirs)], dim=-1))
+
+    # ------------------------------------------------------------------------------------------- the forms
+    def fused(self, x, state=None, cell_state=None):
+        """``rnn_fused``: the whole stack in one kernel call (κ on the input the identity, no dropout between the
+        layers of an opaque op), else one call per layer with κ between."""
+        h0, c0 = self._initial(x, state, cell_state)
+        grad = self._grad(x, h0, c0)
+        if self.identity_kappa and not self._dropout_between_ops(x, grad):
+            return self._kernel(x, h0, c0, self.spec.layers, 0, grad)
+        return self._stack(x, lambda inp, i: self._kernel(inp, h0, c0, 1, i, grad))
+
+    def scan(self, x, state=None, cell_state=None):
+        """``parallel_scan``: a linear cell by the log-depth scan over time, per layer and direction."""
+        if self.cell.selective:
+            return self._directions(x, state, cell_state, self._selective_direction(_by_scan))
+        return self._directions(x, state, cell_state, self._scan_direction)
+
+    def loop(self, x, state=None, cell_state=None):
+        """``time_loop`` (and ``recur``, its general form): the recurrence step by step."""
+        if self.cell.selective:
+            return self._directions(x, state, cell_state, self._selective_direction(_by_loop))
+        return self._directions(x, state, cell_state, self._loop_direction)
+
+    # ------------------------------------------------------------------------------------------- their parts
     def _kernel(self, x, h0, c0, layers: int, first: int, grad: bool) -> torch.Tensor:
         """``layers`` layers from ``first`` on through the fused torch kernel (batch-first): eager, torch's kernel
         (cuDNN on CUDA, oneDNN or native on CPU); compiled, the opaque op where the compiler would unroll it.
@@ -311,69 +324,28 @@ class RecurrentModule(nn.Module):
             return linear_scan(u.flip(1), a, init[0]).flip(1)
         return linear_scan(u, a, init[0])
 
-    def _selective_direction(self, x, init, layer, direction):
+    def _selective_direction(self, solve):
         """A selective or complex cell (``components.cells_selective``): ``h_t = a_t ⊙ h_{t−1} + u_t`` with
-        ``(a, u)`` from the input, the output read from the states; backward = the same on reversed time. Default:
-        the parallel scan (``parallel_scan``) or a step loop (``time_loop``); reference: the literal
-        lower-triangular matrix ``L[t, s] = a_t ⊙ … ⊙ a_{s+1}`` applied to ``u``."""
-        w = self._named(layer, direction)
-        xs = x.flip(1) if direction else x
-        a, u = self.cell.terms(xs, w)
-        h0 = init[0] if self.cell.takes_state else None
-        if self.reference:
-            h = _by_matrix(a, u, h0)
-        elif self.scan or scan_symbolic(u.shape[1]):  # the step loop would fix a traced length
-            h = linear_scan(u, a, h0) if a.dim() == 1 else varying_scan(u, a, h0)
-        else:
-            h = _by_loop(a, u, h0)
-        y = self.cell.readout(h, xs, w)
-        return y.flip(1) if direction else y
+        ``(a, u)`` from the input, by ``solve(a, u, h0)``, the output read from the states; backward = the same on
+        reversed time."""
 
-    # ------------------------------------------------------------------------------------------- reference
-    def _matrix_direction(self, x, init, layer, direction):
-        """Seed 004's literal matrix: ``h⃗ = W_RNN x⃗ + L (1 ⊗ b) + [A^{k_t} h₀]_t``, ``W_RNN = L (I_T ⊗ W_ih)``,
-        ``k_t = t + 1`` (forward) or ``T − t`` (backward, where ``L`` is block upper-triangular)."""
-        w = self._named(layer, direction)
-        b, n, d = x.shape
-        a = torch.diag(w["weight_hh"]) if self.cell.diagonal else w["weight_hh"]
-        lower = recurrence_matrix(a, n, reverse=bool(direction))  # [T·H, T·H], blocks A^{i−j}
-        w_rnn = lower @ torch.kron(torch.eye(n, dtype=x.dtype, device=x.device), w["weight_ih"])  # [T·H, T·D]
-        h = x.reshape(b, n * d) @ w_rnn.transpose(0, 1)
-        bias = sum(w[k] for k in ("bias_ih", "bias_hh") if k in w)
-        if torch.is_tensor(bias):
-            h = h + lower @ bias.repeat(n)
-        steps = torch.arange(n, device=x.device)
-        powers = transition_powers(a, n)[n - steps if direction else steps + 1]  # [T, H, H]
-        h = h.reshape(b, n, -1) + torch.einsum("thk,bk->bth", powers, init[0])
-        return h
+        def run(x, init, layer, direction):
+            w = self._named(layer, direction)
+            xs = x.flip(1) if direction else x
+            a, u = self.cell.terms(xs, w)
+            y = self.cell.readout(solve(a, u, init[0] if self.cell.takes_state else None), xs, w)
+            return y.flip(1) if direction else y
 
-    def _reference_direction(self, x, init, layer, direction):
-        """Literal form: the fed-back state comes from the materialised chain matrix over the output rows."""
-        w = self._named(layer, direction)
-        b, n = x.shape[:2]
-        hidden = self.spec.hidden
-        chain = torch.diag(x.new_ones(n - 1), -1 if direction == 0 else 1)  # [T, T]: row t reads t∓1
-        first = n - 1 if direction else 0
-        eye = torch.eye(n, dtype=x.dtype, device=x.device)
-        rows = [x.new_zeros(b, n, hidden) for _ in range(self.cell.states)]  # H (and C) as produced so far
-        a = self._input_gates(x, w)
-        steps = range(n - 1, -1, -1) if direction else range(n)
-        for t in steps:
-            fed = [torch.einsum("s,bsh->bh", chain[t], rows_k) + (init_k if t == first else 0)
-                   for rows_k, init_k in zip(rows, init)]
-            r = self.cell.state_gates(self.kappa_state[layer](fed[0]), w["weight_hh"], w.get("bias_hh"))
-            new = self.cell.step(a[:, t], r, tuple(fed))
-            onehot = eye[t]  # write row t functionally (autograd needs the earlier rows intact)
-            rows = [rows_k + onehot[None, :, None] * s[:, None, :] for rows_k, s in zip(rows, new)]
-        return rows[0]
+        return run
 
     def extra_repr(self) -> str:
         s = self.spec
         return (f"cell={s.cell}, hidden={s.hidden}, layers={s.layers}, bidirectional={s.bidirectional}, "
-                f"lowering={'reference' if self.reference else self._default_form()}")
+                f"lowering={self.lowering()}")
 
-    def _default_form(self) -> str:
-        return "fused" if self.fused else "scan" if self.scan else "loop"
+    def lowering(self) -> str:
+        """The op that runs (the rewritten term's)."""
+        return ", ".join(step.op for step in self.program)
 
 
 def _cast_first(x) -> bool:
@@ -387,25 +359,19 @@ def _flatten_after_load(module: RecurrentModule, keys) -> None:
     module.flatten_parameters()
 
 
+def _by_scan(a, u, h0):
+    """``h_t = a_t ⊙ h_{t−1} + u_t`` by the parallel scan (a constant ``a [S]`` or per step ``[B, T, S]``)."""
+    return linear_scan(u, a, h0) if a.dim() == 1 else varying_scan(u, a, h0)
+
+
 def _by_loop(a, u, h0):
-    """``h_t = a_t ⊙ h_{t−1} + u_t`` one step at a time (``a [B, T, S]`` or a constant ``[S]``)."""
+    """``h_t = a_t ⊙ h_{t−1} + u_t`` one step at a time (``a [B, T, S]`` or a constant ``[S]``); an export trace
+    whose length is a symbol takes the scan (a loop would fix it)."""
+    if scan_symbolic(u.shape[1]):
+        return _by_scan(a, u, h0)
     h = u.new_zeros(u.shape[0], u.shape[-1]) if h0 is None else h0.to(u.dtype)
     outs = []
     for t in range(u.shape[1]):
         h = (a if a.dim() == 1 else a[:, t]) * h + u[:, t]
         outs.append(h)
     return torch.stack(outs, dim=1)
-
-
-def _by_matrix(a, u, h0):
-    """``h = L u + [a_t ⊙ … ⊙ a_0 ⊙ h₀]_t`` with ``L`` materialised: seed 004's block lower-triangular matrix
-    (blocks ``diag(λ)^{t−s}``, ``[T·S, T·S]``) for a constant ``a``, else ``L[b, t, s] = a_t ⊙ … ⊙ a_{s+1}``."""
-    b, n, width = u.shape
-    if a.dim() == 1:
-        h = (u.reshape(b, n * width) @ recurrence_matrix(a, n).transpose(0, 1)).reshape(b, n, width)
-        first = transition_powers(a, n)[1:]  # [T, S]: a^{t+1}
-    else:
-        lower = varying_matrix(a)  # [B, T, T, S]
-        h = torch.einsum("btsk,bsk->btk", lower, u)
-        first = lower[:, :, 0] * a[:, :1]  # a_t ⊙ … ⊙ a_0
-    return h if h0 is None else h + first * h0.to(u.dtype)[:, None]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from rpn2c.functional.scan import recurrence_matrix, transition_powers, varying_matrix
+from rpn2c.lower.literal_forms import chain_direction
 from rpn2c.runtime.matrix_view import LayerMatrix, ViewError, _kron
 
 
@@ -131,7 +132,7 @@ def _gated(name, module, x) -> LayerMatrix:
     for layer in range(spec.layers):
         zeros = inp.new_zeros(1, h)
         init = (zeros, zeros)[: spec.cell.component.states]
-        out = torch.cat([module._reference_direction(inp.double(), init, layer, d).double()
+        out = torch.cat([chain_direction(module, inp.double(), init, layer, d).double()
                          for d in range(spec.directions)], -1)
         outs.append(out[0])
         inp = out

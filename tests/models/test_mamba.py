@@ -91,7 +91,7 @@ def test_the_default_lowering_scans_and_never_builds_the_matrices(monkeypatch):
     """`rpn2c explain` records the parallel scan on each block's selective scan, and running the default lowering
     builds neither the scan's lower-triangular L[t, s] nor a convolution's Toeplitz matrix (each build is recorded
     here), which the reference lowering builds."""
-    from rpn2c.lower import recurrent
+    from rpn2c.lower import literal_forms
     from rpn2c.functional import causal_conv
     from rpn2c.passes import optimize
     from rpn2c.runtime.explain import explain_json
@@ -107,7 +107,7 @@ def test_the_default_lowering_scans_and_never_builds_the_matrices(monkeypatch):
             return real(*args, **kwargs)
         return call
 
-    monkeypatch.setattr(recurrent, "varying_matrix", record("L", recurrent.varying_matrix))
+    monkeypatch.setattr(literal_forms, "varying_matrix", record("L", literal_forms.varying_matrix))
     monkeypatch.setattr(causal_conv, "causal_conv_matrix", record("toeplitz", causal_conv.causal_conv_matrix))
     library, config = _library()
     ids = torch.randint(0, config.vocab_size, (2, 9))
@@ -117,4 +117,4 @@ def test_the_default_lowering_scans_and_never_builds_the_matrices(monkeypatch):
     assert sorted(set(built)) == ["L", "toeplitz"]
     built.clear()
     torch.testing.assert_close(fast(ids), want, rtol=0, atol=1e-12)
-    assert built == [] and "lowering=scan" in repr(fast) and "CausalConvModule(" in repr(fast)
+    assert built == [] and "lowering=parallel_scan" in repr(fast) and "CausalConvModule(" in repr(fast)

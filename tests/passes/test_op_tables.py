@@ -1,6 +1,6 @@
 """The op tables derived from the kernel declarations: every op a term can hold (a semantic op, or a kernel op a rule
-rewrites into) has exactly one emitter (or recurrent form), every emitter serves such an op, every kernel a
-component declares is made by a rule and implemented by its module, and no component reads a kernel name."""
+rewrites into) has exactly one emitter, every emitter serves such an op, every kernel a component declares is made
+by a rule and implemented by its module, and no component reads a kernel name."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import rpn2c
 from rpn2c.components.registry import all_entries, kernels
 from rpn2c.ir.kernels import Kernel, Predicate, declared
 from rpn2c.ir.terms import SEMANTIC_OPS
-from rpn2c.lower.emitters import RECURRENT_FORMS, kernel_ops, op_table
+from rpn2c.lower.emitters import kernel_ops, op_table
 from rpn2c.passes.rules import RULES
 
 COMPONENTS = Path(rpn2c.__file__).parent / "components"
@@ -30,7 +30,7 @@ def _unserved(term_ops: set[str], table: set[str]) -> tuple[set[str], set[str]]:
 
 
 def test_every_term_op_has_one_emitter_and_every_emitter_an_op():
-    table = set(op_table()) | set(RECURRENT_FORMS)
+    table = set(op_table())
     assert _unserved(_term_ops(), table) == (set(), set())
     assert set(kernel_ops()) == _term_ops() - set(SEMANTIC_OPS)
     assert len(kernel_ops()) == len(set(kernel_ops()))
@@ -38,7 +38,7 @@ def test_every_term_op_has_one_emitter_and_every_emitter_an_op():
 
 def test_the_check_fails_on_an_op_without_emitter_or_an_emitter_without_op():
     """The comparison above can fail: a rule making an undeclared op, and a table with an op no rule makes."""
-    table = set(op_table()) | set(RECURRENT_FORMS)
+    table = set(op_table())
     rogue = type(RULES[0])("rogue", "head", "xi", lambda s: True, "why", "paper", pattern=RULES[0].pattern,
                            rewrite=RULES[0].rewrite)
     object.__setattr__(rogue, "rewrite", type("R", (), {"produces": "no_such_kernel", "__call__": None})())
@@ -56,9 +56,17 @@ def test_each_declared_kernel_is_made_by_a_rule_through_its_record():
 
 @pytest.mark.parametrize("entry", [e for e in all_entries() if e.cls.kernels], ids=lambda e: e.name)
 def test_a_declaring_component_builds_a_module_with_the_kernel_methods(entry):
-    """Compiled from the entry's own example: the built ξ module has each declared kernel's method and fallback."""
+    """Compiled from the entry's own example: the built ξ module (a cell's: its recurrent layer's module) has each
+    declared kernel's method and fallback."""
     model = rpn2c.compile(entry.example)
     for node in model.graph.nodes():
+        if node.kind == "recurrent" and node.layer.cell.name == entry.name:
+            module = model.get_submodule(node.id)
+            for k in entry.cls.kernels:
+                assert declared(node.layer.cell.component, k.name) is k
+                assert callable(getattr(module, k.method))
+                assert k.fallback is None or callable(getattr(module, k.fallback.runs))
+            return
         for h in getattr(node.layer, "heads", ()) if node.kind == "layer" else ():
             for slot, use in h.xi.items():
                 if use.name != entry.name:
