@@ -323,12 +323,6 @@ class Op(Component):
     def build(self, inputs: list[TensorType]) -> nn.Module:
         raise NotImplementedError
 
-    def tie(self, module: nn.Module, source: nn.Module) -> bool:
-        """``tie = source``: make ``module`` (this op's) compute with ``source``'s tensors, where the op ties in a
-        way of its own (a relation with its factors swapped); False: the lowering points each of ``module``'s
-        tensors at ``source``'s, in registration order."""
-        return False
-
 
 _IMPL = ("PsiModule", "XiModule")  # the module bases, kept importable from here (importing torch on first access)
 

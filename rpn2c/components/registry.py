@@ -90,6 +90,12 @@ class Component:
     def __init__(self, hp: HP):
         self.hp = hp
 
+    def tie(self, module, source) -> bool:
+        """``tie = source`` on a node of this component: make ``module`` compute with ``source``'s tensors where the
+        component ties in a way of its own (a relation with its factors swapped); False: the lowering points each
+        of ``module``'s tensors at ``source``'s, in registration order."""
+        return False
+
     @classmethod
     def doc(cls) -> str:
         return (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""

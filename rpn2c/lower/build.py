@@ -13,7 +13,6 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from rpn2c.components.base import Op
 from rpn2c.errors import InputError
 from rpn2c.ir.estimate import run_time_check
 from rpn2c.ir.graph import Graph, Node
@@ -51,9 +50,8 @@ class CompiledModel(nn.Module):
             _set_path(self, paths[node.id], module)
             self._steps.append((node.id, paths[node.id], node.kind, preds))
         # (node, the node it is tied to, the op component that ties its module itself, if it may)
-        self._tied = [(n.id, n.tie, n.op.component if n.kind == "op" and isinstance(n.op.component, Op) else None)
-                      for n in graph.nodes() if n.tie is not None]  # (a processing function as an op ties no way
-        #                                                               of its own)
+        self._tied = [(n.id, n.tie, n.op.component if n.kind == "op" else None) for n in graph.nodes()
+                      if n.tie is not None]
         self._tie_parameters()
         self._bind_tied_psi()
         self.register_load_state_dict_post_hook(lambda module, keys: module._tie_parameters())
@@ -114,7 +112,7 @@ class CompiledModel(nn.Module):
         ``state_dict`` names it under both paths, as torch does for tied weights)."""
         for mine, theirs, op in self._tied:
             holder, source = submodule(self, mine), submodule(self, theirs)
-            if op is None or not op.tie(holder, source):  # (an op may tie itself: Op.tie)
+            if op is None or not op.tie(holder, source):  # (an op may tie itself: Component.tie)
                 share(holder, source)
 
     def _bind_tied_psi(self) -> None:
