@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import networkx as nx
 
 from rpn2c.check.budget import Guard, Limits, node_elements, node_steps, per_sample
 from rpn2c.ir.estimate import stepping_use
@@ -23,6 +22,7 @@ from rpn2c.check.values import BUILTINS, INVALID, Scope, evaluate
 from rpn2c.components.base import ShapeRuleError
 from rpn2c.components.registry import REGISTRY, synonym_hint, unknown_hint
 from rpn2c.errors import Diagnostics, Span, did_you_mean
+from rpn2c.ir.digraph import DiGraph
 from rpn2c.ir.graph import Graph, Node
 from rpn2c.ir.names import reserved
 from rpn2c.ir.types import MASK_MODES, TYPE_CONSTRUCTORS, TensorType
@@ -41,7 +41,7 @@ class Elaborator(Tying, Instances):
     def __init__(self, root: Unit, sources: dict[str, str], limits: Limits | dict | None = None):
         self.root = root
         self.diags = Diagnostics(sources)
-        self.g = nx.DiGraph()
+        self.g = DiGraph()
         self.instances: dict[str, str] = {}  # a block call's output node id -> its nodes' prefix
         self.stack: list[tuple[int, str]] = []  # (id(defn), name) being inlined
         self.guard = Guard(Limits.of(limits), self.diags)

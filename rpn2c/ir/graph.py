@@ -1,4 +1,5 @@
-"""The IR: a networkx DiGraph of typed nodes, with a canonical serialisation and a content hash.
+"""The IR: a directed graph of typed nodes (:class:`rpn2c.ir.digraph.DiGraph`, in networkx's interface), with a
+canonical serialisation and a content hash.
 
 Node kinds: ``input`` (a model input), ``layer`` (one or more RPN 2 heads + fusion + remainder + processing),
 ``op`` (a dataflow operation or processing function), ``output``. Edges carry the input role
@@ -12,10 +13,9 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
-
 from rpn2c.errors import UNKNOWN_SPAN, Span
 from rpn2c.ir import blocks
+from rpn2c.ir.digraph import DiGraph, lexicographical_topological_sort
 from rpn2c.ir.types import TensorType, ValueRef
 
 if TYPE_CHECKING:
@@ -249,10 +249,10 @@ def _type(t: TensorType | None):
 
 @dataclass
 class Graph:
-    """A checked model: the networkx graph plus its ordered inputs and outputs."""
+    """A checked model: the graph plus its ordered inputs and outputs."""
 
     name: str
-    g: nx.DiGraph
+    g: DiGraph
     inputs: list[str]
     outputs: list[str]
     sources: dict[str, str] = field(default_factory=dict)
@@ -264,7 +264,7 @@ class Graph:
 
     def nodes(self) -> list[Node]:
         """Nodes in a deterministic topological order (ties broken by id)."""
-        return [self.node(n) for n in nx.lexicographical_topological_sort(self.g)]
+        return [self.node(n) for n in lexicographical_topological_sort(self.g)]
 
     def preds(self, nid: str) -> dict[str, str]:
         """role -> producer id for the inputs of ``nid`` (an edge's ``also`` lists further roles of the same
@@ -332,7 +332,7 @@ def collapse(graph: Graph) -> Graph:
     stacks = blocks._stacks(blocks.block_uses(graph))
     uses = {use: [v for _, nodes in copies for v in nodes] for use, copies in stacks.items()}
     owner = {nid: use for use, nodes in uses.items() for nid in nodes}
-    g = nx.DiGraph()
+    g = DiGraph()
     for n in graph.nodes():
         if n.id not in owner:
             g.add_node(n.id, node=n)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-import networkx as nx
 
+from rpn2c.ir.digraph import ancestors
 from rpn2c.ir.graph import Graph
 
 _RANDOM = ("dropout",)  # operations that draw random numbers are never merged
@@ -35,7 +35,7 @@ def dead_code(graph: Graph) -> list[GraphRewrite]:
     """Remove every non-input node that reaches no output."""
     live = set(graph.outputs)
     for out in graph.outputs:
-        live |= nx.ancestors(graph.g, out)
+        live |= ancestors(graph.g, out)
     done = []
     for nid in sorted(set(graph.g.nodes) - live - set(graph.inputs)):
         node = graph.node(nid)

@@ -68,10 +68,9 @@ _RESUME = [False]  # whether the collector that _start_up paused is to resume on
 @contextlib.contextmanager
 def _start_up():
     """The cyclic garbage collector paused from a model command's start until its model is built (:func:`_compile`),
-    then resumed with what is alive frozen (:func:`_settle_imports`): each full collection while torch, networkx,
-    pydantic and the lowering are imported walks every object loaded before it (0.1–0.5 s apiece, once landing in
-    ``networkx.readwrite.gml`` for ``rpn2c eval``, whose first import pulls networkx in before the spec is
-    checked). At the end the collector is as it was."""
+    then resumed with what is alive frozen (:func:`_settle_imports`): each full collection while torch, pydantic,
+    the checker and the lowering are imported walks every object loaded before it (0.1–0.5 s apiece). At the end
+    the collector is as it was."""
     was = gc.isenabled()
     _RESUME[0] = was
     gc.disable()
