@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import math
+import os
+import sys
+import tempfile
 import threading
 from importlib import resources
 from pathlib import Path
@@ -45,10 +50,55 @@ def grammar_text() -> str:
     return (Path(__file__).resolve().parents[2] / "grammar" / "rpn.lark").read_text(encoding="utf-8")
 
 
+_OPTIONS = {"parser": "lalr", "propagate_positions": True, "maybe_placeholders": False}
+
+
+def parser_cache_file(text: str) -> Path:
+    """Where the built parser is kept between runs: the user's cache folder (``$XDG_CACHE_HOME``, else
+    ``~/.cache``), named by a hash of the grammar, the options and lark's and Python's versions, so that a file
+    built from another grammar is never read."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = "\0".join([text, repr(sorted(_OPTIONS.items())), lark.__version__, sys.version])
+    return Path(root) / "rpn2c" / f"parser-{hashlib.sha256(key.encode()).hexdigest()[:32]}.lark"
+
+
+def _load(path: Path) -> lark.Lark | None:
+    try:
+        with open(path, "rb") as f:
+            return lark.Lark.load(f)
+    except Exception:  # absent, unreadable or damaged (a pickle fails in many ways): build it again
+        return None
+
+
+def _keep(parser: lark.Lark, path: Path) -> None:
+    """Write ``parser`` to ``path`` whole or not at all (a temporary file renamed over it); a cache folder that
+    cannot be written is skipped."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            parser.save(f)
+        os.replace(tmp, path)
+    except OSError:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
 @functools.lru_cache(maxsize=1)
 def _parser() -> lark.Lark:
+    """The LALR parser. Building its tables takes about 0.2 s, which every command that reads a spec (and the
+    editor's first diagnostic) would pay; the built parser is kept in the user's cache folder and read back in
+    about 0.02 s."""
     with _lock:
-        return lark.Lark(grammar_text(), parser="lalr", propagate_positions=True, maybe_placeholders=False)
+        text = grammar_text()
+        path = parser_cache_file(text)
+        parser = _load(path)
+        if parser is None:
+            parser = lark.Lark(text, **_OPTIONS)
+            _keep(parser, path)
+        return parser
 
 
 def terminal_word(name: str) -> str:
