@@ -13,7 +13,7 @@ import networkx as nx
 
 from rpn2c.check.budget import Guard, Limits, node_elements, node_steps, per_sample
 from rpn2c.ir.estimate import stepping_use
-from rpn2c.check.heads import LayerShapeError, build_layer, infer_layer, resolve_use
+from rpn2c.check.heads import LayerShapeError, a_family, build_layer, infer_layer, resolve_use
 from rpn2c.check.loader import Unit
 from rpn2c.check.recurrent import build_recurrent, infer_recurrent
 from rpn2c.check.instances import REPORTED, Instances
@@ -432,7 +432,7 @@ class Elaborator(Tying, Instances):
             blocks += [f"{a}.{d.name}" for a, u in unit.imports.items() for d in u.program.definitions]
             other = [f for f in REGISTRY if fname in REGISTRY[f] and f not in OP_FAMILIES]
             if other:
-                self.diags.error("E0301", f"'{fname}' is a {other[0]} component; use it inside a head "
+                self.diags.error("E0301", f"'{fname}' is {a_family(other[0])} component; use it inside a head "
                                           f"(e.g. as a setting), not as an operation", func.span,
                                  suggestion=synonym_hint(fname, OP_FAMILIES))
             else:
