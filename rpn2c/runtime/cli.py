@@ -10,7 +10,7 @@ from pathlib import Path
 from rpn2c.errors import SpecError
 
 from rpn2c.runtime.common import (EXIT_OK, EXIT_SPEC, EXIT_USAGE, _err, _out, _read, _Usage,  # noqa: F401
-                                  add_spec_command, budget_limits, parse_params)
+                                  add_spec_command, budget_limits, parse_params, unreadable)
 
 
 def _graph(args):
@@ -29,7 +29,7 @@ def _graph(args):
         try:
             text = read_spec(path)
         except OSError as exc:
-            raise _Usage(f"cannot read {args.spec}: {exc.strerror or exc}") from None
+            raise unreadable(args.spec, exc) from None
     params = parse_params(args.param) or None
     return optimize(check(text, file, model=args.model, path=path, root=root, params=params, limits=limits))
 
