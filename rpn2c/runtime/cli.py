@@ -257,6 +257,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_SPEC
     except BrokenPipeError:  # pragma: no cover - `rpn2c ... | head`
         return EXIT_OK
+    except OSError as exc:  # a path given to an option (--out) that cannot be made or written
+        if not exc.filename:
+            raise
+        why = "a file of that name is in the way" if isinstance(exc, FileExistsError) else exc.strerror or exc
+        _err(f"rpn2c: error: cannot write {exc.filename}: {why}")
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":  # pragma: no cover
