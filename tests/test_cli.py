@@ -187,3 +187,20 @@ def test_an_out_path_that_cannot_be_written_is_a_usage_error(capsys, tmp_path, a
     code, _, err = run(capsys, *[a.format(spec=spec, out=out) for a in argv])
     assert code == 2 and err.startswith("rpn2c: error: cannot write ") and "Traceback" not in err
     assert str(tmp_path / "f") in err and (tmp_path / "f").is_file()
+
+
+def test_lsp_started_at_a_terminal_says_it_waits_for_an_editor(capsys, monkeypatch):
+    """``rpn2c lsp`` typed at a terminal would wait silently: it says what it is waiting for (and still serves)."""
+    import io
+
+    class Terminal(io.TextIOWrapper):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Terminal(io.BytesIO(b"")))
+    code, out, err = run(capsys, "lsp")
+    assert code == 0 and out == ""
+    assert err.startswith("rpn2c lsp: the language server reads LSP messages on standard input from an editor")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    code, _, err = run(capsys, "lsp")
+    assert code == 0 and err == ""

@@ -230,6 +230,9 @@ def cmd_lsp(args) -> int:
     """The language server on stdin/stdout (its modules imported only by this command)."""
     from rpn2c.runtime.lsp import cmd_lsp as serve
 
+    if sys.stdin.isatty():  # typed at a terminal: say why nothing happens
+        _err("rpn2c lsp: the language server reads LSP messages on standard input from an editor's client (see "
+             "the README's Editor support); waiting for one, Ctrl-D ends it")
     return serve(args)
 
 
