@@ -109,7 +109,7 @@ CATALOG: dict[str, ErrorCode] = _codes(
       "`keys`, `values`, `train`, …) and Python names in an exported program (no keywords); a model is called with "
       "its inputs by name, and `self` is torch's own; a value may take any name"),
     # ---- E03xx types and hyper-parameters
-    E("E0301", "component in the wrong slot", "'{name}' is a {family} component; '{slot}' takes {families}",
+    E("E0301", "component in the wrong slot", "'{name}' is {a_family} component; '{slot}' takes {families}",
       "move the component to a slot of its family (`rpn2c components` shows each family)", True),
     E("E0302", "unknown hyper-parameter or parameter", "'{name}' has no hyper-parameter '{key}' (it takes: {known})",
       "spell the key as the component, block or model declares it; the help line names the closest", True),

@@ -176,3 +176,31 @@ def test_explain_shows_identical_heads_once_and_the_kappa_a_kernel_absorbed(caps
     node = json.loads(out)["nodes"][0]  # the record for tools keeps every head
     assert node["rewritten"].count("xi_kernel[chain]") == 4
     assert [d["head"] for d in node["decisions"] if d["rule"] == "project_first"] == ["h0", "h1", "h2", "h3"]
+
+
+@pytest.mark.parametrize("argv", [["graph", "{spec}", "--format", "svg", "--out", "{out}"],
+                                  ["show", "{spec}", "--layer", "c1", "--out", "{out}"]])
+def test_an_out_path_that_cannot_be_written_is_a_usage_error(capsys, tmp_path, argv):
+    """--out under a path that is a file: a usage error naming the path, never a traceback."""
+    (tmp_path / "f").write_text("")
+    spec, out = ROOT / "specs" / "cnn.rpn", tmp_path / "f" / "x.png"
+    code, _, err = run(capsys, *[a.format(spec=spec, out=out) for a in argv])
+    assert code == 2 and err.startswith("rpn2c: error: cannot write ") and "Traceback" not in err
+    assert str(tmp_path / "f") in err and (tmp_path / "f").is_file()
+
+
+def test_lsp_started_at_a_terminal_says_it_waits_for_an_editor(capsys, monkeypatch):
+    """``rpn2c lsp`` typed at a terminal would wait silently: it says what it is waiting for (and still serves)."""
+    import io
+
+    class Terminal(io.TextIOWrapper):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Terminal(io.BytesIO(b"")))
+    code, out, err = run(capsys, "lsp")
+    assert code == 0 and out == ""
+    assert err.startswith("rpn2c lsp: the language server reads LSP messages on standard input from an editor")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    code, _, err = run(capsys, "lsp")
+    assert code == 0 and err == ""

@@ -228,6 +228,9 @@ def test_aliases_offered_are_other_names_and_the_rest_only_respell_the_component
     assert {"concat", "sum", "prod"} <= fusion and not {"concatenation", "summation", "product"} & fusion
     xi = set(complete(BODIES["head"].replace("|", "xi_instance = |")))
     assert {"gat", "graph_attention"} <= xi and "low_rank_parameterized" not in xi
+    # a distance is its kernel, an acronym its words: each pair is one component, offered once
+    assert {"canberra_kernel", "euclidean_kernel", "rma_bilinear", "cosine_similarity", "inner_product_kernel"} <= xi
+    assert not {"canberra_distance", "euclidean_distance", "random_matrix_adaption_bilinear", "cosine_kernel"} & xi
 
 
 SPEC_TEXTS = [p.read_text(encoding="utf-8") for p in sorted((ROOT / "specs").rglob("*.rpn"))]

@@ -169,6 +169,24 @@ def test_random_init_is_flagged_and_usage_errors(tmp_path, capsys):
     assert code == 1 and "trained on a different spec" in err
 
 
+def test_a_dim_the_spec_does_not_have_is_refused_with_the_closest(tmp_path, capsys):
+    """A misspelt ``--dim t=16`` is a usage error naming the inputs' dimensions, not silently ignored."""
+    out = tmp_path / "m.pt2"
+    code, _, err = _export(capsys, SPECS / "rnn.rpn", "--random-init", "--dim", "t=16", "--out", out)
+    assert code == 2 and "--dim t=16: model 'rnn' has no dimension 't' (its inputs' symbolic dimensions: B, T); " \
+        "did you mean 'T'?" in err
+    assert not out.exists()
+
+
+def test_an_example_size_of_one_says_why_the_dim_is_static(tmp_path, capsys):
+    """torch.export fixes a size-1 example dimension: the summary says so and how to keep it dynamic."""
+    code, out, err = _export(capsys, SPECS / "mlp.rpn", "--random-init", "--dim", "B=1", "--out", tmp_path / "m.pt2")
+    assert code == 0, err
+    assert "  input x: vector[B, 30] (fixed B=1)" in out.splitlines()
+    assert ("  static B=1: torch.export fixes a dimension whose example size is 1; an example size of 2 or more "
+            "(--dim) keeps it dynamic") in out.splitlines()
+
+
 @needs_onnx
 def test_graph_model_exports_to_onnx_without_the_spmm_custom_op(tmp_path, capsys):
     """ONNX has no operator for rpn2c::csr_mm: the ONNX model takes gather/scatter_add, same weights, same outputs."""

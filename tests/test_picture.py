@@ -201,6 +201,15 @@ def test_collapsed_pictures_draw_one_box_per_block_use_and_one_per_repeat(capsys
     assert not [g for g in small.iter(f"{NS}g") if g.get("class") == "cluster"]
 
 
+def test_a_collapsed_block_use_is_located_at_its_call():
+    """Hovering a collapsed use shows where the use is written (the call), not its block's last statement."""
+    lines = ENCODER6.splitlines()
+    graph = optimize(rpn2c.check(ENCODER6, "e.rpn")).collapsed()
+    for use, call in (("h", "encoder(x, d = d)"), ("z", "encoder(h)")):
+        span = graph.node(use).span
+        assert lines[span.line - 1].index(call) == span.col - 1, (use, span)
+
+
 def test_a_tied_repeat_collapses_to_the_parameters_of_one_copy():
     spec = ENCODER6.replace("repeat(6)", "repeat(6, tie = true)")
     graph = optimize(rpn2c.check(spec))

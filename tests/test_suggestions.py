@@ -181,3 +181,35 @@ def test_param_names_on_the_command_line_are_suggested():
     with pytest.raises(SpecError) as info:
         rpn2c.check_file(ROOT / "specs" / "mlp.rpn", params={"hiden": 3})
     assert info.value.diagnostics[0].suggestion == "did you mean 'hidden'?"
+
+
+@pytest.mark.parametrize("setting, name, message, hint", [
+    ("kappa = relu", "relu", "'relu' is a processing component; 'kappa' takes expansion or compression",
+     "'relu' goes in `pre` or `post`, e.g. `post = [relu]`"),
+    ("kappa = grid_patch(size = 3)", "grid_patch",
+     "'grid_patch' is an interdependence component; 'kappa' takes expansion or compression",
+     "e.g. `xi_attribute = grid_patch`"),
+    ("psi = concat", "concat", "'concat' is a fusion component; 'psi' takes reconciliation",
+     "'concat' goes in `fusion`, e.g. `fusion = concat`"),
+])
+def test_a_component_in_the_wrong_slot_names_the_slots_that_take_it(setting, name, message, hint):
+    """E0301 reads as English (an interdependence) and its help names the settings that take the component."""
+    d = only(f"model m {{ input x: vector[B, 4]\n y = head(x) {{ {setting}  out = 4 }}\n return y }}")
+    assert d.code == "E0301" and d.message == message
+    assert hint in d.suggestion and name in d.suggestion
+
+
+def test_a_recurrent_setting_in_a_head_points_to_recurrent():
+    d = only("model m { input x: sequence[B, T, 4]\n y = head(x) { cell = gru  out = 4 }\n return y }")
+    assert d.code == "E0304" and "is a setting of a recurrent layer: `h = recurrent(x)" in d.suggestion
+
+
+def test_a_block_compiled_as_the_model_says_its_inputs_come_from_calls():
+    """``--model enc`` (``model="enc"``) on a block with untyped inputs: the help names the file's model."""
+    text = ("block enc(d = 4) {\n  input x\n  y = head(x) { out = d }\n  return y\n}\n"
+            "model m {\n  input x: vector[B, 4]\n  y = enc(x)\n  return y\n}\n")
+    with pytest.raises(SpecError) as info:
+        rpn2c.check(text, "t.rpn", model="enc")
+    (d,) = info.value.diagnostics
+    assert (d.code, d.span.line) == ("E0311", 2)
+    assert d.suggestion == "'enc' is a block: its inputs take their types from each call; compile a model instead ('m')"

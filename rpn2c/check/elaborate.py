@@ -12,7 +12,7 @@ from typing import Any
 
 from rpn2c.check.budget import Guard, Limits, node_elements, node_steps, per_sample
 from rpn2c.ir.estimate import stepping_use
-from rpn2c.check.heads import LayerShapeError, build_layer, infer_layer, resolve_use
+from rpn2c.check.heads import LayerShapeError, a_family, build_layer, infer_layer, resolve_use
 from rpn2c.check.loader import Unit
 from rpn2c.check.recurrent import build_recurrent, infer_recurrent
 from rpn2c.check.instances import REPORTED, Instances
@@ -21,7 +21,7 @@ from rpn2c.check.ties import Tying, param_call, take_tie, take_tie_kwarg
 from rpn2c.check.values import BUILTINS, INVALID, Scope, evaluate
 from rpn2c.components.base import ShapeRuleError
 from rpn2c.components.registry import REGISTRY, synonym_hint, unknown_hint
-from rpn2c.errors import Diagnostics, Span, did_you_mean
+from rpn2c.errors import Diagnostics, Span, did_you_mean, quoted_choice
 from rpn2c.ir.digraph import DiGraph
 from rpn2c.ir.graph import Graph, Node
 from rpn2c.ir.names import reserved
@@ -45,6 +45,7 @@ class Elaborator(Tying, Instances):
         self.instances: dict[str, str] = {}  # a block call's output node id -> its nodes' prefix
         self.stack: list[tuple[int, str]] = []  # (id(defn), name) being inlined
         self.guard = Guard(Limits.of(limits), self.diags)
+        self.top: ast.Definition | None = None  # the model (or block) being compiled
 
     # ------------------------------------------------------------------------------------------- entry
     def model(self, name: str | None, params: dict[str, Any] | None = None) -> Graph:
@@ -75,6 +76,7 @@ class Elaborator(Tying, Instances):
                 self.diags.error("E0303", f"model parameter '{key}' must be a number, string, bool or list of them, "
                                           f"got {type(value).__name__}", defn.span)
         self._bind_params(defn, given, defn.span, scope)
+        self.top = defn
         outputs = self._body(self.root, defn, scope, inputs=None)
         self.diags.raise_if_any()
         inputs = [nid for nid in self.g.nodes if self.g.nodes[nid]["node"].kind == "input"]
@@ -172,8 +174,13 @@ class Elaborator(Tying, Instances):
     def _model_input(self, stmt: ast.Input, scope: Scope, unit: Unit) -> str | None:
         nid = scope.prefix + stmt.name
         if stmt.type is None:
+            hint = None
+            if self.top is not None and self.top.kind == "block":  # `--model enc` names a block, not a model
+                models = [d.name for d in self.root.program.definitions if d.kind == "model"]
+                hint = (f"'{self.top.name}' is a block: its inputs take their types from each call; "
+                        + (f"compile a model instead ({quoted_choice(models)})" if models else "or type them all"))
             self.diags.error("E0311", f"model input '{stmt.name}' needs a type, e.g. `input {stmt.name}: "
-                                      "sequence[B, T, 16]`", stmt.span)
+                                      "sequence[B, T, 16]`", stmt.span, suggestion=hint)
             return None
         t = self._tensor_type(stmt.type, scope)
         if t is None:
@@ -432,7 +439,7 @@ class Elaborator(Tying, Instances):
             blocks += [f"{a}.{d.name}" for a, u in unit.imports.items() for d in u.program.definitions]
             other = [f for f in REGISTRY if fname in REGISTRY[f] and f not in OP_FAMILIES]
             if other:
-                self.diags.error("E0301", f"'{fname}' is a {other[0]} component; use it inside a head "
+                self.diags.error("E0301", f"'{fname}' is {a_family(other[0])} component; use it inside a head "
                                           f"(e.g. as a setting), not as an operation", func.span,
                                  suggestion=synonym_hint(fname, OP_FAMILIES))
             else:

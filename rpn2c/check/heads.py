@@ -29,6 +29,7 @@ HEAD_KEYS = ("kappa", "psi", *HEAD_SLOT, "channels", "channel_fusion", "bias", "
 LAYER_KEYS = ("fusion", "pi", "pi_placement", "pre", "post")
 SINGLE_HEAD_KEYS = HEAD_KEYS + LAYER_KEYS + ("heads", "kv_heads")
 DECL_KEYS = HEAD_KEYS + ("post", "tie")  # a `head name { ... }` of a layer: also its own processing and a tie
+RECURRENT_ONLY = ("cell", "layers", "bidirectional", "state", "cell_state", "kappa_state")  # recurrent(x) settings
 AUX_KINDS = {"edges": ("edges",), "weight": ("edge_weight",), "key_padding": ("mask",), "attn_mask": ("mask",),
              "keys": ("items",)}
 
@@ -40,6 +41,21 @@ class LayerShapeError(Exception):
 
 
 # ------------------------------------------------------------------------------------------------ components
+def a_family(family: str) -> str:
+    """``a processing``, ``an interdependence``: a family name with its article."""
+    return ("an " if family[0] in "aeiou" else "a ") + family
+
+
+def slot_hint(name: str, family: str) -> str | None:
+    """Where a component of ``family`` goes: the head settings that take it (``post = [relu]``)."""
+    slots = [s for s, fams in SLOT_FAMILIES.items() if family in fams and s not in ("kappa_state", "channel_fusion")]
+    if not slots:
+        return None
+    slot = "post" if "post" in slots else slots[0]
+    return (f"'{name}' goes in {quoted_choice(slots, '`')}, e.g. "
+            f"`{slot} = {f'[{name}]' if slot == 'post' else name}`")
+
+
 def resolve_use(expr: ast.Expr, slot: str, scope: Scope, diags: Diagnostics) -> Use | None:
     """A component expression (``name`` or ``name(k = v)``) for ``slot`` -> validated :class:`Use`."""
     families = SLOT_FAMILIES.get(slot, (slot,))
@@ -56,8 +72,8 @@ def resolve_use(expr: ast.Expr, slot: str, scope: Scope, diags: Diagnostics) -> 
     if entry is None:
         other = [f for f in REGISTRY if name in REGISTRY[f] and f not in families]
         if other:
-            diags.error("E0301", f"'{name}' is a {other[0]} component; '{slot}' takes {' or '.join(families)}",
-                        func.span, suggestion=unknown_hint(name, families))
+            diags.error("E0301", f"'{name}' is {a_family(other[0])} component; '{slot}' takes {' or '.join(families)}",
+                        func.span, suggestion=unknown_hint(name, families) or slot_hint(name, other[0]))
         else:
             diags.error("E0201", f"unknown {' or '.join(families)} component '{name}'", func.span,
                         suggestion=unknown_hint(name, families))
@@ -187,6 +203,8 @@ def build_layer(kind: str, head_decls, settings, scope: Scope, diags: Diagnostic
     for s in settings:
         if s.key not in allowed_layer:
             hint = did_you_mean(s.key, allowed_layer)
+            if s.key in RECURRENT_ONLY:
+                hint = f"'{s.key}' is a setting of a recurrent layer: `h = recurrent(x) {{ cell = gru  out = 32 }}`"
             if kind == "layer" and s.key in DECL_KEYS:
                 hint = f"'{s.key}' belongs inside a `head name {{ ... }}` block of the layer"
             diags.error("E0304", f"unknown {kind} setting '{s.key}'", s.span, suggestion=hint)

@@ -75,6 +75,7 @@ class Instances:
         if not outs or outs[0] is None:
             return None
         self.instances[outs[0]] = inner.prefix
+        self.g.graph.setdefault("block_calls", {})[inner.prefix[:-1]] = call.span  # where the use is written
         if tie_k is not None and not self._tie_instance(inner.prefix, tie_k.value, scope.values, tie_k.span):
             return None
         return outs[0]

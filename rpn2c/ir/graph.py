@@ -327,8 +327,8 @@ class Graph:
 
 def collapse(graph: Graph) -> Graph:
     """``graph`` with each block use drawn as one node (kind ``block``), and the ``n`` copies of a ``repeat`` as one
-    node ``× n``: the type of the value it returns, the sum of its parameters and every kernel chosen inside it;
-    edges between uses and other nodes are kept once."""
+    node ``× n``: the type of the value it returns, the sum of its parameters, every kernel chosen inside it and the
+    span of the call; edges between uses and other nodes are kept once."""
     stacks = blocks._stacks(blocks.block_uses(graph))
     uses = {use: [v for _, nodes in copies for v in nodes] for use, copies in stacks.items()}
     owner = {nid: use for use, nodes in uses.items() for nid in nodes}
@@ -341,7 +341,8 @@ def collapse(graph: Graph) -> Graph:
         out = graph.node(leaving[-1] if leaving else nodes[-1])
         name = blocks.block_name(graph, *stacks[use][0])
         plan = list(dict.fromkeys(k for v in nodes for k in graph.node(v).plan))
-        node = Node(use, "block", out.span, out.type, params=sum(graph.node(v).params for v in nodes), plan=plan,
+        span = graph.g.graph.get("block_calls", {}).get(stacks[use][0][0], out.span)  # the call, else its output
+        node = Node(use, "block", span, out.type, params=sum(graph.node(v).params for v in nodes), plan=plan,
                     trace={"block": name, "nodes": len(nodes), "copies": len(stacks[use])})
         g.add_node(use, node=node)
     for u, v, d in graph.g.edges(data=True):

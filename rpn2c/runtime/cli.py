@@ -10,7 +10,7 @@ from pathlib import Path
 from rpn2c.errors import SpecError
 
 from rpn2c.runtime.common import (EXIT_OK, EXIT_SPEC, EXIT_USAGE, _err, _out, _read, _Usage,  # noqa: F401
-                                  add_spec_command, budget_limits, parse_params)
+                                  add_spec_command, budget_limits, parse_params, unreadable)
 
 
 def _graph(args):
@@ -29,7 +29,7 @@ def _graph(args):
         try:
             text = read_spec(path)
         except OSError as exc:
-            raise _Usage(f"cannot read {args.spec}: {exc.strerror or exc}") from None
+            raise unreadable(args.spec, exc) from None
     params = parse_params(args.param) or None
     return optimize(check(text, file, model=args.model, path=path, root=root, params=params, limits=limits))
 
@@ -230,6 +230,9 @@ def cmd_lsp(args) -> int:
     """The language server on stdin/stdout (its modules imported only by this command)."""
     from rpn2c.runtime.lsp import cmd_lsp as serve
 
+    if sys.stdin.isatty():  # typed at a terminal: say why nothing happens
+        _err("rpn2c lsp: the language server reads LSP messages on standard input from an editor's client (see "
+             "the README's Editor support); waiting for one, Ctrl-D ends it")
     return serve(args)
 
 
@@ -257,6 +260,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_SPEC
     except BrokenPipeError:  # pragma: no cover - `rpn2c ... | head`
         return EXIT_OK
+    except OSError as exc:  # a path given to an option (--out) that cannot be made or written
+        if not exc.filename:
+            raise
+        why = "a file of that name is in the way" if isinstance(exc, FileExistsError) else exc.strerror or exc
+        _err(f"rpn2c: error: cannot write {exc.filename}: {why}")
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":  # pragma: no cover

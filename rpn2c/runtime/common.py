@@ -21,7 +21,13 @@ def _read(path: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise _Usage(f"cannot read {path}: {exc}") from None
+        raise unreadable(path, exc) from None
+
+
+def unreadable(path: str, exc: Exception) -> "_Usage":
+    """The usage error for a spec file that cannot be read; ``specs/cnn`` for ``specs/cnn.rpn`` names the file."""
+    hint = f"; did you mean {path}.rpn?" if Path(f"{path}.rpn").is_file() else ""
+    return _Usage(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}{hint}")
 
 
 class _Usage(Exception):

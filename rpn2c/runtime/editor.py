@@ -261,12 +261,22 @@ class Completion:
     family: str = ""  # of a component: its documentation is ``component_markdown(lookup(label, (family,)))``
 
 
-# words the paper's long names add to a component's name, meaning nothing more
-_FAMILY_WORDS = {"expansion", "compression", "based", "geometric", "incremental", "parameterized"}
+# words the paper's long names add to a component's name, meaning nothing more (an interdependence function's
+# ``canberra_distance`` is its ``canberra_kernel``)
+_FAMILY_WORDS = {"expansion", "compression", "based", "geometric", "incremental", "parameterized", "kernel",
+                 "distance"}
 
 
-def _words(name: str) -> set[str]:
-    return {w for w in name.lower().split("_") if w and w not in _FAMILY_WORDS}
+def _words(name: str, other: str = "") -> set[str]:
+    """The words of ``name`` that say what it is, an acronym of ``other``'s words spelt out (``rma``: random matrix
+    adaption)."""
+    words, others = ([w for w in n.lower().split("_") if w and w not in _FAMILY_WORDS] for n in (name, other))
+    out: set[str] = set()
+    for w in words:
+        runs = [others[i:j] for i in range(len(others)) for j in range(i + 2, len(others) + 1)
+                if "".join(x[0] for x in others[i:j]) == w]
+        out |= set(runs[0]) if runs else {w}
+    return out
 
 
 def distinct_alias(alias: str, name: str) -> bool:
@@ -274,7 +284,7 @@ def distinct_alias(alias: str, name: str) -> bool:
     (``chebyshev_expansion``, ``dog`` for ``dog_wavelet``) nor a misspelling or abbreviation of it (``harr_wavelet``,
     ``concat_low_rank``, ``product`` for ``prod``), but another name a user may know it by (``max_pool`` for
     ``patch_max``, ``gat`` for ``graph_attention``)."""
-    a, n = _words(alias), _words(name)
+    a, n = _words(alias, name), _words(name, alias)
     if not a or a <= n or n <= a or _near("".join(sorted(a)), "".join(sorted(n))):
         return False
     return not all(any(_near(w, v) for v in n) for w in a)

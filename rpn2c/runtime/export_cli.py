@@ -38,6 +38,21 @@ def _layout(t, dims: dict[str, int]):
     return shape, names
 
 
+def known_dims(given: dict[str, int], graph) -> dict[str, int]:
+    """``given`` (``--dim`` sizes) when each names a symbolic dimension of the inputs of ``graph``, else a usage
+    error naming the closest (a misspelt ``--dim t=16`` would otherwise be ignored)."""
+    from rpn2c.errors import did_you_mean
+
+    names = list(dict.fromkeys(d for n in graph.inputs for d in _layout(graph.node(n).type, {})[1] if d))
+    for name in given:
+        if name not in names:
+            has = f"its inputs' symbolic dimensions: {', '.join(names)}" if names else "its inputs have none"
+            hint = did_you_mean(name, names)
+            raise _Usage(f"--dim {name}={given[name]}: model '{graph.name}' has no dimension '{name}' ({has})"
+                         + (f"; {hint}" if hint else ""))
+    return given
+
+
 def example_inputs(graph, dims: dict[str, int] | None = None, *, dtype=None, seed: int = 0):
     """Random inputs in declaration order (symbolic dims sized by ``dims``, else B = 4 and others 8) and, per
     input, the symbolic name of each axis. Edge lists index the nodes of the graph input; masks attend to all."""
@@ -199,7 +214,7 @@ def cmd_export(args) -> int:
     except ExportError as exc:
         _err(f"rpn2c: error: {exc}")
         return EXIT_SPEC
-    dims = {**trained, **given}
+    dims = {**trained, **known_dims(given, graph)}
     from_data = {k: v for k, v in trained.items() if k not in given}
     if args.format == "onnx":
         model = _without_rules(model, ONNX_DISABLED_RULES)

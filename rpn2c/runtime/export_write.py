@@ -254,9 +254,13 @@ def _attempt(model, graph, fmt, out, sizes, inputs_at, inputs, axis_names, want:
     except Exception as exc:  # noqa: BLE001 - torch.export raises many types; all end in a located message
         raise fail("torch.export cannot trace it", exc) from exc
     dynamic, bounds = dynamic_dims(program, axis_names)
-    fixed = [d for d in want if d not in dynamic]
+    ones = [d for d in want if d not in dynamic and sizes.get(d) == 1]
+    fixed = [d for d in want if d not in dynamic and d not in ones]
     static = [(fixed, f"the model's trace fixes {'it' if len(fixed) == 1 else 'them'} (a loop over its steps, "
                       "or a size the model sets)")] if fixed else []
+    if ones:  # torch.export specialises every dimension whose example size is 1
+        static.append((ones, "torch.export fixes a dimension whose example size is 1; an example size of 2 or "
+                             "more (--dim) keeps it dynamic"))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.part"  # same folder: the rename is atomic
     try:

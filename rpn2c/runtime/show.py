@@ -57,10 +57,14 @@ def _inputs(args, graph, trained: dict[str, int]):
     from rpn2c.train.binding import bind
 
     if not args.data:
-        inputs = _random_inputs(graph, {**trained, **parse_dims(args.dim)})
+        from rpn2c.runtime.export_cli import known_dims
+
+        inputs = _random_inputs(graph, {**trained, **known_dims(parse_dims(args.dim), graph)})
         return inputs, "random input " + ", ".join(f"{k}{list(v.shape)}" for k, v in inputs.items())
     from rpn2c.train import checkpoint
 
+    if args.dim:
+        raise _Usage(f"--dim {args.dim[0]}: --dim sizes the random input; with --data the sample has its own sizes")
     dataset = _dataset(args.data, args.seed)
     trained_params = checkpoint.model_params(_load_checkpoint(args.from_checkpoint)) if args.from_checkpoint else {}
     params = {**trained_params, **parse_params(getattr(args, "param", None))}

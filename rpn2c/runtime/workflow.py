@@ -191,7 +191,9 @@ def _dataset(name: str, seed: int, options: dict | None = None):
         raise _Usage(f"--data-option for {kind!r}: {exc}") from None
     except ValueError as exc:
         msg = str(exc)
-        if not sep and "unknown dataset" in msg:
+        if not sep and name.lower() in data.LOADERS:  # a user-file format named without its file
+            msg = f"--data {name} reads your own files: give its path, --data {name.lower()}:PATH"
+        elif not sep and "unknown dataset" in msg:
             listing = "\n".join(f"  {k:<14} {v}" for k, v in data.available().items())
             msg = (msg.split(" (available")[0] + f"\navailable datasets:\n{listing}\nor KIND:PATH for a user file, "
                    f"KIND one of {', '.join(data.LOADERS)}")

@@ -195,6 +195,21 @@ def test_unknown_dataset_lists_the_available_ones(capsys, tmp_path):
     assert "available datasets:" in err and "digits" in err and "karate" in err and "Traceback" not in err
 
 
+def test_a_file_format_without_its_path_says_how_to_give_it(capsys, tmp_path):
+    """``--data mnist`` (the README writes ``--data mnist:PATH``) names the missing path, not an unknown dataset."""
+    code, out, err = run_cli(capsys, "train", IRIS, "--data", "mnist", "--out", tmp_path)
+    assert code == 2 and out == ""
+    assert "--data mnist reads your own files: give its path, --data mnist:PATH" in err
+    assert "unknown dataset" not in err
+
+
+def test_a_spec_named_without_its_suffix_names_the_file(capsys, tmp_path):
+    spec = str(IRIS)[:-len(".rpn")]
+    for command in (["check", spec], ["train", spec, "--data", "iris", "--out", str(tmp_path)]):
+        code, _, err = run_cli(capsys, *command)
+        assert code == 2 and f"cannot read {spec}: No such file or directory; did you mean {spec}.rpn?" in err
+
+
 def test_bad_spec_is_reported_located(capsys, tmp_path):
     bad = tmp_path / "bad.rpn"
     bad.write_text("model m {\n  input x: vector[B, 4]\n  y = head(x) { kappa = chebishev(d = 2)  out = 3 }\n"

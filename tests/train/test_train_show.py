@@ -193,3 +193,14 @@ def test_show_of_a_dropout_spec_is_the_same_picture_for_every_seed(capsys, tmp_p
     assert arrays[0].keys() == arrays[1].keys() and all(np.array_equal(arrays[0][k], arrays[1][k]) for k in arrays[0])
     assert lines[0] == lines[1] and len(lines[0]) == 5
     assert all(line.endswith(f"34×34, {KARATE_ENTRIES} non-zero") for line in lines[0])
+
+
+def test_show_refuses_a_dim_the_spec_does_not_have_and_a_dim_beside_data(capsys, tmp_path):
+    """``--dim`` sizes the random input: a name the inputs lack is refused with the closest, and so is ``--dim``
+    with ``--data`` (the sample has its own sizes); neither is silently ignored."""
+    code, _, err = run_cli(capsys, "show", SPECS / "rnn_chain.rpn", "--dim", "t=5", "--out", tmp_path / "a.png")
+    assert code == 2 and "has no dimension 't' (its inputs' symbolic dimensions: B, T); did you mean 'T'?" in err
+    code, _, err = run_cli(capsys, "show", SPECS / "gcn.rpn", "--data", "karate", "--dim", "N=5",
+                           "--out", tmp_path / "b.png")
+    assert code == 2 and "with --data the sample has its own sizes" in err
+    assert not (tmp_path / "a.png").exists() and not (tmp_path / "b.png").exists()
