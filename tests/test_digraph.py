@@ -23,6 +23,7 @@ def dags(draw):
 def _both(names, edges):
     ours, theirs = DiGraph(), nx.DiGraph()
     for g in (ours, theirs):
+        g.graph["calls"] = {"b": 1}
         for n in names:
             g.add_node(n, node=n.upper())
         for u, v, role in edges:
@@ -54,9 +55,10 @@ def test_the_container_answers_as_networkx(case):
         assert ours.has_edge(u, v) == theirs.has_edge(u, v)
         if theirs.has_edge(u, v):
             assert ours.edges[u, v] == theirs.edges[u, v]
-    assert nx.utils.graphs_equal(ours.to_networkx(), theirs)
+    assert nx.utils.graphs_equal(ours.to_networkx(), theirs) and ours.to_networkx().graph == theirs.graph
     copy = ours.copy()
     copy.add_edge("new", names[0])
+    assert copy.graph == ours.graph and copy.graph is not ours.graph
     assert "new" not in ours and list(copy.edges(data=True))[:len(theirs.edges)] == list(theirs.edges(data=True))
 
 

@@ -68,9 +68,11 @@ class _EdgeView:
 
 
 class DiGraph:
-    """Nodes in insertion order, each with an attribute dict; at most one edge ``u → v``, with an attribute dict."""
+    """Nodes in insertion order, each with an attribute dict; at most one edge ``u → v``, with an attribute dict;
+    ``graph``: the graph's own attributes."""
 
     def __init__(self, edges: Iterable[tuple] = ()):
+        self.graph: dict = {}
         self._node: dict[Hashable, dict] = {}
         self._succ: dict[Hashable, dict[Hashable, dict]] = {}
         self._pred: dict[Hashable, dict[Hashable, dict]] = {}
@@ -104,6 +106,7 @@ class DiGraph:
     def copy(self) -> DiGraph:
         """Same nodes and edges; attribute dicts copied (their values shared), as ``networkx.DiGraph.copy``."""
         out = DiGraph()
+        out.graph.update(self.graph)
         for n, d in self._node.items():
             out.add_node(n, **d)
         for u, v, d in self.edges(data=True):
@@ -167,7 +170,7 @@ class DiGraph:
         """The same graph as a ``networkx.DiGraph`` (attribute dicts shared), for networkx's algorithms."""
         import networkx as nx
 
-        g = nx.DiGraph()
+        g = nx.DiGraph(**self.graph)
         g.add_nodes_from(self._node.items())
         g.add_edges_from(self.edges(data=True))
         return g
