@@ -21,7 +21,7 @@ steps) that names the node and the estimate; ``rpn2c.check(..., limits=Limits(ma
 sees before it runs: :func:`run_time_check` evaluates the same estimates with the inputs' sizes and refuses inputs
 that take the model over its budgets (E0605 memory, E0604 steps), located at the node, before any of its
 allocations or loops; a model in the reference lowering also the literal matrices only that lowering builds (a
-linear recurrence's block-Toeplitz ``L``, E0606).
+linear recurrence's block-Toeplitz ``L``, a grid head's padding matrix, E0606), in the bytes of the model's dtype.
 """
 
 from __future__ import annotations

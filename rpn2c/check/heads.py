@@ -527,6 +527,8 @@ def _infer_head(h: HeadSpec, x: TensorType, data: TensorType, aux, span, label: 
                 raise LayerShapeError(str(exc), grid_xi.span) from None
             mz = xi.patch_features(c, len(data.spatial))
             tr = HeadTrace("grid", c, None, mz=mz, spatial_out=spatial_out, geometry=geo)
+            # what the patches are made from: the (patch, tap) index, and the reference lowering's patch matrix
+            tr.scratch, tr.literal = xi.scratch_on(data.spatial), xi.literal(data.spatial)
             feat = (mz,)
         else:
             if not (kappa.grid_only or kappa.elementwise) or psi.name != "eye":

@@ -320,6 +320,12 @@ class Op(Component):
     def count(self, inputs: list[TensorType]) -> int:
         return 0
 
+    def axis_limits(self, inputs: list[TensorType]) -> list[tuple[Dim, int, int | None]]:
+        """What the op needs of an axis length the check may not know (a symbolic one, sized by the data):
+        ``(length, fewest, most or None)`` each, e.g. learned_position's ``T <= max_len``. The inputs ``rpn2c
+        export`` and ``show`` make up are sized within them (``rpn2c.runtime.axis_limits``)."""
+        return []
+
     def build(self, inputs: list[TensorType]) -> nn.Module:
         raise NotImplementedError
 

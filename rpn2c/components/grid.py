@@ -19,7 +19,7 @@ from pydantic import field_validator
 from rpn2c.components.base import ShapeRuleError
 from rpn2c.components.registry import HP
 from rpn2c.functional import structure
-from rpn2c.ir.types import Dim
+from rpn2c.ir.types import Dim, dim_add, dim_mul, numel
 
 if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
     import torch
@@ -187,12 +187,12 @@ def ceil_extension(geo: Geometry, spatial) -> tuple[int, ...]:
     return tuple(extra)
 
 
-def index_elements(geo: Geometry, spatial: tuple[int, ...], taps: int) -> tuple[int, int]:
+def index_elements(geo: Geometry, spatial: tuple[Dim, ...], taps: int) -> tuple[Dim, Dim]:
     """``(built, literal)`` float32 elements of the (patch, tap) index of ``taps`` taps per patch: what building it
     makes (``[P, p, rank]`` int64 positions, the flat index, its validity mask: at most ``(2·rank + 6)·P·p``) and
-    the reference lowering's padding matrix ``[N + 1, P·p]`` (eq 67)."""
-    patches = math.prod(geo.out_spatial(spatial))
-    return (2 * geo.rank + 6) * patches * taps, (math.prod(spatial) + 1) * patches * taps
+    the reference lowering's padding matrix ``[N + 1, P·p]`` (eq 67); symbolic where the grid is."""
+    entries = numel((*geo.out_spatial(spatial), taps))
+    return dim_mul(2 * geo.rank + 6, entries), dim_mul(dim_add(numel(spatial), 1), entries)
 
 
 def pad_pairs(geo: Geometry) -> list[int]:

@@ -64,6 +64,9 @@ class Item(Op):
     def infer(self, ins):
         return read_type(ins[0], self.hp.index, f"item(index = {self.hp.index})")
 
+    def axis_limits(self, ins):
+        return [(read_axis(ins[0], self.name)[1], needed(self.hp.index), None)]
+
     def build(self, ins):
         from rpn2c.components.impl.readouts import ItemModule
 

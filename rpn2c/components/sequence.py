@@ -150,6 +150,9 @@ class LearnedPosition(Op):
     def count(self, ins):
         return self.hp.max_len * ins[0].features
 
+    def axis_limits(self, ins):
+        return [(ins[0].items, 1, self.hp.max_len)]
+
     def build(self, ins):
         from rpn2c.components.impl.sequence import _LearnedModule
 
@@ -192,6 +195,9 @@ class _ReadItem(Op):
 
     def infer(self, ins):
         return read_type(ins[0], self.index, self.name)
+
+    def axis_limits(self, ins):
+        return [(read_axis(ins[0], self.name)[1], needed(self.index), None)]
 
     def build(self, ins):
         from rpn2c.components.impl.readouts import ItemModule

@@ -11,10 +11,10 @@ from typing import Literal, TYPE_CHECKING
 from pydantic import Field, model_validator
 
 from rpn2c.components.base import Interdependence, ShapeRuleError
-from rpn2c.components.grid import CentredPatchHP, Geometry, PatchHP
+from rpn2c.components.grid import CentredPatchHP, Geometry, PatchHP, index_elements
 from rpn2c.components.registry import HP, register
 from rpn2c.functional import structure
-from rpn2c.ir.types import dim_mul
+from rpn2c.ir.types import Dim, dim_mul
 
 if TYPE_CHECKING:  # annotations only: torch is imported where tensors are made
     import torch
@@ -50,6 +50,18 @@ class GridXi(Interdependence):
 
     def patch_features(self, channels: int, rank: int) -> int:
         return channels * self.geometry(rank).patch_size if self.mode == "padding" else channels
+
+    def scratch_on(self, spatial: tuple[Dim, ...]) -> Dim:
+        """Elements building the (patch, tap) index on a grid of ``spatial`` makes (:func:`index_elements`): the
+        gathered patches' index, and the reference lowering's, which its matrix is made from."""
+        geo = self.geometry(len(spatial))
+        return index_elements(geo, spatial, geo.patch_size)[0]
+
+    def literal(self, spatial: tuple[Dim, ...]) -> Dim:
+        """Elements of the patch matrix only the reference lowering builds (``rpn2c/lower/reference.py``): the
+        padding-mode ``[N + 1, P·p]`` (eq 67) or the aggregation-mode ``[N + 1, P]`` (eq 69), N = Π spatial."""
+        geo = self.geometry(len(spatial))
+        return index_elements(geo, spatial, geo.patch_size if self.mode == "padding" else 1)[1]
 
     def build(self, ctx):
         raise ShapeRuleError("grid interdependence is applied by the head")

@@ -10,7 +10,7 @@ import math
 import re
 
 from rpn2c.errors import Diagnostic, SpecError, error_for
-from rpn2c.ir.types import TensorType
+from rpn2c.ir.types import TensorType, numel
 
 BYTES_PER_ELEMENT = 4  # float32
 
@@ -88,7 +88,8 @@ def head_elements(trace, head, sizes: dict[str, int] | None = None) -> int:
     def k(v):
         return dim_size(v, sizes)
 
-    nz, n_out = k(trace.nz), k(trace.n_out)
+    patches = trace.view == "grid" and not trace.grid_kappa  # a grid ξ's patch matrix has a row per output cell
+    nz, n_out = k(numel(trace.spatial_out)) if patches else k(trace.nz), k(trace.n_out)
     dense = [s for s in head.xi if s.startswith("xi_instance") and s not in getattr(trace, "propagating", ())]
     square = nz * n_out if trace.view == "items" and dense else 0
     if trace.view != "grid":  # a patch ξ's matrix is the patch matrix, counted as κ's input
@@ -114,13 +115,13 @@ def reference_elements(node, sizes: dict[str, int] | None = None) -> int:
     ``L`` ``[T·H, T·H]`` (its ``[T, T, H, H]`` blocks gathered and masked: about 3 (T·H)²), ``W_RNN = L (I_T ⊗ W_ih)``
     and its factor (2 · T·H · T·D) and the powers ``A^0 … A^T`` (twice (T+1)·H², a diagonal ``A`` made dense
     first); for a layer, the N×N matrix of each instance ξ that propagates over an edge list (graph, PageRank:
-    the default lowering runs them on the edges) and a grid κ's literal matrix (a pooling's padding matrix
-    ``[N, P·p]``); 0 for any other node."""
+    the default lowering runs them on the edges) and a grid head's literal matrix (a convolution's or a pooling's
+    padding matrix ``[N + 1, P·p]``, an aggregation matrix ``[N + 1, P]``); 0 for any other node."""
     if node.kind == "layer":
         return sum(dim_size(t.nz, sizes) * dim_size(t.n_out, sizes) * h.channels
                    for h, t in zip(node.layer.heads, node.trace["heads"])
                    if t.view == "items" and getattr(t, "propagating", ())) + \
-            sum(getattr(t, "literal", 0) for t in node.trace["heads"])
+            sum(dim_size(getattr(t, "literal", 0), sizes, 0) for t in node.trace["heads"])
     if node.kind != "recurrent":
         return 0
     spec = node.layer
@@ -149,14 +150,17 @@ def stepping_use(node, sizes: dict[str, int] | None = None):
     return best
 
 
-def run_time_check(graph, sizes: dict[str, int], limits, reference: bool = False) -> SpecError | None:
+def run_time_check(graph, sizes: dict[str, int], limits, reference: bool = False,
+                   itemsize: int = BYTES_PER_ELEMENT) -> SpecError | None:
     """The check's memory and step estimates with the symbolic dimensions sized as the inputs size them: a located
     error (E0605 memory, E0604 steps) at the first node they take over ``limits``, else None. For the
-    ``reference`` lowering, also the literal matrices it builds (:func:`reference_elements`, E0606)."""
+    ``reference`` lowering, also the literal matrices it builds (:func:`reference_elements`, E0606), at
+    ``itemsize`` bytes an element (the model's dtype: 8 in float64, where ``rpn2c show`` runs it); the activations
+    stay float32 bytes per sample, as at check."""
     told = ", ".join(f"{k} = {v:,}" for k, v in sorted(sizes.items())) or "the declared sizes"
     memory = work = 0
     for node in graph.nodes():
-        literal = reference_elements(node, sizes) * BYTES_PER_ELEMENT if reference else 0
+        literal = reference_elements(node, sizes) * itemsize if reference else 0
         if memory + literal > limits.max_memory:
             return error_for([Diagnostic(
                 "E0606", f"'{node.id}' in the reference lowering builds its literal matrices of {human_bytes(literal)} "

@@ -28,7 +28,9 @@ class HeadTrace:
     # instance-ξ slots that propagate over an edge list (graph, PageRank): the default lowering never builds their
     # N×N matrix (their edge messages are in ``scratch``); only the reference lowering does
     propagating: list = field(default_factory=list)
-    literal: int = 0  # elements of a grid κ's structural matrix in the reference lowering (a pooling's padding matrix)
+    # elements of the structural matrix the reference lowering builds for a grid head (a convolution's or a
+    # pooling's padding matrix, an aggregation matrix); symbolic where the grid is
+    literal: Any = 0
 
 
 @dataclass

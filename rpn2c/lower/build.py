@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from rpn2c.errors import InputError
-from rpn2c.ir.estimate import run_time_check
+from rpn2c.ir.estimate import BYTES_PER_ELEMENT, run_time_check
 from rpn2c.ir.graph import Graph, Node
 from rpn2c.ir.names import module_paths
 from rpn2c.ir.types import TensorType
@@ -62,6 +62,7 @@ class CompiledModel(nn.Module):
         self._input_checks = {i: _InputCheck.of(t) for i, t in self.input_types.items()}
         self._limits = getattr(graph, "limits", None)  # the check's budgets, held again with the inputs' sizes
         self._sized: dict[tuple, object] = {}  # symbol sizes -> the refusal they earn (None: within the budgets)
+        self._itemsize = _widest_element(self)  # bytes an element of the floating tensors it holds (literal matrices)
         # per output: (swap the first two axes back, drop the implicit sample axis)
         self._unbatch_flags = [_unbatch_flags(graph.node(o).type) for o in self.outputs]
         self.emit()
@@ -138,6 +139,7 @@ class CompiledModel(nn.Module):
         """Conversions (``.to``, ``.double()``) may replace tensors: the ties are made again afterwards."""
         out = super()._apply(fn, recurse)
         self._tie_parameters()
+        self._itemsize = _widest_element(self)
         return out
 
     def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor):
@@ -166,18 +168,19 @@ class CompiledModel(nn.Module):
             check.agree(name, env[name], sizes)  # on the input as given, whose axes the symbols name
             env[name] = value
         if (sizes or self.reference) and self._limits is not None:
-            self._within_budgets({k: v[0] for k, v in sizes.items()})
+            widest = max([v.element_size() for v in env.values() if v.is_floating_point()], default=0)
+            self._within_budgets({k: v[0] for k, v in sizes.items()}, max(widest, self._itemsize) or BYTES_PER_ELEMENT)
         return env
 
-    def _within_budgets(self, sizes: dict[str, int]) -> None:
+    def _within_budgets(self, sizes: dict[str, int], itemsize: int) -> None:
         """Refuse, before anything is allocated, inputs whose sizes take the check's memory or step estimates over
-        its budgets (a located E0605 / E0604; the reference lowering's literal matrices too, E0606); the verdict is
-        kept per set of sizes."""
-        key = tuple(sorted(sizes.items()))
+        its budgets (a located E0605 / E0604; the reference lowering's literal matrices too, E0606, at ``itemsize``
+        bytes an element); the verdict is kept per set of sizes."""
+        key = (tuple(sorted(sizes.items())), itemsize)
         if key not in self._sized:
             if len(self._sized) >= 64:
                 self._sized.clear()
-            self._sized[key] = run_time_check(self.graph, sizes, self._limits, self.reference)
+            self._sized[key] = run_time_check(self.graph, sizes, self._limits, self.reference, itemsize)
         refusal = self._sized[key]
         if refusal is not None:
             raise type(refusal)(refusal.diagnostics, refusal.sources)
@@ -188,6 +191,13 @@ class CompiledModel(nn.Module):
     def _repr_svg_(self) -> str:
         """Jupyter's picture of the compiled graph, with the kernels the optimiser chose (as ``rpn2c graph``)."""
         return self.graph._repr_svg_()
+
+
+def _widest_element(model: nn.Module) -> int:
+    """Bytes an element of the widest floating dtype among ``model``'s parameters and buffers (0 when it has
+    none)."""
+    return max((t.element_size() for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()),
+               default=0)
 
 
 class _InputCheck(NamedTuple):

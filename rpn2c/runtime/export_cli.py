@@ -53,14 +53,27 @@ def known_dims(given: dict[str, int], graph) -> dict[str, int]:
     return given
 
 
+def example_sizes(graph, dims: dict[str, int] | None = None) -> dict[str, int]:
+    """Every symbolic input dim's example size: its size in ``dims``, else B = 4 and others 8, within what the
+    model allows (``rpn2c.runtime.axis_limits``: 4 steps for ``learned_position(max_len = 4)``)."""
+    from rpn2c.runtime.axis_limits import axis_limits
+
+    dims = dict(dims or {})
+    symbols = dict.fromkeys(d for n in graph.inputs for d in graph.node(n).type.shape if isinstance(d, str))
+    sizes = {d: dims.get(d, EXAMPLE_BATCH if d == "B" else OTHER) for d in symbols}
+    limits = axis_limits(graph, sizes)
+    return {**dims, **{d: limits[d].clamp(v) if d in limits and d not in dims else v for d, v in sizes.items()}}
+
+
 def example_inputs(graph, dims: dict[str, int] | None = None, *, dtype=None, seed: int = 0):
-    """Random inputs in declaration order (symbolic dims sized by ``dims``, else B = 4 and others 8) and, per
-    input, the symbolic name of each axis. Edge lists index the nodes of the graph input; masks attend to all."""
+    """Random inputs in declaration order (symbolic dims sized by ``dims``, else B = 4 and others 8 within what
+    the model allows: :func:`example_sizes`) and, per input, the symbolic name of each axis. Edge lists index the
+    nodes of the graph input; masks attend to all."""
     import torch
 
     from rpn2c.components.sequence import random_tokens
 
-    dims = dict(dims or {})
+    dims = example_sizes(graph, dims)
     gen = torch.Generator().manual_seed(seed)
     dtype = dtype or torch.get_default_dtype()
     layouts = {n: _layout(graph.node(n).type, dims) for n in graph.inputs}
@@ -221,12 +234,15 @@ def cmd_export(args) -> int:
     model = model.to(dtype).eval()
     out = Path(args.out) if args.out else (Path(args.checkpoint).with_suffix(FORMATS[args.format])
                                            if args.checkpoint else Path(Path(args.spec).stem + FORMATS[args.format]))
-    _, axis_names = example_inputs(graph, dims, dtype=dtype)
-    sizes = {d: dims.get(d, EXAMPLE_BATCH if d == "B" else OTHER) for names in axis_names for d in names if d}
+    full = example_sizes(graph, dims)
+    _, axis_names = example_inputs(graph, full, dtype=dtype)
+    sizes = {d: full[d] for names in axis_names for d in names if d}
+    limits = _within_limits(graph, sizes, given)
     try:
         written = export_write.write_checked(
             model, graph, args.format, out, sizes, lambda at, seed: example_inputs(graph, at, dtype=dtype, seed=seed),
-            dynamic=not args.static, tolerance=TOLERANCE[args.dtype], where=_model_span(args.spec, graph.name))
+            dynamic=not args.static, tolerance=TOLERANCE[args.dtype], where=_model_span(args.spec, graph.name),
+            limits=limits)
     except ExportError as exc:
         _err(f"rpn2c: error: {exc}")
         return EXIT_SPEC
@@ -235,6 +251,21 @@ def cmd_export(args) -> int:
         return EXIT_SPEC
     _summary(args, graph, out, source, sizes, from_data, written)
     return EXIT_OK
+
+
+def _within_limits(graph, sizes: dict[str, int], given: dict[str, int]) -> dict[str, tuple[int, int | None]]:
+    """``{dim: (fewest, most or None)}``, the sizes the model allows each dim (``rpn2c.runtime.axis_limits``); a
+    usage error for a ``--dim`` outside them."""
+    from rpn2c.runtime.axis_limits import axis_limits
+
+    limits = axis_limits(graph, sizes)
+    for d, size in given.items():
+        limit = limits.get(d)
+        if limit is not None and not limit.holds(size):
+            most = f"at most {limit.most} ({limit.why})" if limit.most is not None and size > limit.most else \
+                f"at least {limit.fewest}"
+            raise _Usage(f"--dim {d}={size}: model '{graph.name}' takes {d} {most}")
+    return {d: (limit.fewest, limit.most) for d, limit in limits.items()}
 
 
 def _summary(args, graph, out: Path, source: str, sizes: dict[str, int], from_data: dict[str, int], written) -> None:

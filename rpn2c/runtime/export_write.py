@@ -138,17 +138,26 @@ def _node(graph, path: str):
 
 
 # ------------------------------------------------------------------------------------------------ trace
-def trace(model, inputs, axis_names, dynamic):
-    """``torch.export.export`` of ``model`` on ``inputs``, every axis named in ``dynamic`` ``Dim.AUTO``."""
+def trace(model, inputs, axis_names, dynamic, limits=None):
+    """``torch.export.export`` of ``model`` on ``inputs``, every axis named in ``dynamic`` ``Dim.AUTO``, within
+    ``limits`` (``{name: (fewest, most or None)}``, the sizes the model allows: ``rpn2c.runtime.axis_limits``)."""
     import torch
     from torch.export import Dim
 
     model.eval()
     spec = None
     if any(nm in dynamic for names in axis_names for nm in names):
-        spec = (tuple({i: Dim.AUTO for i, nm in enumerate(names) if nm in dynamic} for names in axis_names),)
+        hint = {nm: _hint(Dim.AUTO, *(limits or {}).get(nm, (1, None))) for nm in dynamic}
+        spec = (tuple({i: hint[nm] for i, nm in enumerate(names) if nm in dynamic} for names in axis_names),)
     with quiet():  # on copies: a failed trace leaves dynamic-dim marks on the tensors it saw
         return torch.export.export(model, tuple(x.clone() for x in inputs), dynamic_shapes=spec)
+
+
+def _hint(auto, fewest: int, most: int | None):
+    """``Dim.AUTO`` bounded by what the model allows: below 2 torch specialises a dim anyway, so only the bounds
+    that say more are passed."""
+    low, high = (fewest if fewest > 2 else None), (most if most is not None and most > 2 else None)
+    return auto if low is None and high is None else auto(min=low, max=high)
 
 
 def dynamic_dims(program, axis_names) -> tuple[list[str], dict[str, tuple[int, int | None]]]:
@@ -206,17 +215,19 @@ def difference(ours, theirs) -> float:
 # ------------------------------------------------------------------------------------------------ the ladder
 def write_checked(model, graph, fmt: str, out: Path, sizes: dict[str, int],
                   inputs_at: Callable[[dict[str, int], int], tuple], *, dynamic: bool = True,
-                  tolerance: float = 1e-4, where: str = "") -> Written:
+                  tolerance: float = 1e-4, where: str = "", limits=None) -> Written:
     """Export ``model`` to ``out`` in ``fmt`` (``pt2`` or ``onnx``), checked, renamed into place only when the
     check passes. ``sizes``: the example size of every named dim; ``inputs_at(sizes, seed)``: random inputs and
-    each input's axis names; ``where``: the model's location, for failures no node can be blamed for."""
+    each input's axis names; ``where``: the model's location, for failures no node can be blamed for; ``limits``:
+    ``{name: (fewest, most or None)}``, the sizes the model allows a dynamic dim."""
     inputs, axis_names = inputs_at(sizes, 0)
     want = [d for names in axis_names for d in names if d] if dynamic else []
     want = list(dict.fromkeys(want))
     static: list[tuple[list[str], str]] = []
     while True:
         try:
-            written = _attempt(model, graph, fmt, out, sizes, inputs_at, inputs, axis_names, want, tolerance, where)
+            written = _attempt(model, graph, fmt, out, sizes, inputs_at, inputs, axis_names, want, tolerance, where,
+                               limits)
         except _Retry as r:  # only raised while some dim is dynamic: the ladder ends with none
             fewer = _fewer(want, r.blamed)
             static.append(([d for d in want if d not in fewer], f"with {', '.join(want)} dynamic {r.why}"))
@@ -235,7 +246,8 @@ def _fewer(want: list[str], blamed: set[str]) -> list[str]:
     return []
 
 
-def _attempt(model, graph, fmt, out, sizes, inputs_at, inputs, axis_names, want: list[str], tolerance, where):
+def _attempt(model, graph, fmt, out, sizes, inputs_at, inputs, axis_names, want: list[str], tolerance, where,
+             limits=None):
     """One export with the dims in ``want`` dynamic: a :class:`_Retry` where the failure may be theirs."""
     program = None
 
@@ -250,7 +262,7 @@ def _attempt(model, graph, fmt, out, sizes, inputs_at, inputs, axis_names, want:
         return ExportError(f"{place}: model '{graph.name}' cannot be exported to {fmt}: {why}")
 
     try:
-        program = trace(model, inputs, axis_names, want)
+        program = trace(model, inputs, axis_names, want, limits)
     except Exception as exc:  # noqa: BLE001 - torch.export raises many types; all end in a located message
         raise fail("torch.export cannot trace it", exc) from exc
     dynamic, bounds = dynamic_dims(program, axis_names)

@@ -21,7 +21,7 @@ FORMATS = ("png", "npz", "npy", "json")
 
 def _random_inputs(graph, dims: dict[str, int]):
     """One random sample (float64) for every input, by ``rpn2c export``'s example inputs: B = 1 unless ``dims``
-    says otherwise, other symbolic dims 8; an edge list cannot be made up."""
+    says otherwise, other symbolic dims 8 within the sizes the model allows; an edge list cannot be made up."""
     import torch
 
     from rpn2c.runtime.export_cli import example_inputs

@@ -5,6 +5,8 @@ E0604 (steps)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -323,3 +325,77 @@ def test_a_pooling_whose_index_would_not_fit_is_refused_at_check():
         rpn2c.check(POOL.format(kappa='cuboid_pool(metric = "variance", half = 1000)'))
     d = info.value.diagnostics[0]
     assert d.code == "E0602" and (d.span.line, d.span.col) == (3, 7)
+
+
+CONV = """model m {{
+  input x: image[B, 2, {h}, {w}]
+  y = head(x) {{
+    xi_attribute = {xi}
+    out = 3
+  }}
+  return y
+}}
+"""
+
+
+@pytest.mark.parametrize("xi, h, w", [
+    ("grid_patch(size = 3, pad = 1)", 12, 10),
+    ('grid_patch(size = 5, stride = 2, dilation = 2, pad = 3, padding_mode = "reflect")', 13, 9),
+    ('grid_patch(size = 3, pad = 1, mode = "aggregation")', 12, 10),
+    ("cuboid_patch(half = 2, stride = 2)", 11, 11),
+    ("grid_patch(size = 3, pad = 1)", "H", "W"),
+])
+def test_the_estimates_cover_what_a_grid_head_builds_and_runs(xi, h, w):
+    """A convolution's patches: every tensor made while compiling and in a forward pass (both lowerings, B = 1) is
+    within the check's estimate (the patch matrix, the (patch, tap) index), the reference lowering's padding or
+    aggregation matrix ``[N + 1, P·p]`` within its literal charge, a symbolic grid's sized by the input."""
+    from rpn2c.ir.estimate import reference_elements
+
+    spec = CONV.format(xi=xi, h=h, w=w)
+    graph = rpn2c.check(spec)
+    sizes = {"B": 1, "H": 12, "W": 10}
+    estimate = sum(node_elements(n, sizes) for n in graph.nodes())
+    literal = sum(reference_elements(n, sizes) for n in graph.nodes())
+    assert literal >= 12 * 10 * 10  # at least N × P
+    x = torch.randn(1, 2, *(sizes.get(v, v) for v in (h, w)))
+    for reference, bound in ((False, estimate), (True, estimate + literal)):
+        mode = _Largest()
+        with torch.no_grad(), mode:
+            model = rpn2c.compile(spec, reference=reference)
+            model(x)
+        held = sum(p.numel() for p in model.parameters())
+        assert mode.most <= bound + held, (reference, mode.most, bound, held)
+
+
+def test_a_convolutions_literal_matrix_is_charged_in_the_dtype_it_is_built_in(tmp_path, capsys):
+    """A LeNet whose image is 1000 × 8 (seed 7310009312 of the fuzz lanes, ``rpn2c show``): the reference lowering's
+    padding matrix of the first convolution is 8,001 × 72,000, 2.1 GiB in float32 but 4.3 GiB in float64, where
+    ``show`` runs it. It is charged in the model's dtype, so the reference model in float64 refuses it at the node
+    (E0606) before building it, the same model in float32 runs where the budget holds its matrix, and ``show``
+    says so, located, without a traceback."""
+    from rpn2c.runtime.cli import main
+
+    text = (Path(__file__).parents[2] / "specs" / "cnn.rpn").read_text(encoding="utf-8")
+    big = text.replace("image[B, 1, 8, 8]", "image[B, 1, 1000, 8]")
+    graph = rpn2c.check(big)
+    assert run_time_check(graph, {"B": 1}, graph.limits, reference=True) is None  # float32: 2.1 GiB
+    refusal = run_time_check(graph, {"B": 1}, graph.limits, reference=True, itemsize=8)
+    line = next(i for i, s in enumerate(big.splitlines(), 1) if s.strip().startswith("c1 = head"))
+    assert refusal.codes == ["E0606"] and refusal.diagnostics[0].span.line == line
+    assert "'c1'" in refusal.diagnostics[0].message
+    # the same at a size a test can run: a budget between the float32 and the float64 matrix
+    small = text.replace("image[B, 1, 8, 8]", "image[B, 1, 96, 8]")  # the matrix: 769 × 6,912
+    budget = {"max_memory": 32 * 2**20}
+    x = torch.randn(1, 1, 96, 8)
+    assert rpn2c.compile(small, reference=True, limits=budget).eval()(x).shape == (1, 10)
+    model = rpn2c.compile(small, reference=True, limits=budget).double().eval()
+    mode = _Largest()
+    with pytest.raises(rpn2c.SpecResourceError) as info, torch.no_grad(), mode:
+        model(x.double())
+    assert info.value.codes == ["E0606"] and info.value.diagnostics[0].span.line == line
+    assert mode.most < 769 * 6912  # refused before the matrix
+    spec = tmp_path / "cnn.rpn"
+    spec.write_text(small, encoding="utf-8")
+    assert main(["show", str(spec), "--format", "json", "--max-memory", "32MiB"]) == 1
+    err = capsys.readouterr().err
+    assert f"{spec}:{line}:" in err and "error[E0606]" in err and "Traceback" not in err
