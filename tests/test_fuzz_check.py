@@ -12,7 +12,7 @@ from hypothesis.extra.lark import from_lark
 import rpn2c
 from rpn2c.runtime.fuzz import is_hostile, run_one
 from rpn2c.runtime.fuzz_inputs import make_input, mutate, seed_specs
-from rpn2c.syntax.parser import _parser
+from rpn2c.syntax.parser import build_parser
 
 RUNS = {"examples": 0}
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,11 +46,11 @@ def test_random_spec_alphabet(text):
     check_ends_cleanly(text)
 
 
-_grammar = from_lark(_parser(), start="start").map(lambda s: s)
+_grammar = from_lark(build_parser(), start="start").map(lambda s: s)
 
 
 @settings(max_examples=_n(60), deadline=None)
-@given(from_lark(_parser(), explicit={"NAME": st.from_regex(r"[a-z_][a-z0-9_]{0,5}", fullmatch=True)},
+@given(from_lark(build_parser(), explicit={"NAME": st.from_regex(r"[a-z_][a-z0-9_]{0,5}", fullmatch=True)},
                  alphabet=st.characters(codec="ascii")))
 def test_grammar_generated(text):
     check_ends_cleanly(text)

@@ -33,8 +33,8 @@ MODULE_ATTRIBUTES = frozenset({
     "state_dict", "to", "to_empty", "train", "training", "type", "xpu", "zero_grad"
 })
 MODEL_ATTRIBUTES = frozenset({  # the compiled model's own, beside a module's (values are its attributes)
-    "_bind", "_bind_tied_psi", "_build", "_inline", "_input_checks", "_limits", "_name", "_program", "_repr_svg_",
-    "_shared", "_sized", "_steps", "_tie_parameters", "_tied", "_within_budgets",
+    "_bind", "_bind_tied_psi", "_build", "_inline", "_input_checks", "_itemsize", "_limits", "_name", "_program",
+    "_repr_svg_", "_shared", "_sized", "_steps", "_tie_parameters", "_tied", "_within_budgets",
     "_unbatch_flags", "content_hash", "emit", "graph", "input_names", "input_types", "outputs", "program_source",
     "reference"
 })

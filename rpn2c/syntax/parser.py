@@ -96,9 +96,15 @@ def _parser() -> lark.Lark:
         path = parser_cache_file(text)
         parser = _load(path)
         if parser is None:
-            parser = lark.Lark(text, **_OPTIONS)
+            parser = build_parser(text)
             _keep(parser, path)
         return parser
+
+
+def build_parser(text: str | None = None) -> lark.Lark:
+    """A parser built from the grammar (``text``, else the grammar file), not the cached one: it keeps the grammar's
+    rules (``.grammar``), which generators of sentences (hypothesis's ``from_lark``) read."""
+    return lark.Lark(grammar_text() if text is None else text, **_OPTIONS)
 
 
 def terminal_word(name: str) -> str:
