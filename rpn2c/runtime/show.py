@@ -68,7 +68,8 @@ def _inputs(args, graph, trained: dict[str, int]):
     dataset = _dataset(args.data, args.seed)
     trained_params = checkpoint.model_params(_load_checkpoint(args.from_checkpoint)) if args.from_checkpoint else {}
     params = {**trained_params, **parse_params(getattr(args, "param", None))}
-    with _named_dims(graph, args, params, trained=bool(args.from_checkpoint)):
+    with _named_dims(graph, args, params, trained=bool(args.from_checkpoint),
+                     rebind=lambda g: bind(g, dataset, args.spec)):
         binding = bind(graph, dataset, args.spec)
     split = dataset.train if args.split == "train" else dataset.test
     def real(x):  # token ids stay integers

@@ -78,8 +78,11 @@ def cmd_train(args) -> int:
     env = distributed.DistEnv.from_env()
     device = _device(cfg.device, env)
     dataset = _dataset(cfg.data, cfg.seed, cfg.data_options)
-    with _named_dims(graph, spec_args, cfg.params):
-        binding = bind(graph, dataset, cfg.spec, cfg.objective, cfg.mask_rate, cfg.mask_id)
+    def bind_to(g):
+        return bind(g, dataset, cfg.spec, cfg.objective, cfg.mask_rate, cfg.mask_id)
+
+    with _named_dims(graph, spec_args, cfg.params, rebind=bind_to):
+        binding = bind_to(graph)
     split = run.split_sizes(dataset, cfg.val_fraction, cfg.seed)
     if env.is_main:
         if not cfg.quiet:

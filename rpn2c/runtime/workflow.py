@@ -116,27 +116,68 @@ def _graph(args, params: dict | None = None):
                          "(--param or the checkpoint)") from None
 
 
+MAX_FIXES = 4  # further mismatches named after the first (each a re-check and a re-bind)
+
+
+def _fit(exc, graph, spec_args, params: dict):
+    """The model parameter that sets the dimension of the mismatch ``exc`` and its value for the data."""
+    from rpn2c.runtime.dimension_fit import fit_dimension
+
+    if exc.value is None:
+        def dim(g):
+            return g.node(g.outputs[0]).type.shape[exc.axis]
+    else:
+        def dim(g):
+            return g.node(exc.value).type.shape[exc.axis]
+    return fit_dimension(spec_args.spec, graph.name, spec_args.root, params, dim, exc.want, exc.have)
+
+
+def _further_fixes(graph, spec_args, params: dict, rebind) -> list[str]:
+    """The ``--param`` settings the data needs beyond those in ``params`` (which fix the mismatches found so far):
+    the spec re-checked with them and bound again, until it binds or a mismatch has no fix found."""
+    from rpn2c.api import check_file
+    from rpn2c.errors import SpecError
+    from rpn2c.train.binding import DimMismatch
+    from rpn2c.train.errors import BindError
+
+    more: list[str] = []
+    for _ in range(MAX_FIXES):
+        try:
+            rebind(check_file(spec_args.spec, model=graph.name, root=spec_args.root, params=params))
+            return more
+        except DimMismatch as exc:
+            fit = _fit(exc, graph, spec_args, params)
+            if fit.param is None or fit.value is None or params.get(fit.param) == fit.value:
+                return more
+            params = {**params, fit.param: fit.value}
+            more.append(f"--param {fit.param}={fit.value}")
+        except (SpecError, BindError):  # another kind of refusal: the first fix is what can be said
+            return more
+    return more
+
+
 @contextlib.contextmanager
-def _named_dims(graph, spec_args, params: dict | None, *, trained: bool = False):
+def _named_dims(graph, spec_args, params: dict | None, *, trained: bool = False, rebind=None):
     """Say a data/spec size mismatch (:class:`rpn2c.train.binding.DimMismatch`) with the model parameter that sets
-    the dimension and the ``--param`` that fixes it (``trained``: the model's parameters come from a checkpoint)."""
+    the dimension and the ``--param`` that fixes it (``trained``: the model's parameters come from a checkpoint).
+    ``rebind(graph)`` binds the data again: with it, the sizes the data needs after that fix are named too (a spec
+    whose features and classes both differ from the data gets both settings in one message)."""
     from rpn2c.train.binding import DimMismatch
 
     try:
         yield
     except DimMismatch as exc:
-        from rpn2c.runtime.dimension_fit import fit_dimension
-
-        if exc.value is None:
-            def dim(g):
-                return g.node(g.outputs[0]).type.shape[exc.axis]
-        else:
-            def dim(g):
-                return g.node(exc.value).type.shape[exc.axis]
-        fit = fit_dimension(spec_args.spec, graph.name, spec_args.root, dict(params or {}), dim, exc.want, exc.have)
+        params = dict(params or {})
+        fit = _fit(exc, graph, spec_args, params)
         if fit.param is None:
             raise
-        raise exc.named(fit.param, fit.value, fit.why_not, trained) from None
+        named = exc.named(fit.param, fit.value, fit.why_not, trained)
+        if rebind is None or trained or fit.value is None:
+            raise named from None
+        more = _further_fixes(graph, spec_args, {**params, fit.param: fit.value}, rebind)
+        if more:
+            raise type(named)(f"{named}; the data also needs {' and '.join(more)}") from None
+        raise named from None
 
 
 def _compile(graph, *, reference: bool = False):

@@ -36,6 +36,17 @@ def test_train_names_the_parameter_and_the_param_that_fixes_it(capsys, tmp_path,
         assert "features" in fixed and "classes" not in fixed and exc.value is None
 
 
+@pytest.mark.parametrize("data, features", [("wine", 13), ("iris", 4)])
+def test_every_setting_the_data_needs_is_named_at_once(capsys, tmp_path, data, features):
+    """Features and classes both differ from the data: one run names both settings, and with them the data binds
+    (before, the second came only from a second run)."""
+    code, _, err = run_cli(capsys, "train", MLP, "--data", data, "--out", tmp_path / "run", "--quiet")
+    assert code == 1 and f"set it with --param features={features}; the data also needs --param classes=3" in err
+    bind(rpn2c.check_file(MLP, params={"features": features, "classes": 3}), load(data))
+    code, _, err = run_cli(capsys, "show", MLP, "--data", data)
+    assert code == 1 and "the data also needs --param classes=3" in err
+
+
 def test_a_size_written_without_a_parameter_keeps_its_axis_name(capsys, tmp_path):
     spec = tmp_path / "m.rpn"
     spec.write_text("model m(hidden = 8) {\n  input x: vector[B, 5]\n  y = head(x) { out = 3 }\n  return y\n}\n")
