@@ -229,3 +229,28 @@ def test_a_lane_killed_before_it_named_its_input_is_recorded_at_its_first_seed(t
     recorded = [json.loads(line) for line in (tmp_path / "lane_0" / "failures.jsonl").read_text().splitlines()]
     assert [(f["seed"], f["entry"]) for f in recorded] == [(7_000_000, "check")]
     assert report["entries"]["check"]["inputs"] == 3 and report["inputs"] == 3
+
+
+def test_lanes_run_at_once_with_jobs_and_their_counts_add_up(monkeypatch, tmp_path):
+    """``jobs=2``: both lanes are in flight together (each waits for the other at a barrier, which one lane at a
+    time would never pass), from their own seeds, and the report sums them."""
+    import subprocess
+    import threading
+
+    together = threading.Barrier(2, timeout=20)
+    starts = []
+
+    def lane_run(cmd, **kw):
+        lane_dir = Path(cmd[cmd.index("--out") + 1])
+        starts.append(int(cmd[cmd.index("--start") + 1]))
+        together.wait()
+        n = 3 if lane_dir.name == "lane_0" else 5
+        fuzz_lanes._write(lane_dir / "progress.json", {"inputs": n, "entries": {"check": {"inputs": n, "ok": n}}})
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(fuzz_lanes.subprocess, "run", lane_run)
+    report = fuzz_lanes.run_lanes(2, 60, 9_000_000, tmp_path, entries=("check",), jobs=2)
+    assert sorted(starts) == [9_000_000, 19_000_000]
+    assert report["inputs"] == 8 and report["inputs_per_lane"] == [3, 5] and report["jobs"] == 2
+    assert report["entries"]["check"] == {"inputs": 8, "ok": 8} and report["failures"] == 0
+    assert "2 lane(s) of 60 s, 2 at a time from seed 9,000,000: 0 failure(s)" in fuzz_lanes.summary(report)

@@ -10,12 +10,13 @@ spent, so every one is reached in a short lane; each input keeps its time limit.
 entry point to ``progress.json`` and each failure to ``failures.jsonl``, and names the input in flight in
 ``inflight`` (a lane killed by ``timeout`` still reports it); it runs with its address space capped
 (``--memory-headroom``), so an allocation past what a clean check promises is a failure, not a machine out of memory.
-Lanes run one after another (one core). Afterwards each distinct failure (entry point, exception type and place) is
+Lanes run one after another (one core), or ``--jobs`` of them at a time. Afterwards each distinct failure (entry point, exception type and place) is
 minimised (spec lines and tokens, recipe steps, editor edits, keeping the same failure) and saved as
 ``failure_NNN.rpn`` (``.json`` for a from_torch recipe or an editor session) with its seed, origin and trace;
 failures another change is fixing are ``known`` (:data:`rpn2c.runtime.fuzz_entry.KNOWN`), counted apart.
 
     python -m rpn2c.runtime.fuzz_lanes --lanes 3 --seconds 300 --start 40000000 --out fuzz-lanes
+    python -m rpn2c.runtime.fuzz_lanes --lanes 2 --jobs 2 --seconds 900 --start 40000000   # both cores, 15 min
     python -m rpn2c.runtime.fuzz_lanes --minimise FILE.rpn      # shrink one failing input
     python -m rpn2c.runtime.fuzz_lanes --show SEED --entry lsp  # print one input of an entry point
 """
@@ -145,50 +146,68 @@ def lane(start: int, seconds: float, out: Path, time_limit: float = 10.0, entrie
     return data
 
 
+def _run_lane(lane_dir: Path, first: int, seconds: float, time_limit: float, entries, headroom: float) -> dict:
+    """One lane from seed ``first`` for ``seconds``, restarted after the input in flight when ``timeout`` kills it:
+    its counts per entry point, editor requests and inputs."""
+    totals: dict[str, Counter] = {e: Counter() for e in entries}
+    requests, not_driven = Counter(), Counter()
+    inputs, left, start = 0, seconds, first
+    lane_dir.mkdir(exist_ok=True)
+    while left > 1:
+        t0 = time.monotonic()
+        cmd = ["timeout", "-s", "KILL", str(max(1, int(left + GRACE))), sys.executable, "-m",
+               "rpn2c.runtime.fuzz_lanes", "--lane", "--start", str(first), "--seconds", str(left),
+               "--time-limit", str(time_limit), "--out", str(lane_dir), "--entries", ",".join(entries),
+               "--memory-headroom", str(headroom)]
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "MALLOC_ARENA_MAX": "2"})
+        left -= time.monotonic() - t0
+        progress_file, hung = lane_dir / "progress.json", lane_dir / "inflight"
+        progress = json.loads(progress_file.read_text()) if progress_file.exists() else {}
+        progress_file.unlink(missing_ok=True)
+        for e, c in progress.get("entries", {}).items():
+            totals.setdefault(e, Counter()).update(c)
+        requests.update(progress.get("lsp_requests", {}))
+        not_driven.update(progress.get("lsp_not_driven", {}))
+        if proc.returncode == 0 and not hung.exists():
+            inputs += progress["inputs"]
+            break
+        # killed (a hang in C code, memory) or crashed: the input in flight is the failure; go on after it
+        # (the counts are those of the last progress write, every few seconds)
+        said = hung.read_text().split(" ", 2) if hung.exists() else []
+        seed, entry, origin = said if len(said) == 3 else (str(first), "check", "?")
+        with open(lane_dir / "failures.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps({"entry": entry, "seed": int(seed), "origin": origin, "known": False,
+                                "kind": f"lane killed (exit {proc.returncode}): hang or crash in C code",
+                                "trace": proc.stderr[-3000:]}))
+            f.write("\n")
+        inputs += int(seed) - first + 1
+        totals.setdefault(entry, Counter())["inputs"] += 1
+        totals[entry]["failure"] += 1
+        hung.unlink(missing_ok=True)
+        first = int(seed) + 1
+    return {"totals": totals, "requests": requests, "not_driven": not_driven, "inputs": inputs, "start": start}
+
+
 def run_lanes(lanes: int, seconds: float, start: int, out: Path, time_limit: float = 10.0,
-              stride: int = 10_000_000, entries=ENTRIES, headroom: float = MEMORY_HEADROOM) -> dict:
-    """``lanes`` lanes of ``seconds`` each from seeds ``start + k * stride``, each under ``timeout``; a lane
-    killed mid-input records that input as a hang and goes on after it while its time lasts."""
+              stride: int = 10_000_000, entries=ENTRIES, headroom: float = MEMORY_HEADROOM, jobs: int = 1) -> dict:
+    """``lanes`` lanes of ``seconds`` each from seeds ``start + k * stride``, ``jobs`` of them at a time, each under
+    ``timeout``; a lane killed mid-input records that input as a hang and goes on after it while its time lasts."""
+    from concurrent.futures import ThreadPoolExecutor
+
     out.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, lanes))) as pool:
+        done = list(pool.map(lambda k: _run_lane(out / f"lane_{k}", start + k * stride, seconds, time_limit,
+                                                 entries, headroom), range(lanes)))
     totals = {e: Counter() for e in entries}
     requests, not_driven = Counter(), Counter()
     inputs = 0
-    for k in range(lanes):
-        lane_dir, first, left = out / f"lane_{k}", start + k * stride, seconds
-        lane_dir.mkdir(exist_ok=True)
-        while left > 1:
-            t0 = time.monotonic()
-            cmd = ["timeout", "-s", "KILL", str(max(1, int(left + GRACE))), sys.executable, "-m",
-                   "rpn2c.runtime.fuzz_lanes", "--lane", "--start", str(first), "--seconds", str(left),
-                   "--time-limit", str(time_limit), "--out", str(lane_dir), "--entries", ",".join(entries),
-                   "--memory-headroom", str(headroom)]
-            proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                  env={**os.environ, "MALLOC_ARENA_MAX": "2"})
-            left -= time.monotonic() - t0
-            progress_file, hung = lane_dir / "progress.json", lane_dir / "inflight"
-            progress = json.loads(progress_file.read_text()) if progress_file.exists() else {}
-            progress_file.unlink(missing_ok=True)
-            for e, c in progress.get("entries", {}).items():
-                totals.setdefault(e, Counter()).update(c)
-            requests.update(progress.get("lsp_requests", {}))
-            not_driven.update(progress.get("lsp_not_driven", {}))
-            if proc.returncode == 0 and not hung.exists():
-                inputs += progress["inputs"]
-                break
-            # killed (a hang in C code, memory) or crashed: the input in flight is the failure; go on after it
-            # (the counts are those of the last progress write, every few seconds)
-            said = hung.read_text().split(" ", 2) if hung.exists() else []
-            seed, entry, origin = said if len(said) == 3 else (str(first), "check", "?")
-            with open(lane_dir / "failures.jsonl", "a", encoding="utf-8") as f:
-                f.write(json.dumps({"entry": entry, "seed": int(seed), "origin": origin, "known": False,
-                                    "kind": f"lane killed (exit {proc.returncode}): hang or crash in C code",
-                                    "trace": proc.stderr[-3000:]}))
-                f.write("\n")
-            inputs += int(seed) - first + 1
-            totals.setdefault(entry, Counter())["inputs"] += 1
-            totals[entry]["failure"] += 1
-            hung.unlink(missing_ok=True)
-            first = int(seed) + 1
+    for lane_counts in done:
+        for e, c in lane_counts["totals"].items():
+            totals.setdefault(e, Counter()).update(c)
+        requests.update(lane_counts["requests"])
+        not_driven.update(lane_counts["not_driven"])
+        inputs += lane_counts["inputs"]
     failures = [json.loads(line) for p in sorted(out.glob("lane_*/failures.jsonl"))
                 for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
     kinds: dict[str, dict] = {}
@@ -198,7 +217,8 @@ def run_lanes(lanes: int, seconds: float, start: int, out: Path, time_limit: flo
     for i, (kind, f) in enumerate(sorted(kinds.items())):
         f["minimised"] = _minimised(out, i, f, seeds, time_limit)
     real = [f for f in failures if not f.get("known")]
-    report = {"lanes": lanes, "seconds_per_lane": seconds, "start": start, "inputs": inputs,
+    report = {"lanes": lanes, "jobs": max(1, min(jobs, lanes)), "seconds_per_lane": seconds, "start": start,
+              "inputs": inputs, "inputs_per_lane": [d["inputs"] for d in done],
               "outcomes": {k: v for k, v in totals.get("check", {}).items() if k != "inputs"},
               "entries": {e: dict(c) for e, c in totals.items()},
               "lsp_requests": dict(sorted(requests.items())), "lsp_not_driven": dict(not_driven),
@@ -334,7 +354,8 @@ def show(entry: str, seed: int) -> str:
 
 def summary(report: dict) -> str:
     """The lanes' counts per entry point and their failures, as the command prints them."""
-    lines = [f"{report['lanes']} lane(s) of {report['seconds_per_lane']:g} s from seed {report['start']:,}: "
+    at_once = f", {report['jobs']} at a time" if report.get("jobs", 1) > 1 else ""
+    lines = [f"{report['lanes']} lane(s) of {report['seconds_per_lane']:g} s{at_once} from seed {report['start']:,}: "
              f"{report['failures']} failure(s) ({report['distinct']} distinct), {report['known']} known"]
     lines.append(f"  {'entry point':<12} {'inputs':>8} {'ok':>8} {'refused':>8} {'failures':>8} {'known':>6}")
     for e, c in report["entries"].items():
@@ -355,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rpn2c.runtime.fuzz_lanes", description=__doc__.splitlines()[0])
     p.add_argument("--lanes", type=int, default=2)
     p.add_argument("--seconds", type=float, default=300.0, help="budget of each lane")
+    p.add_argument("--jobs", type=int, default=1, help="lanes run at a time (default 1: one after another)")
     p.add_argument("--start", type=int, default=0, help="first seed (lane k starts at start + k * 10,000,000)")
     p.add_argument("--time-limit", type=float, default=10.0,
                    help="seconds per input to check (6x to build and run, export, show, from_torch; 3x an editor "
@@ -386,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         lane(args.start, args.seconds, args.out, args.time_limit, args.entries)
         return 0
     report = run_lanes(args.lanes, args.seconds, args.start, args.out, args.time_limit, entries=args.entries,
-                       headroom=args.memory_headroom)
+                       headroom=args.memory_headroom, jobs=args.jobs)
     sys.stdout.write(summary(report))
     return 1 if report["failures"] else 0
 
