@@ -10,8 +10,9 @@ applies to a program computing in float64 before the conversion.
 - onnxruntime has CPU kernels in float32 only for some activations (Softplus, Selu, Elu, Celu, HardSigmoid,
   HardSwish, Mish, Gelu, LeakyRelu, PRelu) and functions (Sinh, Cosh, Tan, Asinh, Acosh, Atanh), its float64
   LayerNormalization is off by ~1e-9 and the converter's sinc multiplies by a float32 π: in float64 they go out as
-  arithmetic (:func:`activations`). Atan, Asin, Acos and Erf have no float64 kernel and no exact form in
-  arithmetic: such a program is refused, naming the operator, when onnxruntime loads it.
+  arithmetic (:func:`activations`). Erf (the exact GELU's) goes out as Cephes' rational approximations (about
+  1e-16 relative). Atan, Asin and Acos have no float64 kernel and no form in arithmetic here: such a program is
+  refused, naming the operator, when onnxruntime loads it.
 """
 
 from __future__ import annotations
@@ -75,6 +76,47 @@ def _sinc(x):
     return torch.where(x == 0, torch.ones_like(x), px.sin() / px)
 
 
+# Cephes' rational approximations of erf (|x| <= 1) and erfc (1 < |x| < 8, |x| >= 8), highest power first: about
+# 1e-16 relative error in float64 (S. L. Moshier, Cephes Math Library, ndtr.c; the forms scipy's erf compiles)
+_ERF_T = (9.60497373987051638749e0, 9.00260197203842689217e1, 2.23200534594684319226e3, 7.00332514112805075473e3,
+          5.55923013010394962768e4)
+_ERF_U = (1.0, 3.35617141647503099647e1, 5.21357949780152679795e2, 4.59432382970980127987e3,
+          2.26290000613890934246e4, 4.92673942608635921086e4)
+_ERFC_P = (2.46196981473530512524e-10, 5.64189564831068821977e-1, 7.46321056442269912687e0, 4.86371970985681366614e1,
+           1.96520832956077098242e2, 5.26445194995477358631e2, 9.34528527171957607540e2, 1.02755188689515710272e3,
+           5.57535335369399327526e2)
+_ERFC_Q = (1.0, 1.32281951154744992508e1, 8.67072140885989742329e1, 3.54937778887819891062e2,
+           9.75708501743205489753e2, 1.82390916687909736289e3, 2.24633760818710981792e3, 1.65666309194161350182e3,
+           5.57535340817727675546e2)
+_ERFC_R = (5.64189583547755073984e-1, 1.27536670759978104416e0, 5.01905042251180477414e0, 6.16021097993053585195e0,
+           7.40974269950448939160e0, 2.97886665372100240670e0)
+_ERFC_S = (1.0, 2.26052863220117276590e0, 9.39603524938001434673e0, 1.20489539808096656605e1,
+           1.70814450747565897222e1, 9.60896809063285878198e0, 3.36907645100081516050e0)
+
+
+def _poly(x, coefficients):
+    """Horner's rule, highest power first."""
+    out = x * 0 + coefficients[0]
+    for c in coefficients[1:]:
+        out = out * x + c
+    return out
+
+
+def _erf(x):
+    """erf x = x·T(x²)/U(x²) for |x| ≤ 1, else sign(x)·(1 − e^(−x²)·P(|x|)/Q(|x|)) (R/S from |x| = 8): onnxruntime
+    has no float64 Erf, and the exact GELU is x·(1 + erf(x/√2))/2. Each branch is evaluated on arguments it can
+    take (|x| clamped to 1, and to 30, where e^(−x²) is 0), and NaN stays NaN."""
+    import torch
+
+    small = x.clamp(-1.0, 1.0)
+    z = small * small
+    inner = small * _poly(z, _ERF_T) / _poly(z, _ERF_U)
+    a = x.abs().clamp(1.0, 30.0)
+    ratio = torch.where(a < 8.0, _poly(a, _ERFC_P) / _poly(a, _ERFC_Q), _poly(a, _ERFC_R) / _poly(a, _ERFC_S))
+    outer = x.sign() * (1.0 - (-a * a).exp() * ratio)
+    return torch.where(x.abs() <= 1.0, inner, outer)
+
+
 def _prelu(x, weight):
     """PReLU as torch lays the slopes out (one per channel: axis 1, axis 0 of a vector), then
     ``where(x > 0, x, w·x)`` (torch's own decomposition goes through a prim the converter refuses)."""
@@ -104,7 +146,7 @@ def activations() -> dict:
     table = get_decompositions([getattr(aten, name).default for name in _DECOMPOSED])
     table.update({aten.prelu.default: _prelu, aten.layer_norm.default: _layer_norm, aten.sinh.default: _sinh, aten.cosh.default: _cosh, aten.tan.default: _tan,
                   aten.asinh.default: _asinh, aten.acosh.default: _acosh, aten.atanh.default: _atanh,
-                  aten.sinc.default: _sinc})
+                  aten.sinc.default: _sinc, aten.erf.default: _erf})
     return {op: _in_float64(fn) for op, fn in table.items()}
 
 
