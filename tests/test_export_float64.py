@@ -6,8 +6,8 @@ writes a Python number as a float32 constant and onnxruntime runs some activatio
 constants, softshrink's λ and gelu's √(2/π) differed by 1e-9 to 1e-7.
 
 The examples sharing their inputs' types run as one module (one export per group of the family, each output
-compared with its own entry's module; the CI suite exports a subset covering each rewrite, ``-m slow`` all); an entry needing an operator onnxruntime has no
-float64 kernel for is refused naming it, at the node that uses it (``REFUSED``, which may only shrink).
+compared with its own entry's module; the CI suite exports a subset covering each rewrite, ``-m slow`` all). The
+operators onnxruntime has no float64 kernel for (Erf, Atan, Asin, Acos) go out as arithmetic: no entry is refused.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ FAMILIES = ("processing", "expansion")
 ENTRIES = {f"{e.family}:{e.name}": e for e in all_entries() if e.family in FAMILIES and not e.compile_limitation}
 # entries needing an operator onnxruntime has no float64 kernel for, with no exact form in arithmetic: the export
 # names it (may only shrink)
-REFUSED = {"expansion:arc_trigonometric": "Asin"}
 
 
 class _Together(torch.nn.Module):
@@ -55,14 +54,15 @@ class _Together(torch.nn.Module):
 # the CI suite's subset: an entry for each rewrite (a number as a float64 tensor through each route, the arithmetic
 # forms of the activations and functions onnxruntime runs in float32 only); `-m slow` exports every entry
 IN_CI = {"processing:" + n for n in ("selu", "leaky_relu", "gelu", "prelu", "softshrink", "layer_norm")} | {
-    "expansion:" + n for n in ("fourier", "hyperbolic", "arc_hyperbolic", "shannon_wavelet", "probabilistic_normal")}
+    "expansion:" + n for n in ("fourier", "hyperbolic", "arc_hyperbolic", "arc_trigonometric", "shannon_wavelet",
+                               "probabilistic_normal")}
 
 
 def _groups(family: str, every: bool) -> dict[tuple, list[str]]:
     """The family's exportable entries (``every``: else those in ``IN_CI``) by the types of their example's inputs."""
     out: dict[tuple, list[str]] = {}
     for key, e in ENTRIES.items():
-        if e.family == family and key not in REFUSED and (every or key in IN_CI):
+        if e.family == family and (every or key in IN_CI):
             graph = rpn2c.check(e.example)
             out.setdefault(tuple(str(graph.node(n).type) for n in graph.inputs), []).append(key)
     return out
@@ -76,7 +76,7 @@ def test_every_entry_exports_to_onnx_in_float64_and_equals_the_module(tmp_path, 
 
     groups = _groups(family, every)
     exported = sum(map(len, groups.values()))
-    assert exported + sum(k.startswith(family) for k in REFUSED) == sum(e.family == family for e in ENTRIES.values()) \
+    assert exported == sum(e.family == family for e in ENTRIES.values()) \
         if every else exported == sum(k.startswith(family) for k in IN_CI)
     for i, keys in enumerate(groups.values()):
         torch.manual_seed(0)
@@ -95,35 +95,17 @@ def test_every_entry_exports_to_onnx_in_float64_and_equals_the_module(tmp_path, 
         assert not {k: d for k, d in differ.items() if not d <= TOLERANCE["float64"]}
 
 
-def _refusals():
-    """Each refused entry's example, located at its node, named by the operator's ONNX node."""
-    cases = [(ENTRIES[k].example, op, "y", k) for k, op in sorted(REFUSED.items())]
-    return [pytest.param(text, op, node, id=key, marks=[] if i == 0 else [pytest.mark.slow])
-            for i, (text, op, node, key) in enumerate(cases)]
+@pytest.mark.parametrize("name", ["erf", "atan", "asin", "acos"])
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64), min_size=1, max_size=40),
+       inside=st.lists(st.floats(-1.0, 1.0), min_size=1, max_size=40))
+def test_the_arithmetic_forms_are_torchs_functions_to_the_last_bits(name, values, inside):
+    """Cephes' rational forms, which a float64 ONNX computes erf, atan, asin and acos with (onnxruntime has no
+    float64 kernels for them), against torch's: within 1e-15 relative, NaN where torch's is NaN."""
+    from rpn2c.runtime import export_float64
 
-
-@pytest.mark.parametrize("text, op, node", _refusals())
-def test_an_operator_onnxruntime_lacks_in_float64_is_refused_at_its_node(tmp_path, capsys, text, op, node):
-    spec = tmp_path / "m.rpn"
-    spec.write_text(text, encoding="utf-8")
-    out = tmp_path / "m.onnx"
-    assert main(["export", str(spec), "--random-init", "--format", "onnx", "--dtype", "float64",
-                 "--out", str(out)]) == 1
-    err = capsys.readouterr().err
-    head = rpn2c.check(text).node(node).span if node else SimpleNamespace(line=1, col=1)
-    assert f"{spec}:{head.line}:{head.col}: model 'example' cannot be exported to onnx: onnxruntime cannot run " \
-           f"it: it has no kernel for {op} in this dtype" in err
-    assert not out.exists() and list(tmp_path.iterdir()) == [spec]
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64), min_size=1, max_size=40))
-def test_erf_in_arithmetic_is_erf_to_the_last_bits(values):
-    """Cephes' rational forms, which a float64 ONNX computes erf with, against torch's erf: 1e-15 relative."""
-    from rpn2c.runtime.export_float64 import _erf
-
-    x = torch.tensor(values, dtype=torch.float64)
-    want, got = torch.erf(x), _erf(x)
+    x = torch.tensor(values + inside, dtype=torch.float64)
+    want, got = getattr(torch, name)(x), getattr(export_float64, f"_{name}")(x)
     assert torch.equal(want.isnan(), got.isnan())
     ok = ~want.isnan()
     assert torch.all((got[ok] - want[ok]).abs() <= 1e-15 * want[ok].abs() + 1e-300)

@@ -10,9 +10,9 @@ applies to a program computing in float64 before the conversion.
 - onnxruntime has CPU kernels in float32 only for some activations (Softplus, Selu, Elu, Celu, HardSigmoid,
   HardSwish, Mish, Gelu, LeakyRelu, PRelu) and functions (Sinh, Cosh, Tan, Asinh, Acosh, Atanh), its float64
   LayerNormalization is off by ~1e-9 and the converter's sinc multiplies by a float32 π: in float64 they go out as
-  arithmetic (:func:`activations`). Erf (the exact GELU's) goes out as Cephes' rational approximations (about
-  1e-16 relative). Atan, Asin and Acos have no float64 kernel and no form in arithmetic here: such a program is
-  refused, naming the operator, when onnxruntime loads it.
+  arithmetic (:func:`activations`). Erf (the exact GELU's), Atan, Asin and Acos have no float64 kernel at all: they
+  go out as Cephes' rational approximations (about 1e-16 relative). An operator onnxruntime still lacks is refused,
+  naming it, when onnxruntime loads the file.
 """
 
 from __future__ import annotations
@@ -96,7 +96,9 @@ _ERFC_S = (1.0, 2.26052863220117276590e0, 9.39603524938001434673e0, 1.2048953980
 
 def _poly(x, coefficients):
     """Horner's rule, highest power first."""
-    out = x * 0 + coefficients[0]
+    import torch
+
+    out = torch.zeros_like(x) + coefficients[0]
     for c in coefficients[1:]:
         out = out * x + c
     return out
@@ -115,6 +117,42 @@ def _erf(x):
     ratio = torch.where(a < 8.0, _poly(a, _ERFC_P) / _poly(a, _ERFC_Q), _poly(a, _ERFC_R) / _poly(a, _ERFC_S))
     outer = x.sign() * (1.0 - (-a * a).exp() * ratio)
     return torch.where(x.abs() <= 1.0, inner, outer)
+
+
+# Cephes' atan: x + x³·P(x²)/Q(x²) on |x| ≤ 0.66 after reducing by π/4 (up to tan 3π/8) or π/2 (atan.c)
+_ATAN_P = (-8.750608600031904122785e-1, -1.615753718733365076637e1, -7.500855792314704667340e1,
+           -1.228866684490136173410e2, -6.485021904942025371773e1)
+_ATAN_Q = (1.0, 2.485846490142306297962e1, 1.650270098316988542046e2, 4.328810604912902668951e2,
+           4.853903996359136964868e2, 1.945506571482613964425e2)
+_TAN_3PI_8 = 2.41421356237309504880
+_MOREBITS = 6.123233995736765886130e-17  # π/2 − its float64 rounding
+
+
+def _atan(x):
+    """atan x = sign(x)·(y₀ + r + r³·P(r²)/Q(r²)): r = |x| (y₀ = 0) up to 0.66, (|x| − 1)/(|x| + 1) (y₀ = π/4) up
+    to tan 3π/8, −1/|x| (y₀ = π/2) beyond; onnxruntime has no float64 Atan."""
+    import math
+
+    import torch
+
+    a = x.abs()
+    big, mid = a > _TAN_3PI_8, a > 0.66
+    r = torch.where(big, -1.0 / a, torch.where(mid, (a - 1.0) / (a + 1.0), a))
+    z = r * r
+    zero = torch.zeros_like(a)  # the offsets in x's dtype (two Python numbers would make a float32 tensor)
+    base = torch.where(big, zero + (math.pi / 2 + _MOREBITS),
+                       torch.where(mid, zero + (math.pi / 4 + _MOREBITS / 2), zero))
+    return x.sign() * (base + (r + r * z * _poly(z, _ATAN_P) / _poly(z, _ATAN_Q)))
+
+
+def _asin(x):
+    """asin x = atan(x / √((1 − x)(1 + x))) (±π/2 at ±1, NaN beyond): onnxruntime has no float64 Asin."""
+    return _atan(x / ((1.0 - x) * (1.0 + x)).sqrt())
+
+
+def _acos(x):
+    """acos x = 2·atan(√((1 − x)/(1 + x))) (π at −1, NaN beyond ±1): onnxruntime has no float64 Acos."""
+    return 2.0 * _atan(((1.0 - x) / (1.0 + x)).sqrt())
 
 
 def _prelu(x, weight):
@@ -146,7 +184,8 @@ def activations() -> dict:
     table = get_decompositions([getattr(aten, name).default for name in _DECOMPOSED])
     table.update({aten.prelu.default: _prelu, aten.layer_norm.default: _layer_norm, aten.sinh.default: _sinh, aten.cosh.default: _cosh, aten.tan.default: _tan,
                   aten.asinh.default: _asinh, aten.acosh.default: _acosh, aten.atanh.default: _atanh,
-                  aten.sinc.default: _sinc, aten.erf.default: _erf})
+                  aten.sinc.default: _sinc, aten.erf.default: _erf, aten.atan.default: _atan,
+                  aten.asin.default: _asin, aten.acos.default: _acos})
     return {op: _in_float64(fn) for op, fn in table.items()}
 
 
