@@ -375,6 +375,10 @@ def infer_layer(spec: LayerSpec, x: TensorType, ctx: TensorType | None, aux: dic
         raise LayerShapeError(f"a head needs features; '{data}' is an {data.kind} value", span)
     if ctx is not None and (x.kind != "items" or ctx.kind != "items"):
         raise LayerShapeError(f"cross interdependence needs items on both sides, got {x} and {ctx}", span)
+    if ctx is not None and x.batched and ctx.batched and str(x.batch) != str(ctx.batch):
+        raise LayerShapeError(f"the queries {x} and the context {ctx} have different batch axes ({x.batch} and "
+                              f"{ctx.batch}): a context is read sample by sample with its queries, so both need "
+                              "the same batch axis", span)
     if ctx is not None:  # the queries' width sizes ξ's weights too
         _need_int(x.features, "the query's feature count", span)
     traces = [_infer_head(h, xt, data, aux, span, h.name if spec.kind == "layer" or label is None else label,
