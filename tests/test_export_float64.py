@@ -136,6 +136,35 @@ def test_the_exact_gelu_goes_out_in_float64_without_erf(tmp_path, capsys):
     assert difference(want, onnx_runner(path)(inputs)[0]) <= TOLERANCE["float64"]
 
 
+@settings(max_examples=40, deadline=None)
+@given(rank=st.integers(1, 3), groups=st.sampled_from([1, 2]), stride=st.integers(1, 3), padding=st.integers(0, 2),
+       dilation=st.integers(1, 2), bias=st.booleans(), seed=st.integers(0, 2**16))
+def test_a_convolution_as_sliced_matrix_products_is_torchs(rank, groups, stride, padding, dilation, bias, seed):
+    """onnxruntime has no float64 Conv: a float64 ONNX convolves as one matrix product per kernel tap, which equals
+    torch's convolution for every stride, padding, dilation and grouping."""
+    from rpn2c.runtime.export_float64 import _conv
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 4, *[7] * rank, generator=g, dtype=torch.float64)
+    w = torch.randn(6, 4 // groups, *[3] * rank, generator=g, dtype=torch.float64)
+    b = torch.randn(6, generator=g, dtype=torch.float64) if bias else None
+    conv = (torch.nn.functional.conv1d, torch.nn.functional.conv2d, torch.nn.functional.conv3d)[rank - 1]
+    want = conv(x, w, b, stride, padding, dilation, groups)
+    got = _conv(x, w, b, stride, padding, dilation, groups)
+    assert got.shape == want.shape and torch.allclose(got, want, rtol=1e-13, atol=1e-13)
+
+
+def test_a_cnn_goes_out_in_float64_without_conv(tmp_path, capsys):
+    """A CNN (convolutions, pooling, a classifier) exports to float64 ONNX and passes the export's own check; no
+    Conv node is left for onnxruntime to refuse."""
+    import onnx
+
+    out = tmp_path / "cnn.onnx"
+    assert main(["export", "examples/specs/cnn_digits.rpn", "--random-init", "--format", "onnx", "--dtype",
+                 "float64", "--out", str(out)]) == 0, capsys.readouterr().err
+    assert "Conv" not in {n.op_type for n in onnx.load(str(out)).graph.node}
+
+
 ATTENTION = """
 model attention_scales {
   input x: sequence[B, 5, 6]

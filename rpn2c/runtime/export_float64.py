@@ -11,7 +11,8 @@ applies to a program computing in float64 before the conversion.
   HardSwish, Mish, Gelu, LeakyRelu, PRelu) and functions (Sinh, Cosh, Tan, Asinh, Acosh, Atanh), its float64
   LayerNormalization is off by ~1e-9 and the converter's sinc multiplies by a float32 π: in float64 they go out as
   arithmetic (:func:`activations`). Erf (the exact GELU's), Atan, Asin and Acos have no float64 kernel at all: they
-  go out as Cephes' rational approximations (about 1e-16 relative). An operator onnxruntime still lacks is refused,
+  go out as Cephes' rational approximations (about 1e-16 relative); a convolution (no float64 Conv) as one matrix
+  product per kernel tap (:func:`_conv`). An operator onnxruntime still lacks is refused,
   naming it, when onnxruntime loads the file.
 """
 
@@ -155,6 +156,41 @@ def _acos(x):
     return 2.0 * _atan(((1.0 - x) / (1.0 + x)).sqrt())
 
 
+def _conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """A convolution as the sum over its kernel's taps of a strided slice times that tap's weights (one matrix
+    product each): onnxruntime has no float64 Conv. ``y[n, o, p] = b[o] + Σ_tap Σ_c x[n, c, s·p + d·tap − pad]
+    · w[o, c, tap]``, channels in ``groups``."""
+    import itertools
+
+    import torch
+
+    rank = weight.dim() - 2
+    if x.dim() != rank + 2:  # an unbatched input: the model's own layout is kept by the converter's Conv
+        return NotImplemented
+
+    def per_axis(v):
+        return [v] * rank if isinstance(v, int) else list(v) * (rank if len(v) == 1 else 1)
+
+    stride, padding, dilation = per_axis(stride), per_axis(padding), per_axis(dilation)
+    if any(padding):
+        x = torch.nn.functional.pad(x, [p for p in reversed(padding) for _ in (0, 1)])
+    n, c = x.shape[0], x.shape[1]
+    o, k = weight.shape[0], weight.shape[2:]
+    out = [(x.shape[2 + i] - dilation[i] * (k[i] - 1) - 1) // stride[i] + 1 for i in range(rank)]
+    grouped = x.reshape(n, groups, c // groups, *x.shape[2:])
+    w = weight.reshape(groups, o // groups, c // groups, *k)
+    y = None
+    for tap in itertools.product(*(range(size) for size in k)):
+        index = tuple(slice(t * d, t * d + s * (m - 1) + 1, s) for t, d, s, m in zip(tap, dilation, stride, out))
+        taps = grouped[(..., *index)].flatten(3).transpose(2, 3)  # [n, g, positions, c/g]
+        part = taps @ w[(..., *tap)].transpose(1, 2)  # [n, g, positions, o/g] (onnxruntime's float64 Einsum is not)
+        y = part if y is None else y + part
+    y = y.transpose(2, 3).reshape(n, o, *out)
+    if bias is not None:
+        y = y + bias.reshape(o, *([1] * rank))
+    return y
+
+
 def _prelu(x, weight):
     """PReLU as torch lays the slopes out (one per channel: axis 1, axis 0 of a vector), then
     ``where(x > 0, x, w·x)`` (torch's own decomposition goes through a prim the converter refuses)."""
@@ -185,7 +221,8 @@ def activations() -> dict:
     table.update({aten.prelu.default: _prelu, aten.layer_norm.default: _layer_norm, aten.sinh.default: _sinh, aten.cosh.default: _cosh, aten.tan.default: _tan,
                   aten.asinh.default: _asinh, aten.acosh.default: _acosh, aten.atanh.default: _atanh,
                   aten.sinc.default: _sinc, aten.erf.default: _erf, aten.atan.default: _atan,
-                  aten.asin.default: _asin, aten.acos.default: _acos})
+                  aten.asin.default: _asin, aten.acos.default: _acos, aten.conv1d.default: _conv,
+                  aten.conv2d.default: _conv, aten.conv3d.default: _conv})
     return {op: _in_float64(fn) for op, fn in table.items()}
 
 
