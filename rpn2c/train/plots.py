@@ -90,10 +90,16 @@ def matrices(panels: Sequence[dict], path: str | os.PathLike, title: str = "") -
             ax.imshow(m, cmap="Greys", vmin=0, vmax=1, interpolation="nearest", aspect=aspect)
         else:
             cmap = _colormap()
-            im = ax.imshow(np.ma.masked_equal(m, 0.0), cmap=cmap, interpolation="nearest", aspect=aspect)
-            fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+            shown = np.ma.masked_where((m == 0.0) | ~np.isfinite(m), m)  # inf and NaN have no colour: blank
+            im = ax.imshow(shown, cmap=cmap, interpolation="nearest", aspect=aspect)
+            with np.errstate(over="ignore"):  # a colour scale needs a finite span (±1e308 overflows it)
+                spans = bool(shown.count()) and bool(np.isfinite(float(shown.max()) - float(shown.min())))
+            if spans:
+                fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
         nnz = int(np.count_nonzero(m))
-        ax.set_title(f"{panel['title']}\n{r}×{c}, {nnz} non-zero ({100 * nnz / max(r * c, 1):.1f}%)", fontsize=8)
+        bad = int((~np.isfinite(m)).sum())
+        ax.set_title(f"{panel['title']}\n{r}×{c}, {nnz} non-zero ({100 * nnz / max(r * c, 1):.1f}%)"
+                     + (f", {bad} not finite (blank)" if bad else ""), fontsize=8)
         ax.set_ylabel(panel.get("rows", "row"), fontsize=9)
         ax.set_xlabel(panel.get("cols", "column"), fontsize=9)
     for ax in axes[n:]:

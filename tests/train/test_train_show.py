@@ -204,3 +204,25 @@ def test_show_refuses_a_dim_the_spec_does_not_have_and_a_dim_beside_data(capsys,
                            "--out", tmp_path / "b.png")
     assert code == 2 and "with --data the sample has its own sizes" in err
     assert not (tmp_path / "a.png").exists() and not (tmp_path / "b.png").exists()
+
+
+def test_show_draws_a_matrix_with_non_finite_entries_blank(capsys, tmp_path):
+    """A bilinear form whose scale overflows (1e308) gives inf entries: the picture leaves them blank and says how
+    many, instead of failing in matplotlib's colour bar."""
+    spec = tmp_path / "m.rpn"
+    spec.write_text("model m {\n  input x: sequence[B, T, 6]\n  y = head(x) {\n"
+                    "    xi_instance = low_rank_bilinear(rank = 4, softmax = false, causal = true, scale = 1e308)\n"
+                    "    out = 5\n  }\n  return y\n}\n")
+    out = tmp_path / "view"
+    code, _, err = run_cli(capsys, "show", spec, "--out", out)
+    assert code == 0, err
+    pictures = sorted(out.glob("*.png"))
+    assert pictures and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pictures)
+
+    from rpn2c.train import plots
+
+    m = torch.tensor([[float("inf"), 1.0], [0.0, float("nan")]])
+    path = plots.matrices([{"matrix": m, "title": "t"}], tmp_path / "p.png")
+    assert path.exists()
+    path = plots.matrices([{"matrix": torch.full((2, 2), float("inf")), "title": "all"}], tmp_path / "q.png")
+    assert path.exists()
