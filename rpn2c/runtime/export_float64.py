@@ -183,7 +183,7 @@ def _conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     for tap in itertools.product(*(range(size) for size in k)):
         index = tuple(slice(t * d, t * d + s * (m - 1) + 1, s) for t, d, s, m in zip(tap, dilation, stride, out))
         taps = grouped[(..., *index)].flatten(3).transpose(2, 3)  # [n, g, positions, c/g]
-        part = taps @ w[(..., *tap)].transpose(1, 2)  # [n, g, positions, o/g] (onnxruntime's float64 Einsum is not)
+        part = taps @ w[(..., *tap)].transpose(1, 2)  # [n, g, positions, o/g]: a MatMul, which runs in float64
         y = part if y is None else y + part
     y = y.transpose(2, 3).reshape(n, o, *out)
     if bias is not None:
