@@ -408,3 +408,21 @@ def test_edges_of_a_graph_over_features_are_made_up_within_the_features(tmp_path
     out = tmp_path / "attr.pt2"
     assert main(["export", str(spec), "--random-init", "--out", str(out)]) == 0, capsys.readouterr().err
     assert out.is_file() and "checked: equals the module" in capsys.readouterr().out
+
+
+def test_edges_are_made_up_within_the_nodes_each_graph_runs_over(tmp_path, capsys):
+    """Found by the export lane: a batched set of 3 items under a graph ξ got edge ids up to 8 (the default node
+    count), and the export failed with an unlocated error from its own inputs. Each edge list's ids now stay below
+    the axis of every graph ξ it feeds: 3 nodes here, 5 features for the second list."""
+    spec = tmp_path / "set.rpn"
+    spec.write_text("model m {\n  input x: set[B, 3, 5]\n  input edges: edges[2, E]\n  input feats: edges[2, F]\n"
+                    "  y = head(x) {\n    xi_instance = chebyshev_graph(edges = edges, scale = false)\n    out = 2\n  }\n"
+                    "  z = head(x) {\n    xi_attribute = pagerank_graph(edges = feats, iters = 2)\n    out = 2\n  }\n"
+                    "  s = add(y, z)\n  return s\n}\n", encoding="utf-8")
+    graph = rpn2c.check(spec.read_text())
+    for seed in range(3):
+        (_, edges, feats), _ = example_inputs(graph, {"E": 40, "F": 40}, seed=seed)
+        assert int(edges.max()) == 2 and int(feats.max()) == 4
+    out = tmp_path / "set.pt2"
+    assert main(["export", str(spec), "--random-init", "--out", str(out)]) == 0, capsys.readouterr().err
+    assert out.is_file() and "checked: equals the module" in capsys.readouterr().out

@@ -67,8 +67,8 @@ def example_sizes(graph, dims: dict[str, int] | None = None) -> dict[str, int]:
 
 def example_inputs(graph, dims: dict[str, int] | None = None, *, dtype=None, seed: int = 0):
     """Random inputs in declaration order (symbolic dims sized by ``dims``, else B = 4 and others 8 within what
-    the model allows: :func:`example_sizes`) and, per input, the symbolic name of each axis. Edge lists index the
-    nodes of the graph input; masks attend to all."""
+    the model allows: :func:`example_sizes`) and, per input, the symbolic name of each axis. An edge list's ids
+    lie below the length of every axis a graph ξ it feeds runs over; masks attend to all."""
     import torch
 
     from rpn2c.components.sequence import random_tokens
@@ -79,15 +79,14 @@ def example_inputs(graph, dims: dict[str, int] | None = None, *, dtype=None, see
     layouts = {n: _layout(graph.node(n).type, dims) for n in graph.inputs}
     nodes = next((layouts[n][0][0] for n in graph.inputs
                   if graph.node(n).type.kind == "items" and not graph.node(n).type.batched), dims.get("N", OTHER))
-    if _attribute_graphs(graph):  # edges may index a layer's features: below every width the model has
-        sized = {a: size for shape, names in layouts.values() for a, size in zip(names, shape) if a}
-        nodes = min([nodes, *_widths(graph, sized)])
+    sized = {a: size for shape, names in layouts.values() for a, size in zip(names, shape) if a}
+    indexed = _indexed_sizes(graph, sized)
     values, names = [], []
     for n in graph.inputs:
         t = graph.node(n).type
         shape, axis_names = layouts[n]
         if t.kind == "edges":
-            v = torch.randint(0, nodes, shape, generator=gen)
+            v = torch.randint(0, indexed.get(n, nodes), shape, generator=gen)
         elif t.kind == "tokens":
             v = random_tokens(graph, n, shape, gen)
         elif t.kind == "edge_weight":
@@ -102,18 +101,25 @@ def example_inputs(graph, dims: dict[str, int] | None = None, *, dtype=None, see
     return tuple(values), names
 
 
-def _attribute_graphs(graph) -> bool:
-    """Whether a graph ξ runs over a layer's attribute axis (its edge ids index features, not nodes)."""
-    return any(slot.startswith("xi_attribute") and getattr(getattr(u.component, "hp", None), "edges", None)
-               for n in graph.nodes() if n.kind == "layer" for h in n.layer.heads for slot, u in h.xi.items())
-
-
-def _widths(graph, sizes: dict[str, int]) -> list[int]:
-    """Every per-sample axis size of every value (symbols as the inputs size them), edge lists and masks aside."""
+def _indexed_sizes(graph, sizes: dict[str, int]) -> dict[str, int]:
+    """Per edge-list input, the fewest nodes (or features) of any axis a graph ξ it feeds runs over, with the
+    inputs' symbols sized by ``sizes``: a head's nodes may be a literal count, or its features (an attribute ξ)."""
     from rpn2c.ir.estimate import dim_size
+    from rpn2c.ir.graph import HEAD_SLOT
 
-    return [dim_size(d, sizes) for n in graph.nodes()
-            if n.type is not None and n.type.kind not in ("edges", "mask", "edge_weight") for d in n.type.shape[1:]]
+    fewest: dict[str, int] = {}
+    for n in graph.nodes():
+        if n.kind != "layer":
+            continue
+        preds = graph.preds(n.id)
+        for h, tr in zip(n.layer.heads, n.trace.get("heads", ())):
+            for slot, use in h.xi.items():
+                for key, ref in use.component.value_refs():
+                    src = preds.get(f"aux:{ref.name}")
+                    if key == "edges" and src in graph.inputs:
+                        size = dim_size(HEAD_SLOT[slot].size(tr), sizes)
+                        fewest[src] = min(fewest.get(src, size), size)
+    return fewest
 
 
 # ------------------------------------------------------------------------------------------------ export
