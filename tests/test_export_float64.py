@@ -209,3 +209,31 @@ def test_attention_with_a_scale_float32_rounds_exports_exactly_in_float64(tmp_pa
     got = onnx_runner(path)(inputs)
     differ = {name: difference(a, b) for name, a, b in zip(model.graph.outputs, want, got)}
     assert len(differ) == 4 and all(d <= 1e-13 for d in differ.values()), differ
+
+
+def test_a_tiny_epsilon_and_a_factor_near_one_survive_the_conversion(tmp_path):
+    """The converter's optimiser took ``x + c`` for ``x`` when ``|c| ≤ 1e-8`` and ``x · c`` for ``x`` when
+    ``|c − 1| ≤ 1e-5``: a LayerNorm's ε = 1e-12 vanished (a float64 ViT differed by 3e-10) and a factor 1.000005
+    was dropped in float32 too. Rows of spread 1e-8 make ε decide the output."""
+    from rpn2c.runtime.export_onnx import onnx_runner, save_onnx
+
+    text = ("model m {\n  input x: vector[B, 16]\n  y = layer_norm(x, eps = 0.000000000001)\n  return y\n}\n")
+    model = rpn2c.compile(text).double().eval()
+    g = torch.Generator().manual_seed(0)
+    x = 1e-8 * torch.randn(5, 16, generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        want = model(x)
+    path = tmp_path / "ln.onnx"
+    save_onnx(torch.export.export(model, (x,)), path, SimpleNamespace(inputs=list(model.graph.inputs),
+                                                                      outputs=["y"]))
+    assert difference(want, onnx_runner(path)((x,))[0]) <= TOLERANCE["float64"]
+
+    class NearOne(torch.nn.Module):
+        def forward(self, x):
+            return x * 1.000005 - 1e-9
+
+    x = torch.rand(4, 8) + 1.0
+    path = tmp_path / "near_one.onnx"
+    save_onnx(torch.export.export(NearOne(), (x,)), path, SimpleNamespace(inputs=["x"], outputs=["y"]))
+    got = onnx_runner(path)((x,))[0]
+    torch.testing.assert_close(got, NearOne()(x), rtol=1e-7, atol=0)

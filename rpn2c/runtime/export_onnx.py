@@ -38,8 +38,30 @@ def save_onnx(program, path: Path, graph) -> None:
                                               **activations()})
         program = exact_scalars(program)
         onnx_program = torch.onnx.export(program, (), dynamo=True, input_names=list(graph.inputs),
-                                         output_names=list(graph.outputs), verbose=False)
+                                         output_names=list(graph.outputs), verbose=False, optimize=False)
+        optimize_exactly(onnx_program)
         onnx_program.save(str(path))
+
+
+def optimize_exactly(onnx_program) -> None:
+    """The converter's own graph optimisation (constant folding, fusions) without its no-op rules, which take
+    ``x + c`` for ``x`` when ``|c| ≤ 1e-8`` and ``x · c`` when ``|c − 1| ≤ 1e-5``: a LayerNorm's ε = 1e-12 vanished
+    (a float64 ViT then differed by 3e-10) and so would a scale of 1.000005. Should onnxscript move its rule table,
+    the graph stays as converted (onnxruntime folds constants when it loads the file)."""
+    try:
+        from onnxscript import rewriter
+        from onnxscript.rewriter.rules.common import _no_op
+    except ImportError:
+        return
+    rules = getattr(rewriter, "_DEFAULT_REWRITE_RULES", None)
+    if not isinstance(rules, tuple):
+        return
+    tolerant = {id(rule) for rule in _no_op.rules}
+    rewriter._DEFAULT_REWRITE_RULES = tuple(rule for rule in rules if id(rule) not in tolerant)
+    try:
+        onnx_program.optimize()
+    finally:
+        rewriter._DEFAULT_REWRITE_RULES = rules
 
 
 def _sdpa_in_4d(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
