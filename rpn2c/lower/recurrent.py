@@ -307,7 +307,9 @@ class RecurrentModule(nn.Module):
 
         xs = a.movedim(1, 0)  # the operator scans dim 0
         xs = xs.flip(0) if direction else xs
-        extra = (w["weight_hh"], *([w["bias_hh"]] if bias else []), *tensors)
+        # copies: the weights are views of one flat buffer, and the operator's functionalisation (any
+        # run_decompositions, the ONNX conversion's among them) refuses inputs sharing storage
+        extra = tuple(t.clone() for t in (w["weight_hh"], *([w["bias_hh"]] if bias else []), *tensors))
         out = torch.ops.higher_order.scan(step, [s.contiguous() for s in init], [xs], extra)[k]
         return (out.flip(0) if direction else out).movedim(0, 1)
 
