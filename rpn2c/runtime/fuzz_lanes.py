@@ -151,7 +151,7 @@ def _run_lane(lane_dir: Path, first: int, seconds: float, time_limit: float, ent
     its counts per entry point, editor requests and inputs."""
     totals: dict[str, Counter] = {e: Counter() for e in entries}
     requests, not_driven = Counter(), Counter()
-    inputs, left, start = 0, seconds, first
+    inputs, left = 0, seconds
     lane_dir.mkdir(exist_ok=True)
     while left > 1:
         t0 = time.monotonic()
@@ -186,7 +186,7 @@ def _run_lane(lane_dir: Path, first: int, seconds: float, time_limit: float, ent
         totals[entry]["failure"] += 1
         hung.unlink(missing_ok=True)
         first = int(seed) + 1
-    return {"totals": totals, "requests": requests, "not_driven": not_driven, "inputs": inputs, "start": start}
+    return {"totals": totals, "requests": requests, "not_driven": not_driven, "inputs": inputs}
 
 
 def run_lanes(lanes: int, seconds: float, start: int, out: Path, time_limit: float = 10.0,
@@ -196,7 +196,8 @@ def run_lanes(lanes: int, seconds: float, start: int, out: Path, time_limit: flo
     from concurrent.futures import ThreadPoolExecutor
 
     out.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, lanes))) as pool:
+    jobs = max(1, min(jobs, lanes))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
         done = list(pool.map(lambda k: _run_lane(out / f"lane_{k}", start + k * stride, seconds, time_limit,
                                                  entries, headroom), range(lanes)))
     totals = {e: Counter() for e in entries}
@@ -217,7 +218,7 @@ def run_lanes(lanes: int, seconds: float, start: int, out: Path, time_limit: flo
     for i, (kind, f) in enumerate(sorted(kinds.items())):
         f["minimised"] = _minimised(out, i, f, seeds, time_limit)
     real = [f for f in failures if not f.get("known")]
-    report = {"lanes": lanes, "jobs": max(1, min(jobs, lanes)), "seconds_per_lane": seconds, "start": start,
+    report = {"lanes": lanes, "jobs": jobs, "seconds_per_lane": seconds, "start": start,
               "inputs": inputs, "inputs_per_lane": [d["inputs"] for d in done],
               "outcomes": {k: v for k, v in totals.get("check", {}).items() if k != "inputs"},
               "entries": {e: dict(c) for e, c in totals.items()},

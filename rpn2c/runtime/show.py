@@ -68,9 +68,11 @@ def _inputs(args, graph, trained: dict[str, int]):
     dataset = _dataset(args.data, args.seed)
     trained_params = checkpoint.model_params(_load_checkpoint(args.from_checkpoint)) if args.from_checkpoint else {}
     params = {**trained_params, **parse_params(getattr(args, "param", None))}
-    with _named_dims(graph, args, params, trained=bool(args.from_checkpoint),
-                     rebind=lambda g: bind(g, dataset, args.spec)):
-        binding = bind(graph, dataset, args.spec)
+    def bind_to(g):
+        return bind(g, dataset, args.spec)
+
+    with _named_dims(graph, args, params, trained=bool(args.from_checkpoint), rebind=bind_to):
+        binding = bind_to(graph)
     split = dataset.train if args.split == "train" else dataset.test
     def real(x):  # token ids stay integers
         return x.double() if x.is_floating_point() else x
